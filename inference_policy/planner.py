@@ -1,0 +1,706 @@
+"""The planner: a deployment request in, a plan or the seed's exact refusal out.
+
+This is the single decision procedure behind `POST /mutate`, `POST /v1/plan`, `tmi plan`, the
+extender's view of a Pod and the controller's re-check of a grant. It never raises for bad
+input: every outcome, including a malformed request, is a `Decision` with an HTTP status, so each
+edge maps decisions to its own wire format in one place.
+
+Binding choice is deterministic. Among the bindings that can run the engine's image and hold the
+request, the smallest usable memory wins; ties go to the stronger isolation (MIG, then whole
+device, then accounted share), then to the order of the envelope.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from inference_policy.catalog import Engine, EngineCatalog, cc_text
+from inference_policy.profile import (
+    ARCH_KEY,
+    CpuBinding,
+    ExtendedResourceBinding,
+    Profile,
+    VramPluginBinding,
+    binding_guarantee,
+)
+from inference_policy.quantity import (
+    GI,
+    QuantityError,
+    ceil_div,
+    format_bytes,
+    format_gib,
+    format_millicores,
+    gib_ceil,
+    parse_bytes,
+    parse_millicores,
+)
+from inference_policy.recipes import Recipe, RecipeCatalog
+from inference_policy.request import DeploymentRequest, RequestError, parse_request
+from inference_policy.signing import ProfileRefused, VerifiedProfile
+from inference_policy.sizing import cpu_memory_bytes, estimate_gpu
+
+DERIVE_PREFIX = "cannot derive inference resources for this deployment: "
+NO_GPU = "Core cannot see a GPU on this install"
+PROFILE_PREFIX = "owner profile bundle: "
+EXTERNAL_BLOCK = "external endpoints allocate no local resources; omit inferenceResources"
+EXTERNAL_ALLOCATION = (
+    "external endpoints allocate no local resources; omit gpu_allocation and vram_allocation"
+)
+DIFFUSION_KEYS = ("lora", "lightning", "stream_profile", "trust_remote_code", "dfloat11")
+ISOLATION_RANK = {"mig": 0, "whole-device": 1, "accounted-share": 2}
+GB10 = (12, 1)
+MAX_DEVICES = 8
+
+
+@dataclass(frozen=True)
+class Decision:
+    """A plan (status 200) or a refusal; `body` is the JSON object every edge returns."""
+
+    status: int
+    body: dict[str, Any]
+
+    @property
+    def allowed(self) -> bool:
+        return self.status == 200
+
+    @property
+    def detail(self) -> str:
+        return str(self.body.get("detail", ""))
+
+
+class Refusal(Exception):
+    def __init__(self, status: int, detail: str, code: str | None = None) -> None:
+        super().__init__(detail)
+        self.status = status
+        self.detail = detail
+        self.code = code
+
+    def decision(self) -> Decision:
+        body: dict[str, Any] = {"status": self.status, "detail": self.detail}
+        if self.code:
+            body["code"] = self.code
+        return Decision(self.status, body)
+
+
+@dataclass(frozen=True)
+class PlanContext:
+    """Everything a decision depends on besides the request; built once per configuration."""
+
+    catalog: EngineCatalog
+    now: datetime
+    enabled: bool = True
+    profile: VerifiedProfile | None = None
+    profile_refusal: ProfileRefused | None = None
+    catalog_refusal: str | None = None
+    gpu_recipes: RecipeCatalog | None = None
+    cpu_recipes: RecipeCatalog | None = None
+
+
+def decide(document: Any, ctx: PlanContext) -> Decision:
+    """Plan one request (an already strictly-decoded JSON value)."""
+    try:
+        request = parse_request(document)
+        return _Planner(request, ctx).plan()
+    except RequestError as exc:
+        return Refusal(422, str(exc)).decision()
+    except Refusal as refusal:
+        return refusal.decision()
+
+
+@dataclass
+class _Candidate:
+    profile: Profile
+    binding: ExtendedResourceBinding | VramPluginBinding
+    order: int
+    image: str
+    variant_id: str
+    request_bytes: int
+    resource_quantity: int
+    engine_args: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def sort_key(self) -> tuple[int, int, int]:
+        return (
+            self.binding.usable_memory_bytes,
+            ISOLATION_RANK[binding_guarantee(self.binding)],
+            self.order,
+        )
+
+
+class _Planner:
+    def __init__(self, request: DeploymentRequest, ctx: PlanContext) -> None:
+        self.req = request
+        self.ctx = ctx
+        self.block = request.inferenceResources
+        self.derived = self.block is None
+
+    # -- refusals -----------------------------------------------------------------------------
+
+    def _unservable(self, reason: str) -> Refusal:
+        """Card, driver or catalog rule out the request: the seed's derived/NoFit split."""
+        if self.derived:
+            return Refusal(422, DERIVE_PREFIX + reason)
+        return Refusal(422, reason, "NoFit")
+
+    # -- entry ----------------------------------------------------------------------------------
+
+    def plan(self) -> Decision:
+        req = self.req
+        if req.external:
+            return self._external()
+        if not self.ctx.enabled:
+            return self._disabled()
+        if self.ctx.catalog_refusal:
+            raise Refusal(503, self.ctx.catalog_refusal)
+        engine = self.ctx.catalog.qualified(req.engine)
+        if engine is None:
+            reason = f"engine '{req.engine}' is not qualified in this release"
+            raise Refusal(422, DERIVE_PREFIX + reason if self.derived else reason)
+        self._validate(engine)
+        profile = self._profile()
+        if self._wants_cpu(engine, profile):
+            return self._cpu(engine, profile)
+        return self._gpu(engine, profile)
+
+    def _external(self) -> Decision:
+        req = self.req
+        if self.ctx.enabled:
+            if self.block is not None:
+                raise Refusal(422, EXTERNAL_BLOCK)
+            if req.gpu_allocation or req.vram_allocation:
+                raise Refusal(422, EXTERNAL_ALLOCATION)
+        return Decision(
+            200, {"status": 200, "path": "external", "derived": self.derived, "engine": req.engine}
+        )
+
+    def _disabled(self) -> Decision:
+        engine = self.ctx.catalog.engines.get(self.req.engine)
+        wants_cpu = self.req.config.force_cpu or (self.block is not None and self.block.cpu)
+        if engine is None or not engine.cpu_capable:
+            raise Refusal(422, NO_GPU)
+        if not (wants_cpu or not engine.gpu_capable):
+            raise Refusal(422, NO_GPU)
+        self._validate(engine)
+        arch = self.block.cpu.architecture if self.block and self.block.cpu else "amd64"
+        image = self.ctx.catalog.cpu_image(engine, arch)
+        if image is None:
+            raise Refusal(422, f"no {engine.name} image is published for cpu/{arch}")
+        requests = self._cpu_requests(engine)
+        return Decision(
+            200,
+            self._cpu_body(engine, None, None, image.reference, image.variant_id, arch, requests),
+        )
+
+    def _profile(self) -> VerifiedProfile:
+        ctx = self.ctx
+        if ctx.profile_refusal is not None or ctx.profile is None:
+            refusal = ctx.profile_refusal
+            message = (
+                refusal.authorization_message
+                if refusal
+                else (
+                    "invalid inference profile authorization: "
+                    "bundle did not arrive from the configured ConfigMap"
+                )
+            )
+            raise Refusal(503, PROFILE_PREFIX + message)
+        try:
+            ctx.profile.check_window(ctx.now)
+        except ProfileRefused as refusal:
+            raise Refusal(503, PROFILE_PREFIX + refusal.authorization_message) from None
+        return ctx.profile
+
+    # -- request rules ----------------------------------------------------------------------------
+
+    def _validate(self, engine: Engine) -> None:
+        req = self.req
+        model = req.model
+        if model is None:
+            raise Refusal(
+                422, "invalid deployment request: model is required for a local deployment"
+            )
+        config = req.config
+        if engine.name == "diffusion":
+            self._validate_diffusion()
+        elif engine.name == "llamacpp" and model.format != "gguf":
+            raise Refusal(422, f"llamacpp serves gguf models; model.format is {model.format}")
+        elif engine.name == "vllm" and model.format != "safetensors":
+            raise Refusal(422, f"vllm serves safetensors models; model.format is {model.format}")
+        elif engine.name == "whispercpp" and model.format not in ("gguf", "checkpoint"):
+            raise Refusal(
+                422,
+                f"whispercpp serves a gguf or single-file model; model.format is {model.format}",
+            )
+        if config.embedding:
+            if "embeddings" not in engine.serves:
+                raise Refusal(
+                    422,
+                    f"{engine.name} does not serve embeddings; set config.embedding to false "
+                    "or deploy with llamacpp",
+                )
+            if not config.pooling:
+                raise Refusal(
+                    422,
+                    "an embedding configuration must state its pooling: set config.pooling "
+                    "(for example mean, cls or last)",
+                )
+        if "text-generation" in engine.serves and self._context() is None:
+            raise Refusal(
+                422,
+                "no context length is declared: set config.max_model_len or the model's "
+                "contextLength",
+            )
+        self.devices = self._device_count(engine)
+
+    def _validate_diffusion(self) -> None:
+        model, config = self.req.model, self.req.config
+        assert model is not None
+        if model.format != "diffusers":
+            raise Refusal(
+                422,
+                "diffusion serves a diffusers repository with model_index.json at its top; "
+                f"a single-file {model.format} model is refused",
+            )
+        for key in DIFFUSION_KEYS:
+            value = getattr(config, key)
+            if value not in (None, False, "", [], {}):
+                raise Refusal(
+                    422,
+                    f"diffusion in tenant mode does not support {key}; remove {key} from "
+                    "the model configuration",
+                )
+        for key in ("tensor_parallel_size", "gpu_count"):
+            value = getattr(config, key)
+            if _number(value) is not None and _number(value) > 1:  # type: ignore[operator]
+                raise Refusal(422, f"diffusion serves one device per replica; set {key} to 1")
+        lowered = model.name.lower()
+        if "dfloat11" in lowered or "df11" in lowered:
+            raise Refusal(
+                422,
+                "DFloat11 models need more than one device; diffusion serves one device "
+                "per replica in tenant mode",
+            )
+
+    def _context(self) -> int | None:
+        model = self.req.model
+        return self.req.config.max_model_len or (model.contextLength if model else None)
+
+    def _device_count(self, engine: Engine) -> int:
+        config_value = self.req.config.tensor_parallel_size
+        block = self.block
+        recipe = self._recipe("gpu")
+        if recipe is not None and recipe.tensorParallelSize is not None:
+            return recipe.tensorParallelSize
+        if block is not None and block.accelerator is not None:
+            count = _whole_count(block.accelerator.count, "inferenceResources.accelerator.count")
+            if config_value is not None:
+                configured = _whole_count(config_value, "config.tensor_parallel_size")
+                if configured != count:
+                    raise Refusal(
+                        422,
+                        f"inferenceResources.accelerator.count {count} and "
+                        f"config.tensor_parallel_size {configured} disagree; the request and "
+                        "the Pod must agree",
+                    )
+        elif config_value is None:
+            count = 1
+        else:
+            count = _whole_count(config_value, "config.tensor_parallel_size")
+        if engine.gpu_capable and count > max(engine.max_devices, 1):
+            raise Refusal(
+                422,
+                f"{engine.name} serves at most {engine.max_devices} device per replica; "
+                f"set the device count to {engine.max_devices}",
+            )
+        return count
+
+    def _recipe(self, capability: str) -> Recipe | None:
+        catalog = self.ctx.gpu_recipes if capability == "gpu" else self.ctx.cpu_recipes
+        model = self.req.model
+        if catalog is None or model is None:
+            return None
+        return catalog.find(self.req.engine, model.name, self.req.config.model_dump())
+
+    def _wants_cpu(self, engine: Engine, profile: VerifiedProfile) -> bool:
+        block, config = self.block, self.req.config
+        has_gpu = bool(profile.envelope.gpu_bindings())
+        if block is not None and block.accelerator is not None:
+            if not engine.gpu_capable:
+                raise Refusal(
+                    422, f"{engine.name} runs on CPU only; request cpu instead of an accelerator"
+                )
+            return False
+        reasons = []
+        if block is not None and block.cpu is not None:
+            reasons.append("the request asks for cpu")
+        if config.force_cpu:
+            reasons.append("config.force_cpu is set")
+        if not engine.gpu_capable:
+            return True
+        if not reasons and not has_gpu:
+            reasons.append("the profile declares no GPU binding")
+        if not reasons:
+            return False
+        if not engine.cpu_capable:
+            detail = f"{engine.name} runs on GPU only and {reasons[0]}"
+            if reasons[0].startswith("the profile"):
+                raise self._unservable(detail)
+            raise Refusal(422, detail)
+        if self.devices > 1:
+            raise Refusal(
+                422,
+                f"CPU serving runs one process; {self.devices} devices were requested "
+                "(set config.tensor_parallel_size to 1)",
+            )
+        return True
+
+    # -- CPU path -------------------------------------------------------------------------------
+
+    def _cpu_requests(self, engine: Engine) -> dict[str, str]:
+        floor = engine.cpu_floor
+        assert floor is not None
+        model = self.req.model
+        assert model is not None
+        floor_mc, floor_mem = parse_millicores(floor.cpu), parse_bytes(floor.memory)
+        memory = cpu_memory_bytes(model.weightsBytes, floor_mem)
+        if self.block is not None and self.block.cpu is not None:
+            asked = self.block.cpu.requests
+            try:
+                asked_mc, asked_mem = parse_millicores(asked.cpu), parse_bytes(asked.memory)
+            except QuantityError as exc:
+                raise Refusal(
+                    422, f"invalid deployment request: inferenceResources.cpu.requests: {exc}"
+                ) from None
+            if asked_mc < floor_mc:
+                raise Refusal(
+                    422, f"cpu request {asked.cpu} is below {engine.name}'s floor {floor.cpu}"
+                )
+            if asked_mem < memory:
+                raise Refusal(
+                    422,
+                    f"memory request {asked.memory} is below what {engine.name} needs for "
+                    f"these weights ({format_bytes(memory)})",
+                    "NoFit",
+                )
+            return {"cpu": asked.cpu, "memory": asked.memory}
+        return {"cpu": format_millicores(floor_mc), "memory": format_bytes(memory)}
+
+    def _cpu(self, engine: Engine, profile: VerifiedProfile) -> Decision:
+        if not engine.cpu_capable:  # pragma: no cover - _wants_cpu refuses first
+            raise Refusal(422, f"{engine.name} runs on GPU only")
+        wanted_arch = self.block.cpu.architecture if self.block and self.block.cpu else None
+        recipe = self._recipe("cpu")
+        requests = self._cpu_requests(engine)
+        reasons: list[str] = []
+        for prof, binding in profile.envelope.cpu_bindings():
+            if wanted_arch and binding.architecture != wanted_arch:
+                continue
+            if recipe is not None:
+                if binding.runtime.image != recipe.image:
+                    reasons.append(
+                        f"binding {binding.id} runs {binding.runtime.image}, not the image "
+                        f"recipe {recipe.id} pins"
+                    )
+                    continue
+                image, variant = recipe.image, recipe.variantId
+            else:
+                img = self.ctx.catalog.cpu_image(engine, binding.architecture)
+                if img is None:
+                    reasons.append(
+                        f"no {engine.name} image is published for cpu/{binding.architecture}"
+                    )
+                    continue
+                image, variant = img.reference, img.variant_id
+            body = self._cpu_body(
+                engine, prof, binding, image, variant, binding.architecture, requests
+            )
+            body["bundle"] = _bundle(profile)
+            if recipe is not None:
+                body["recipe"] = recipe.id
+            return Decision(200, body)
+        if reasons:
+            raise self._unservable(reasons[0])
+        where = f" for {wanted_arch}" if wanted_arch else ""
+        raise self._unservable(f"the profile declares no cpu binding{where}")
+
+    def _cpu_body(
+        self,
+        engine: Engine,
+        profile: Profile | None,
+        binding: CpuBinding | None,
+        image: str,
+        variant: str,
+        arch: str,
+        requests: dict[str, str],
+    ) -> dict[str, Any]:
+        return {
+            "status": 200,
+            "path": "cpu",
+            "derived": self.derived,
+            "profile": profile.name if profile else None,
+            "bindingId": binding.id if binding else None,
+            "engine": engine.name,
+            "variantId": variant,
+            "image": image,
+            "runtimeClassName": None,
+            "nodeSelector": {ARCH_KEY: arch},
+            "resources": {"requests": dict(requests)},
+            "deviceCount": 0,
+            "engineArgs": {},
+            "inferenceResources": {
+                "schemaVersion": 1,
+                "cpu": {"architecture": arch, "requests": dict(requests)},
+                "runtime": {"selection": "automatic"},
+            },
+            "bundle": None,
+        }
+
+    # -- GPU path -------------------------------------------------------------------------------
+
+    def _need_per_device(self, engine: Engine) -> int:
+        block = self.block
+        if block is not None and block.accelerator is not None:
+            try:
+                return parse_bytes(block.accelerator.memory.minimum)
+            except QuantityError as exc:
+                raise Refusal(
+                    422,
+                    f"invalid deployment request: inferenceResources.accelerator.memory."
+                    f"minimum: {exc}",
+                ) from None
+        model = self.req.model
+        assert model is not None
+        context = self._context() if "text-generation" in engine.serves else None
+        return estimate_gpu(
+            engine.name,
+            model.weightsBytes,
+            context,
+            model.layers,
+            model.kvHeads,
+            model.headDim,
+            self.devices,
+        ).per_device
+
+    def _gpu(self, engine: Engine, profile: VerifiedProfile) -> Decision:
+        need = self._need_per_device(engine)
+        recipe = self._recipe("gpu")
+        image_reasons: list[str] = []
+        count_reasons: list[str] = []
+        memory_misses: list[tuple[int, str]] = []
+        candidates: list[_Candidate] = []
+        accel = self.block.accelerator if self.block else None
+        for order, (prof, binding) in enumerate(profile.envelope.gpu_bindings()):
+            guarantee = binding_guarantee(binding)
+            if accel is not None:
+                if accel.profile is not None and prof.name != accel.profile:
+                    continue
+                if accel.isolation != "any-qualified" and accel.isolation != guarantee:
+                    continue
+            chosen = self._binding_image(engine, prof, binding, recipe)
+            if isinstance(chosen, str):
+                image_reasons.append(chosen)
+                continue
+            image, variant = chosen
+            count_reason = self._count_reason(binding, guarantee)
+            if count_reason:
+                count_reasons.append(count_reason)
+                continue
+            fit = self._fit(engine, binding, guarantee, need)
+            if fit is None:
+                memory_misses.append((binding.usable_memory_bytes, binding.id))
+                continue
+            request_bytes, quantity, args = fit
+            candidates.append(
+                _Candidate(prof, binding, order, image, variant, request_bytes, quantity, args)
+            )
+        if not candidates:
+            raise self._no_fit(engine, need, image_reasons, count_reasons, memory_misses)
+        best = min(candidates, key=lambda c: c.sort_key)
+        return Decision(200, self._gpu_body(engine, profile, best, recipe))
+
+    def _binding_image(
+        self,
+        engine: Engine,
+        prof: Profile,
+        binding: ExtendedResourceBinding | VramPluginBinding,
+        recipe: Recipe | None,
+    ) -> tuple[str, str] | str:
+        vendor, arch = binding.accelerator.vendor, binding.architecture
+        if recipe is not None:
+            if binding.runtime.image != recipe.image:
+                return (
+                    f"binding {binding.id} runs {binding.runtime.image}, not the image recipe "
+                    f"{recipe.id} pins"
+                )
+            if recipe.variantId not in prof.compatibleVariantIds:
+                return f"profile {prof.name} does not list variant {recipe.variantId}"
+            return recipe.image, recipe.variantId
+        selection = self.ctx.catalog.select_gpu_image(
+            engine,
+            vendor,
+            arch,
+            binding.accelerator.capability_tuple,
+            binding.accelerator.cudaDriverMajor,
+        )
+        if selection.image is None:
+            assert selection.refusal is not None
+            return selection.refusal
+        variant = selection.image.variant_id
+        if variant not in prof.compatibleVariantIds:
+            return f"profile {prof.name} does not list variant {variant}"
+        return selection.image.reference, variant
+
+    def _count_reason(
+        self, binding: ExtendedResourceBinding | VramPluginBinding, guarantee: str
+    ) -> str | None:
+        if self.devices == 1:
+            return None
+        if guarantee == "mig":
+            return (
+                f"{self.devices} devices were requested, but a MIG partition has no peer path: "
+                f"binding {binding.id} serves one device"
+            )
+        if guarantee == "accounted-share":
+            return (
+                f"{self.devices} devices were requested, but an accounted VRAM share is a slice "
+                f"of one device: binding {binding.id} serves one device"
+            )
+        if "p2p" not in binding.accelerator.features:
+            return (
+                f"{self.devices} devices were requested, but binding {binding.id} does not "
+                "attest p2p, which tensor parallelism needs"
+            )
+        return None
+
+    def _fit(
+        self,
+        engine: Engine,
+        binding: ExtendedResourceBinding | VramPluginBinding,
+        guarantee: str,
+        need: int,
+    ) -> tuple[int, int, dict[str, Any]] | None:
+        usable = binding.usable_memory_bytes
+        fraction = engine.gpu_memory_utilization
+        args: dict[str, Any] = {}
+        if guarantee == "accounted-share":
+            # The engine budgets `fraction` of what it is granted, so the share is sized so that
+            # its budget holds the need; the share is counted in whole GiB of the plugin's bucket.
+            share_gib = gib_ceil(math.ceil(need / fraction) if fraction else need)
+            if share_gib * GI > usable:
+                return None
+            if fraction:
+                args["gpu_memory_utilization"] = _ceil_hundredth(fraction * share_gib * GI / usable)
+            return share_gib * GI, share_gib, args
+        request = gib_ceil(need) * GI
+        if fraction:
+            if binding.accelerator.capability_tuple == GB10 and guarantee == "whole-device":
+                # GB10 memory is the host's: budget exactly the request against usableMemory.
+                if request > usable:
+                    return None
+                args["gpu_memory_utilization"] = _ceil_hundredth(request / usable)
+            else:
+                if need > usable * fraction:
+                    return None
+                args["gpu_memory_utilization"] = fraction
+            if self.devices > 1:
+                args["tensor_parallel_size"] = self.devices
+        elif need > usable:
+            return None
+        return request, self.devices * binding.resource.quantity, args
+
+    def _no_fit(
+        self,
+        engine: Engine,
+        need: int,
+        image_reasons: list[str],
+        count_reasons: list[str],
+        memory_misses: list[tuple[int, str]],
+    ) -> Refusal:
+        if memory_misses:
+            largest, binding_id = max(memory_misses)
+            reason = (
+                f"no binding holds {engine.name} at {format_gib(need)} per device; the largest "
+                f"eligible binding, {binding_id}, offers {format_bytes(largest)}: lower "
+                "max_model_len or choose a smaller model"
+            )
+            return self._unservable(reason)
+        if count_reasons:
+            return self._unservable(count_reasons[0])
+        if image_reasons:
+            return self._unservable(image_reasons[0])
+        accel = self.block.accelerator if self.block else None
+        if accel is not None:
+            wanted = f"profile {accel.profile!r}" if accel.profile else "the profile"
+            return self._unservable(f"no binding in {wanted} offers isolation {accel.isolation}")
+        return self._unservable("the profile declares no GPU binding")  # pragma: no cover
+
+    def _gpu_body(
+        self, engine: Engine, profile: VerifiedProfile, best: _Candidate, recipe: Recipe | None
+    ) -> dict[str, Any]:
+        binding = best.binding
+        quantity = str(best.resource_quantity)
+        accel = self.block.accelerator if self.block else None
+        body: dict[str, Any] = {
+            "status": 200,
+            "path": "gpu",
+            "derived": self.derived,
+            "profile": best.profile.name,
+            "bindingId": binding.id,
+            "engine": engine.name,
+            "variantId": best.variant_id,
+            "image": best.image,
+            "runtimeClassName": binding.runtimeClassName,
+            "nodeSelector": {ARCH_KEY: binding.architecture},
+            "resources": {
+                "requests": {binding.resource.name: quantity},
+                "limits": {binding.resource.name: quantity},
+            },
+            "deviceCount": self.devices,
+            "engineArgs": best.engine_args,
+            "inferenceResources": {
+                "schemaVersion": 1,
+                "accelerator": {
+                    "capability": "gpu",
+                    "count": self.devices,
+                    "memory": {"minimum": format_gib(best.request_bytes)},
+                    "isolation": accel.isolation if accel else "any-qualified",
+                    "profile": best.profile.name,
+                },
+                "runtime": {"selection": "automatic"},
+            },
+            "bundle": _bundle(profile),
+        }
+        if recipe is not None:
+            body["recipe"] = recipe.id
+        return body
+
+
+def _bundle(profile: VerifiedProfile) -> dict[str, Any]:
+    return {"version": profile.version, "sha256": profile.sha256}
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value)
+
+
+def _whole_count(value: Any, where: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_DEVICES:
+        raise Refusal(
+            422,
+            f"{where} must be a whole number of devices from 1 to {MAX_DEVICES}; got {value!r}",
+        )
+    return value
+
+
+def _ceil_hundredth(value: float) -> float:
+    # Round in integer hundredths so 0.23 does not become 0.24 through float noise.
+    scaled = round(value * 100, 9)
+    return ceil_div(math.ceil(scaled * 1000), 1000) / 100 if scaled != int(scaled) else scaled / 100
+
+
+__all__ = ["NO_GPU", "Decision", "PlanContext", "Refusal", "cc_text", "decide"]

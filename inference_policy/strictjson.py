@@ -1,0 +1,95 @@
+"""Strict JSON decoding for everything that crosses a trust boundary.
+
+The standard library accepts duplicate keys (last wins), NaN and Infinity, a byte-order mark
+after decoding, lone surrogates and unbounded nesting. Each of those lets two readers of the
+same bytes see different documents, which is exactly what a signed profile must rule out, so
+every external document is decoded here before any other check looks at it.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+DEFAULT_MAX_BYTES = 1024 * 1024
+MAX_DEPTH = 64
+
+
+class StrictJSONError(ValueError):
+    """The bytes are not one strict JSON document; the message says why."""
+
+
+def _reject_constant(name: str) -> Any:
+    raise StrictJSONError(f"{name} is not allowed in JSON")
+
+
+def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise StrictJSONError(f"duplicate key {key!r}")
+        out[key] = value
+    return out
+
+
+def _check_depth_and_strings(value: Any, depth: int = 0) -> None:
+    if depth > MAX_DEPTH:
+        raise StrictJSONError(f"nesting deeper than {MAX_DEPTH} levels")
+    if isinstance(value, dict):
+        for key, item in value.items():
+            _check_string(key)
+            _check_depth_and_strings(item, depth + 1)
+    elif isinstance(value, list):
+        for item in value:
+            _check_depth_and_strings(item, depth + 1)
+    elif isinstance(value, str):
+        _check_string(value)
+    elif isinstance(value, float) and value != value:  # pragma: no cover - parse_constant stops NaN
+        raise StrictJSONError("NaN is not allowed in JSON")
+
+
+def _check_string(text: str) -> None:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise StrictJSONError("string holds a lone surrogate") from exc
+
+
+def _parse_float(text: str) -> float:
+    value = float(text)
+    if value in (float("inf"), float("-inf")):
+        raise StrictJSONError(f"number {text} overflows a double")
+    return value
+
+
+def loads(data: bytes | str, *, max_bytes: int = DEFAULT_MAX_BYTES, what: str = "document") -> Any:
+    """Decode one strict JSON document or raise StrictJSONError naming the problem."""
+    raw = data.encode("utf-8") if isinstance(data, str) else data
+    if len(raw) > max_bytes:
+        raise StrictJSONError(f"{what} is {len(raw)} bytes, more than the limit of {max_bytes}")
+    if raw.startswith(b"\xef\xbb\xbf"):
+        raise StrictJSONError(f"{what} starts with a byte-order mark")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise StrictJSONError(f"{what} is not UTF-8: {exc.reason} at byte {exc.start}") from exc
+    try:
+        value = json.loads(
+            text,
+            object_pairs_hook=_no_duplicates,
+            parse_constant=_reject_constant,
+            parse_float=_parse_float,
+        )
+    except StrictJSONError as exc:
+        raise StrictJSONError(f"{what} is not strict JSON: {exc}") from None
+    except RecursionError:
+        raise StrictJSONError(f"{what} nests too deeply") from None
+    except json.JSONDecodeError as exc:
+        raise StrictJSONError(
+            f"{what} is not JSON: {exc.msg} at line {exc.lineno} column {exc.colno}"
+        ) from None
+    try:
+        _check_depth_and_strings(value)
+    except StrictJSONError as exc:
+        raise StrictJSONError(f"{what} is not strict JSON: {exc}") from None
+    return value

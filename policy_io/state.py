@@ -1,0 +1,131 @@
+"""The planning state a server or the CLI holds: settings, the relocated catalog, the verified profile.
+
+A profile is verified once per ConfigMap revision and the result kept, so the per-request path
+does only the time-window check and the planning itself. `verifications` counts the expensive
+verifications so tests and benchmarks can prove it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from inference_policy.catalog import CatalogError, EngineCatalog, ImageMapError, ImageSource
+from inference_policy.planner import Decision, PlanContext, decide
+from inference_policy.recipes import RecipeCatalog
+from inference_policy.signing import (
+    DEFAULT_CONFIGMAP_NAME,
+    ProfileRefused,
+    Reason,
+    TrustedKeys,
+    VerifiedProfile,
+    VerifyPolicy,
+    verify_configmap_content,
+)
+
+
+@dataclass(frozen=True)
+class PolicySettings:
+    """The Helm values of the seed, as the servers and `tmi plan` take them."""
+
+    enabled: bool = False
+    namespace: str = "kamiwaza"
+    bundle_configmap: str = DEFAULT_CONFIGMAP_NAME
+    owner_public_keys: tuple[str, ...] = ()
+    cluster_binding_id: str = ""
+    minimum_bundle_version: int = 1
+    engine_image_map: Mapping[str, str] | None = None
+    image_registry_prefix: str | None = None
+    airgap_registry: str | None = None
+    gpu_recipe_catalog_configmap: str | None = None
+    cpu_recipe_catalog_configmap: str | None = None
+    gpu_registry_credentials_secret: str | None = None
+    cpu_registry_credentials_secret: str | None = None
+    scheduler_name: str = "kamiwaza-inference-scheduler"
+
+
+@dataclass
+class PolicyState:
+    settings: PolicySettings
+    base_catalog: EngineCatalog
+    catalog: EngineCatalog = field(init=False)
+    catalog_refusal: str | None = field(init=False, default=None)
+    trust: TrustedKeys | None = field(init=False, default=None)
+    trust_error: str | None = field(init=False, default=None)
+    profile: VerifiedProfile | None = field(init=False, default=None)
+    profile_refusal: ProfileRefused | None = field(init=False, default=None)
+    profile_revision: str | None = field(init=False, default=None)
+    gpu_recipes: RecipeCatalog | None = None
+    cpu_recipes: RecipeCatalog | None = None
+    verifications: int = field(init=False, default=0)
+
+    def __post_init__(self) -> None:
+        source = ImageSource(
+            self.settings.engine_image_map,
+            self.settings.image_registry_prefix,
+            self.settings.airgap_registry,
+        )
+        try:
+            self.catalog = self.base_catalog.relocated(source)
+        except ImageMapError as exc:
+            self.catalog = self.base_catalog
+            self.catalog_refusal = exc.detail
+        except CatalogError as exc:
+            self.catalog = self.base_catalog
+            self.catalog_refusal = str(exc)
+        try:
+            self.trust = TrustedKeys.from_base64(self.settings.owner_public_keys)
+        except ValueError as exc:
+            self.trust_error = str(exc)
+        self.profile_refusal = ProfileRefused(Reason.ARRIVAL, "no profile has been read yet")
+
+    def policy(self) -> VerifyPolicy | None:
+        if self.trust is None:
+            return None
+        return VerifyPolicy(
+            trusted=self.trust,
+            cluster_binding_id=self.settings.cluster_binding_id,
+            namespace=self.settings.namespace,
+            minimum_version=self.settings.minimum_bundle_version,
+            configmap_name=self.settings.bundle_configmap,
+        )
+
+    def set_profile(self, configmap: Any, revision: str | None, now: datetime) -> None:
+        """Verify a ConfigMap unless this exact revision was verified already."""
+        if revision is not None and revision == self.profile_revision:
+            return
+        self.profile_revision = revision
+        self.verifications += 1
+        policy = self.policy()
+        if policy is None:
+            self.profile = None
+            self.profile_refusal = ProfileRefused(Reason.KEY, self.trust_error or "no key")
+            return
+        try:
+            self.profile = verify_configmap_content(configmap, policy)
+            self.profile_refusal = None
+        except ProfileRefused as refusal:
+            self.profile = None
+            self.profile_refusal = refusal
+
+    def profile_missing(self, check: str) -> None:
+        self.profile = None
+        self.profile_revision = None
+        self.profile_refusal = ProfileRefused(Reason.ARRIVAL, check)
+
+    def context(self, now: datetime) -> PlanContext:
+        return PlanContext(
+            catalog=self.catalog,
+            now=now,
+            enabled=self.settings.enabled,
+            profile=self.profile,
+            profile_refusal=self.profile_refusal,
+            catalog_refusal=self.catalog_refusal,
+            gpu_recipes=self.gpu_recipes,
+            cpu_recipes=self.cpu_recipes,
+        )
+
+    def decide(self, request: Any, now: datetime) -> Decision:
+        return decide(request, self.context(now))

@@ -1,0 +1,1 @@
+"""The owner command line, tmi."""

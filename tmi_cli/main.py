@@ -1,0 +1,362 @@
+"""`tmi`, the cluster owner's tool: keys, GPU detection, signing, verification, catalogs and plans.
+
+Every command prints JSON (the catalog prints TSV) on stdout and errors on stderr as
+`error: ...`. `tmi plan` decides through the same planner and the same state object the servers
+use, so its answer is the servers' answer. Exit status: 0 success, 1 a refusal or failure (4xx
+for plans), 2 a usage error, 3 a plan refused with a 5xx.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Any, NoReturn
+
+import orjson
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+from inference_policy.catalog import CatalogError
+from inference_policy.profile import ProfileSchemaError, parse_envelope, parse_timestamp
+from inference_policy.recipes import RecipeCatalogError, load_catalog, render_catalog
+from inference_policy.signing import (
+    DEFAULT_CONFIGMAP_NAME,
+    REFUSAL_PREFIX,
+    KeyError_,
+    ProfileRefused,
+    Reason,
+    TrustedKeys,
+    VerifyPolicy,
+    public_identity,
+    verify_configmap,
+)
+from inference_policy.signing import (
+    sign_envelope as sign_document,
+)
+from policy_io.catalog import packaged_catalog
+from policy_io.files import InputError, read_bytes, read_json
+from policy_io.state import PolicySettings, PolicyState
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_UNAVAILABLE = 0, 1, 2, 3
+
+
+class CommandError(Exception):
+    """A failure to report as `error: <message>` with an exit status."""
+
+    def __init__(self, message: str, status: int = EXIT_FAILED) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        self.print_usage(sys.stderr)
+        sys.stderr.write(f"error: {message}\n")
+        raise SystemExit(EXIT_USAGE)
+
+
+def _emit(document: Any) -> None:
+    sys.stdout.buffer.write(orjson.dumps(document, option=orjson.OPT_INDENT_2) + b"\n")
+    sys.stdout.flush()
+
+
+def _now(value: str | None) -> datetime:
+    if value is None:
+        return datetime.now(UTC).replace(microsecond=0)
+    try:
+        return parse_timestamp(value)
+    except ValueError as exc:
+        raise CommandError(f"--now: {exc}", EXIT_USAGE) from None
+
+
+def _load_private_key(path: str) -> Ed25519PrivateKey:
+    data = read_bytes(path, "private key")
+    try:
+        key = serialization.load_pem_private_key(data, password=None)
+    except (ValueError, TypeError) as exc:
+        raise CommandError(f"cannot load private key {path}: {exc}") from None
+    if not isinstance(key, Ed25519PrivateKey):
+        raise CommandError(f"private key {path} is not an Ed25519 key")
+    return key
+
+
+def cmd_keygen(args: argparse.Namespace) -> int:
+    key = Ed25519PrivateKey.generate()
+    pem = key.private_bytes(
+        serialization.Encoding.PEM,
+        serialization.PrivateFormat.PKCS8,
+        serialization.NoEncryption(),
+    )
+    # O_EXCL refuses an existing path, a symlink included (even a dangling one), so the key can
+    # never be written through a link an attacker planted; the mode is set before any byte lands.
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
+    try:
+        fd = os.open(args.private_key_out, flags, 0o600)
+    except FileExistsError:
+        raise CommandError(f"{args.private_key_out} already exists; refusing to replace it") from None
+    except OSError as exc:
+        raise CommandError(f"cannot create {args.private_key_out}: {exc.strerror}") from None
+    try:
+        os.fchmod(fd, 0o600)
+        os.write(fd, pem)
+    finally:
+        os.close(fd)
+    _emit(public_identity(key))
+    return EXIT_OK
+
+
+def cmd_pubkey(args: argparse.Namespace) -> int:
+    _emit(public_identity(_load_private_key(args.private_key)))
+    return EXIT_OK
+
+
+def cmd_detect(args: argparse.Namespace) -> int:
+    from tmi_cli.detect import DetectionError, detect_accelerator
+
+    try:
+        block = detect_accelerator()
+    except DetectionError as exc:
+        raise CommandError(str(exc)) from None
+    _emit(block)
+    return EXIT_OK
+
+
+def cmd_sign(args: argparse.Namespace) -> int:
+    now = _now(args.now)
+    document = read_json(args.envelope, "envelope")
+    key = _load_private_key(args.private_key)
+    refused = "signed bundle would be refused: " + REFUSAL_PREFIX
+    try:
+        envelope = parse_envelope(document)
+    except ProfileSchemaError as exc:
+        raise CommandError(refused + str(exc)) from None
+    identity = public_identity(key)
+    if envelope.keyId != identity["keyId"]:
+        raise CommandError(
+            refused + Reason.KEY.value + f" (envelope keyId {envelope.keyId} is not the signing "
+            f"key {identity['keyId']})"
+        )
+    configmap = sign_document(document, key, args.name)
+    policy = VerifyPolicy(
+        trusted=TrustedKeys.from_base64([identity["publicKey"]]),
+        cluster_binding_id=envelope.clusterBindingId,
+        namespace=envelope.namespace,
+        minimum_version=1,
+        configmap_name=args.name,
+    )
+    try:
+        verify_configmap(configmap, policy, now)
+    except ProfileRefused as refusal:
+        sys.stderr.write(f"error: {refused}{refusal.reason.value}\n")
+        sys.stderr.write(f"check: {refusal.check}\n")
+        return EXIT_FAILED
+    _emit(configmap)
+    return EXIT_OK
+
+
+def _keys(values: Sequence[str]) -> tuple[str, ...]:
+    keys = tuple(part.strip() for value in values for part in value.split(",") if part.strip())
+    if not keys:
+        raise CommandError("--owner-public-key is required", EXIT_USAGE)
+    return keys
+
+
+def _configmap_name(args: argparse.Namespace, configmap: Any) -> str:
+    if args.bundle_configmap:
+        return str(args.bundle_configmap)
+    if isinstance(configmap, dict):
+        name = configmap.get("metadata", {}).get("name") if isinstance(
+            configmap.get("metadata"), dict
+        ) else None
+        if isinstance(name, str):
+            return name
+    return DEFAULT_CONFIGMAP_NAME
+
+
+def cmd_verify(args: argparse.Namespace) -> int:
+    now = _now(args.now)
+    configmap = read_json(args.bundle, "bundle ConfigMap")
+    try:
+        trusted = TrustedKeys.from_base64(_keys(args.owner_public_key))
+    except KeyError_ as exc:
+        raise CommandError(f"--owner-public-key: {exc}", EXIT_USAGE) from None
+    policy = VerifyPolicy(
+        trusted=trusted,
+        cluster_binding_id=args.cluster_binding_id,
+        namespace=args.namespace,
+        minimum_version=args.minimum_bundle_version,
+        configmap_name=_configmap_name(args, configmap),
+    )
+    try:
+        verified = verify_configmap(configmap, policy, now)
+    except ProfileRefused as refusal:
+        _emit({"status": 503, "detail": "owner profile bundle: " + refusal.authorization_message})
+        sys.stderr.write(f"error: {refusal.authorization_message}\ncheck: {refusal.check}\n")
+        return EXIT_FAILED
+    _emit(verified.summary(now))
+    return EXIT_OK
+
+
+def cmd_render_catalog(args: argparse.Namespace) -> int:
+    document = read_json(args.catalog, "recipe catalog")
+    try:
+        rendered = render_catalog(document, args.namespace, args.capability)
+    except RecipeCatalogError as exc:
+        raise CommandError(str(exc)) from None
+    _emit(rendered.configmap)
+    return EXIT_OK
+
+
+def cmd_catalog(args: argparse.Namespace) -> int:
+    rows = packaged_catalog().rows()
+    sys.stdout.write("".join("\t".join(row) + "\n" for row in rows))
+    return EXIT_OK
+
+
+def _image_map(path: str | None) -> dict[str, str] | None:
+    if path is None:
+        return None
+    document = read_json(path, "engine image map")
+    if not isinstance(document, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in document.items()
+    ):
+        raise CommandError(
+            f"engine image map {path} must be a JSON object from catalog image to imported image",
+            EXIT_USAGE,
+        )
+    return document
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    now = _now(args.now)
+    request = read_json(args.request, "deployment request")
+    configmap: Any = None
+    if not args.disabled:
+        missing = [
+            flag
+            for flag, value in (
+                ("--bundle", args.bundle),
+                ("--owner-public-key", args.owner_public_key),
+                ("--cluster-binding-id", args.cluster_binding_id),
+                ("--namespace", args.namespace),
+            )
+            if not value
+        ]
+        if missing:
+            raise CommandError(f"{', '.join(missing)} required unless --disabled", EXIT_USAGE)
+        configmap = read_json(args.bundle, "bundle ConfigMap")
+    settings = PolicySettings(
+        enabled=not args.disabled,
+        namespace=args.namespace or "kamiwaza",
+        bundle_configmap=_configmap_name(args, configmap),
+        owner_public_keys=_keys(args.owner_public_key) if args.owner_public_key else (),
+        cluster_binding_id=args.cluster_binding_id or "",
+        minimum_bundle_version=args.minimum_bundle_version,
+        engine_image_map=_image_map(args.engine_image_map),
+        image_registry_prefix=args.image_registry_prefix,
+        airgap_registry=args.airgap_registry,
+    )
+    state = PolicyState(settings, packaged_catalog())
+    if state.trust_error and not args.disabled:
+        raise CommandError(f"--owner-public-key: {state.trust_error}", EXIT_USAGE)
+    try:
+        if args.gpu_recipe_catalog:
+            state.gpu_recipes = load_catalog(read_json(args.gpu_recipe_catalog, "catalog"), "gpu")
+        if args.cpu_recipe_catalog:
+            state.cpu_recipes = load_catalog(read_json(args.cpu_recipe_catalog, "catalog"), "cpu")
+    except RecipeCatalogError as exc:
+        raise CommandError(str(exc)) from None
+    if configmap is not None:
+        state.set_profile(configmap, None, now)
+    decision = state.decide(request, now)
+    _emit(decision.body)
+    if decision.allowed:
+        return EXIT_OK
+    return EXIT_UNAVAILABLE if decision.status >= 500 else EXIT_FAILED
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="tmi", description=__doc__.splitlines()[0] if __doc__ else None)
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    p = sub.add_parser("keygen", help="create a new Ed25519 owner key (PEM, mode 0600)")
+    p.add_argument("--private-key-out", required=True, metavar="FILE")
+    p.set_defaults(func=cmd_keygen)
+
+    p = sub.add_parser("pubkey", help="print the keyId and public key of a private key")
+    p.add_argument("--private-key", required=True, metavar="FILE")
+    p.set_defaults(func=cmd_pubkey)
+
+    p = sub.add_parser("detect", help="print this host's accelerator block")
+    p.set_defaults(func=cmd_detect)
+
+    p = sub.add_parser("sign", help="sign an envelope into an immutable ConfigMap")
+    p.add_argument("--envelope", required=True, metavar="FILE")
+    p.add_argument("--private-key", required=True, metavar="FILE")
+    p.add_argument("--name", default=DEFAULT_CONFIGMAP_NAME, help="ConfigMap name")
+    p.add_argument("--now", metavar="T")
+    p.set_defaults(func=cmd_sign)
+
+    p = sub.add_parser("verify", help="verify a signed profile ConfigMap")
+    p.add_argument("--bundle", required=True, metavar="CONFIGMAP_FILE")
+    p.add_argument("--owner-public-key", required=True, action="append", metavar="B64")
+    p.add_argument("--cluster-binding-id", required=True, metavar="ID")
+    p.add_argument("--namespace", required=True, metavar="NS")
+    p.add_argument("--minimum-bundle-version", type=_positive_int, default=1, metavar="N")
+    p.add_argument("--bundle-configmap", metavar="NAME", help="configured ConfigMap name")
+    p.add_argument("--now", metavar="T")
+    p.set_defaults(func=cmd_verify)
+
+    p = sub.add_parser("render-catalog", help="render a recipe catalog as an immutable ConfigMap")
+    p.add_argument("--catalog", required=True, metavar="FILE")
+    p.add_argument("--namespace", required=True, metavar="NS")
+    p.add_argument("--capability", required=True, choices=("gpu", "cpu"))
+    p.set_defaults(func=cmd_render_catalog)
+
+    p = sub.add_parser("catalog", help="print the engine catalog's images as TSV")
+    p.set_defaults(func=cmd_catalog)
+
+    p = sub.add_parser("plan", help="plan a deployment request exactly as the servers would")
+    p.add_argument("--bundle", metavar="CONFIGMAP_FILE")
+    p.add_argument("--owner-public-key", action="append", metavar="B64")
+    p.add_argument("--cluster-binding-id", metavar="ID")
+    p.add_argument("--namespace", metavar="NS")
+    p.add_argument("--request", required=True, metavar="FILE")
+    p.add_argument("--minimum-bundle-version", type=_positive_int, default=1, metavar="N")
+    p.add_argument("--bundle-configmap", metavar="NAME")
+    p.add_argument("--now", metavar="T")
+    p.add_argument("--engine-image-map", metavar="FILE")
+    p.add_argument("--image-registry-prefix", metavar="P")
+    p.add_argument("--airgap-registry", metavar="URL")
+    p.add_argument("--gpu-recipe-catalog", metavar="FILE")
+    p.add_argument("--cpu-recipe-catalog", metavar="FILE")
+    p.add_argument("--disabled", action="store_true", help="tenant-mode inference off")
+    p.set_defaults(func=cmd_plan)
+    return parser
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text, 10)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} must be 1 or more")
+    return value
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        status: int = args.func(args)
+    except (CommandError, InputError, CatalogError) as exc:
+        sys.stderr.write(f"error: {exc}\n")
+        return exc.status if isinstance(exc, CommandError) else EXIT_FAILED
+    return status
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

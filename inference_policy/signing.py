@@ -107,7 +107,7 @@ def key_id(raw_public_key: bytes) -> str:
 def load_public_key(text: str) -> tuple[str, Ed25519PublicKey]:
     """Parse an ownerPublicKey value (canonical base64 of the raw 32 bytes)."""
     try:
-        raw = decode_canonical_base64(text.strip() if text else text, 32, "owner public key")
+        raw = decode_canonical_base64(text, 32, "owner public key")
     except ValueError as exc:
         raise KeyError_(str(exc)) from None
     if raw in _WEAK_KEYS or (int.from_bytes(raw, "little") & (2**255 - 1)) >= _FIELD_PRIME:
@@ -367,24 +367,25 @@ def check_target(envelope: Envelope, policy: VerifyPolicy) -> None:
 def _verify_signatures(signatures: Any, payload: bytes, trusted: TrustedKeys) -> str:
     if not isinstance(signatures, list) or not signatures:
         raise ProfileRefused(Reason.KEY, "the bundle carries no signature")
-    seen: set[str] = set()
-    message = pae(PAYLOAD_TYPE, payload)
+    entries: list[tuple[str, Any]] = []
     for entry in signatures:
         if not isinstance(entry, dict) or set(entry) != {"keyid", "sig"}:
             raise _arrival("each signature must hold exactly keyid and sig")
         kid = entry["keyid"]
-        if not isinstance(kid, str) or kid in seen:
+        if not isinstance(kid, str) or any(kid == seen for seen, _ in entries):
             raise _arrival(f"signature keyid {kid!r} is repeated or not a string")
-        seen.add(kid)
+        entries.append((kid, entry["sig"]))
+    message = pae(PAYLOAD_TYPE, payload)
+    for kid, sig in entries:
         key = trusted.keys.get(kid)
         if key is None:
             continue
         try:
-            signature = decode_canonical_base64(entry["sig"], 64, "signature")
-            key.verify(signature, message)
+            key.verify(decode_canonical_base64(sig, 64, "signature"), message)
         except (ValueError, InvalidSignature):
             raise ProfileRefused(Reason.KEY, f"the signature by {kid} does not verify") from None
         return kid
+    seen = [kid for kid, _ in entries]
     raise ProfileRefused(
         Reason.KEY, f"signed by {', '.join(sorted(seen))}; trusted: {', '.join(trusted.keys)}"
     )

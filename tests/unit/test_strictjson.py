@@ -1,0 +1,39 @@
+"""Strict JSON: every ambiguity a second parser could read differently is refused."""
+
+from __future__ import annotations
+
+import pytest
+
+from inference_policy.strictjson import StrictJSONError, loads
+
+
+@pytest.mark.parametrize(
+    ("data", "fragment"),
+    [
+        (b'{"a":1,"a":2}', "duplicate key 'a'"),
+        (b'{"x":{"b":1,"b":1}}', "duplicate key 'b'"),
+        (b'{"a":NaN}', "NaN is not allowed"),
+        (b'{"a":Infinity}', "Infinity is not allowed"),
+        (b'{"a":-Infinity}', "-Infinity is not allowed"),
+        (b'{"a":1e400}', "overflows"),
+        (b'\xef\xbb\xbf{"a":1}', "byte-order mark"),
+        (b'{"a":"\\ud800"}', "lone surrogate"),
+        (b'{"a":1} x', "Extra data"),
+        (b"\xff\xfe", "not UTF-8"),
+        (b"[" * 100 + b"]" * 100, "nest"),
+        (b"", "Expecting value"),
+    ],
+)
+def test_refused(data: bytes, fragment: str) -> None:
+    with pytest.raises(StrictJSONError) as err:
+        loads(data)
+    assert fragment in str(err.value)
+
+
+def test_size_cap_names_the_document() -> None:
+    with pytest.raises(StrictJSONError, match="request is 12 bytes, more than the limit of 10"):
+        loads(b'{"a":"1234"}', max_bytes=10, what="request")
+
+
+def test_accepts_plain_json() -> None:
+    assert loads('{"a":[1,2.5,"x",null,true]}') == {"a": [1, 2.5, "x", None, True]}

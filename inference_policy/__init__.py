@@ -1,4 +1,4 @@
-"""The pure core of tenant-mode inference: signed owner profiles, the engine catalog and the planner.
+"""The pure core of tenant-mode inference: signed owner profiles, engine catalog, planner.
 
 Everything here is deterministic and free of I/O: callers pass in bytes, keys and the clock, and
 get back values. The webhook, the scheduler extender, the allocation controller and the owner CLI

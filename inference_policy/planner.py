@@ -497,7 +497,7 @@ class _Planner:
             if accel is not None:
                 if accel.profile is not None and prof.name != accel.profile:
                     continue
-                if accel.isolation != "any-qualified" and accel.isolation != guarantee:
+                if accel.isolation not in ("any-qualified", guarantee):
                     continue
             chosen = self._binding_image(engine, prof, binding, recipe)
             if isinstance(chosen, str):

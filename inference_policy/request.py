@@ -1,4 +1,4 @@
-"""The deployment request: what the platform asks for, in the annotation, the plan API and `tmi plan`.
+"""The deployment request, as the annotation, the plan API and `tmi plan` carry it.
 
 Unknown keys are refused at the top level and in `model`, because a typo there would silently
 change the plan; `config` is the model's own configuration and keeps keys this release does not

@@ -1,4 +1,4 @@
-"""Ed25519 signing and verification of owner profiles, and the immutable ConfigMap that carries them.
+"""Ed25519 signing and verification of owner profiles, and the ConfigMap that carries them.
 
 The profile travels as a DSSE envelope (payload type, base64 payload, signatures) inside the
 `bundle.json` key of an immutable ConfigMap, next to `bundle.sha256`. The signature covers the

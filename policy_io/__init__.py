@@ -1,4 +1,4 @@
-"""The edge between the pure inference policy and the world: files, settings and cached verification.
+"""The edge between the pure policy and the world: files, settings, cached verification.
 
 The core (`inference_policy`) takes bytes, keys and the clock as arguments. Everything that reads a
 file, an environment variable or the packaged catalog lives here, shared by the servers and the

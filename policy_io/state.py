@@ -1,4 +1,4 @@
-"""The planning state a server or the CLI holds: settings, the relocated catalog, the verified profile.
+"""The planning state a server or the CLI holds: settings, catalog, verified profile.
 
 A profile is verified once per ConfigMap revision and the result kept, so the per-request path
 does only the time-window check and the planning itself. `verifications` counts the expensive

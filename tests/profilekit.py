@@ -162,8 +162,10 @@ def gpu_binding(
         "allocator": allocator,
         "architecture": arch,
         "accelerator": accelerator,
-        "capacity": {"kind": "accounted" if allocator == "vram-plugin" else "scheduler",
-                     "usableMemory": memory},
+        "capacity": {
+            "kind": "accounted" if allocator == "vram-plugin" else "scheduler",
+            "usableMemory": memory,
+        },
         "resource": {"name": resource, "quantity": 1},
         "runtime": {
             "kind": "rocm" if vendor == "amd" else "cuda",

@@ -39,6 +39,7 @@ from inference_policy.signing import (
 from policy_io.catalog import packaged_catalog
 from policy_io.files import InputError, read_bytes, read_json
 from policy_io.state import PolicySettings, PolicyState
+from tmi_cli.detect import DetectionError, detect_accelerator
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_UNAVAILABLE = 0, 1, 2, 3
 
@@ -96,7 +97,9 @@ def cmd_keygen(args: argparse.Namespace) -> int:
     try:
         fd = os.open(args.private_key_out, flags, 0o600)
     except FileExistsError:
-        raise CommandError(f"{args.private_key_out} already exists; refusing to replace it") from None
+        raise CommandError(
+            f"{args.private_key_out} already exists; refusing to replace it"
+        ) from None
     except OSError as exc:
         raise CommandError(f"cannot create {args.private_key_out}: {exc.strerror}") from None
     try:
@@ -114,8 +117,6 @@ def cmd_pubkey(args: argparse.Namespace) -> int:
 
 
 def cmd_detect(args: argparse.Namespace) -> int:
-    from tmi_cli.detect import DetectionError, detect_accelerator
-
     try:
         block = detect_accelerator()
     except DetectionError as exc:
@@ -168,9 +169,11 @@ def _configmap_name(args: argparse.Namespace, configmap: Any) -> str:
     if args.bundle_configmap:
         return str(args.bundle_configmap)
     if isinstance(configmap, dict):
-        name = configmap.get("metadata", {}).get("name") if isinstance(
-            configmap.get("metadata"), dict
-        ) else None
+        name = (
+            configmap.get("metadata", {}).get("name")
+            if isinstance(configmap.get("metadata"), dict)
+            else None
+        )
         if isinstance(name, str):
             return name
     return DEFAULT_CONFIGMAP_NAME

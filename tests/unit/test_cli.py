@@ -95,8 +95,17 @@ def test_pubkey_refuses_non_ed25519(tmp_path: Path, capsys: Any) -> None:
 
 
 def sign(files: dict[str, Any], capsys: Any, *extra: str) -> tuple[int, Any, str]:
-    return run(capsys, "sign", "--envelope", str(files["envelope"]), "--private-key",
-               str(files["key"]), "--now", NOW_TEXT, *extra)
+    return run(
+        capsys,
+        "sign",
+        "--envelope",
+        str(files["envelope"]),
+        "--private-key",
+        str(files["key"]),
+        "--now",
+        NOW_TEXT,
+        *extra,
+    )
 
 
 def test_sign_then_verify(owner_files: dict[str, Any], capsys: Any) -> None:
@@ -105,9 +114,20 @@ def test_sign_then_verify(owner_files: dict[str, Any], capsys: Any) -> None:
     assert configmap["immutable"] is True
     bundle = owner_files["dir"] / "cm.json"
     bundle.write_text(json.dumps(configmap))
-    code, summary, _ = run(capsys, "verify", "--bundle", str(bundle), "--owner-public-key",
-                           owner_files["identity"]["publicKey"], "--cluster-binding-id",
-                           "demo-cluster", "--namespace", "kamiwaza", "--now", NOW_TEXT)
+    code, summary, _ = run(
+        capsys,
+        "verify",
+        "--bundle",
+        str(bundle),
+        "--owner-public-key",
+        owner_files["identity"]["publicKey"],
+        "--cluster-binding-id",
+        "demo-cluster",
+        "--namespace",
+        "kamiwaza",
+        "--now",
+        NOW_TEXT,
+    )
     assert code == 0
     assert summary["verified"] is True
     assert summary["version"] == 1
@@ -115,8 +135,16 @@ def test_sign_then_verify(owner_files: dict[str, Any], capsys: Any) -> None:
 
 
 def test_sign_refuses_expired(owner_files: dict[str, Any], capsys: Any) -> None:
-    code, out, err = run(capsys, "sign", "--envelope", str(owner_files["envelope"]),
-                         "--private-key", str(owner_files["key"]), "--now", "2030-01-01T00:00:00Z")
+    code, out, err = run(
+        capsys,
+        "sign",
+        "--envelope",
+        str(owner_files["envelope"]),
+        "--private-key",
+        str(owner_files["key"]),
+        "--now",
+        "2030-01-01T00:00:00Z",
+    )
     assert code == 1
     assert out is None
     assert err.splitlines()[0] == (
@@ -125,7 +153,9 @@ def test_sign_refuses_expired(owner_files: dict[str, Any], capsys: Any) -> None:
     )
 
 
-def test_sign_refuses_schema_error_naming_the_field(owner_files: dict[str, Any], capsys: Any) -> None:
+def test_sign_refuses_schema_error_naming_the_field(
+    owner_files: dict[str, Any], capsys: Any
+) -> None:
     envelope = json.loads(owner_files["envelope"].read_text())
     envelope["profiles"][1]["bindings"][0]["nodeSelector"]["gpu"] = "yes"
     owner_files["envelope"].write_text(json.dumps(envelope))
@@ -155,12 +185,26 @@ def test_verify_refusal(owner_files: dict[str, Any], capsys: Any) -> None:
     _, configmap, _ = sign(owner_files, capsys)
     bundle = owner_files["dir"] / "cm.json"
     bundle.write_text(json.dumps(configmap))
-    code, out, err = run(capsys, "verify", "--bundle", str(bundle), "--owner-public-key",
-                         Owner().public_key, "--cluster-binding-id", "demo-cluster",
-                         "--namespace", "kamiwaza", "--now", NOW_TEXT)
+    code, out, err = run(
+        capsys,
+        "verify",
+        "--bundle",
+        str(bundle),
+        "--owner-public-key",
+        Owner().public_key,
+        "--cluster-binding-id",
+        "demo-cluster",
+        "--namespace",
+        "kamiwaza",
+        "--now",
+        NOW_TEXT,
+    )
     assert code == 1
-    assert out == {"status": 503, "detail": "owner profile bundle: invalid inference profile "
-                   "authorization: bundle is signed by a key this cluster does not trust"}
+    assert out == {
+        "status": 503,
+        "detail": "owner profile bundle: invalid inference profile "
+        "authorization: bundle is signed by a key this cluster does not trust",
+    }
     assert err.startswith("error: invalid inference profile authorization:")
 
 
@@ -168,8 +212,18 @@ def test_verify_bad_public_key_is_usage_error(owner_files: dict[str, Any], capsy
     _, configmap, _ = sign(owner_files, capsys)
     bundle = owner_files["dir"] / "cm.json"
     bundle.write_text(json.dumps(configmap))
-    code, _, err = run(capsys, "verify", "--bundle", str(bundle), "--owner-public-key", "AAAA",
-                       "--cluster-binding-id", "c", "--namespace", "kamiwaza")
+    code, _, err = run(
+        capsys,
+        "verify",
+        "--bundle",
+        str(bundle),
+        "--owner-public-key",
+        "AAAA",
+        "--cluster-binding-id",
+        "c",
+        "--namespace",
+        "kamiwaza",
+    )
     assert code == 2
     assert err.startswith("error: --owner-public-key:")
 
@@ -180,9 +234,22 @@ def plan_args(files: dict[str, Any], capsys: Any, req: dict[str, Any], *extra: s
     bundle.write_text(json.dumps(configmap))
     path = files["dir"] / "request.json"
     path.write_text(json.dumps(req))
-    return ["plan", "--bundle", str(bundle), "--owner-public-key", files["identity"]["publicKey"],
-            "--cluster-binding-id", "demo-cluster", "--namespace", "kamiwaza", "--request",
-            str(path), "--now", NOW_TEXT, *extra]
+    return [
+        "plan",
+        "--bundle",
+        str(bundle),
+        "--owner-public-key",
+        files["identity"]["publicKey"],
+        "--cluster-binding-id",
+        "demo-cluster",
+        "--namespace",
+        "kamiwaza",
+        "--request",
+        str(path),
+        "--now",
+        NOW_TEXT,
+        *extra,
+    ]
 
 
 def test_plan_exit_statuses(owner_files: dict[str, Any], capsys: Any) -> None:
@@ -199,8 +266,9 @@ def test_plan_exit_statuses(owner_files: dict[str, Any], capsys: Any) -> None:
 def test_plan_reads_stdin(owner_files: dict[str, Any], capsys: Any, monkeypatch: Any) -> None:
     args = plan_args(owner_files, capsys, request())
     args[args.index("--request") + 1] = "-"
-    stdin = io.TextIOWrapper(io.BytesIO(json.dumps(request("whispercpp", model__format="checkpoint"))
-                                        .encode()))
+    stdin = io.TextIOWrapper(
+        io.BytesIO(json.dumps(request("whispercpp", model__format="checkpoint")).encode())
+    )
     monkeypatch.setattr(sys, "stdin", stdin)
     code, body, _ = run(capsys, *args)
     assert code == 0
@@ -226,11 +294,14 @@ def test_plan_missing_flags_is_usage_error(tmp_path: Path, capsys: Any) -> None:
 def test_plan_with_image_map(owner_files: dict[str, Any], capsys: Any) -> None:
     image_map = owner_files["dir"] / "map.json"
     image_map.write_text(json.dumps({"ghcr.io/old/x@sha256:" + "1" * 64: "r/x@sha256:" + "2" * 64}))
-    code, body, _ = run(capsys, *plan_args(owner_files, capsys, request(), "--engine-image-map",
-                                           str(image_map)))
+    code, body, _ = run(
+        capsys, *plan_args(owner_files, capsys, request(), "--engine-image-map", str(image_map))
+    )
     assert code == 3
-    assert body == {"status": 503,
-                    "detail": "engine image map carries no image from this release's catalog"}
+    assert body == {
+        "status": 503,
+        "detail": "engine image map carries no image from this release's catalog",
+    }
 
 
 def test_usage_errors(capsys: Any) -> None:
@@ -248,7 +319,13 @@ def test_catalog_tsv(capsys: Any) -> None:
     lines = capsys.readouterr().out.splitlines()
     rows = [line.split("\t") for line in lines]
     assert all(len(row) == 5 for row in rows)
-    assert ["llamacpp", "nvidia", "amd64", "13", catalog_image("llamacpp", "nvidia", "amd64", 13)] in rows
+    assert [
+        "llamacpp",
+        "nvidia",
+        "amd64",
+        "13",
+        catalog_image("llamacpp", "nvidia", "amd64", 13),
+    ] in rows
     assert ["whispercpp", "cpu", "arm64", "-", catalog_image("whispercpp", "cpu", "arm64")] in rows
     assert {row[0] for row in rows} == {"llamacpp", "vllm", "diffusion", "whispercpp"}
     assert not any(row[0] == "diffusion" and row[2] == "arm64" for row in rows)
@@ -257,40 +334,81 @@ def test_catalog_tsv(capsys: Any) -> None:
 RECIPES = {
     "schemaVersion": 1,
     "capability": "gpu",
-    "recipes": [{"id": "qwen-8k", "engine": "llamacpp", "model": "Qwen/Qwen2.5-7B-Instruct-GGUF",
-                 "match": {"max_model_len": 8192}, "variantId": "llamacpp-nvidia-amd64",
-                 "image": catalog_image("llamacpp", "nvidia", "amd64", 13)}],
+    "recipes": [
+        {
+            "id": "qwen-8k",
+            "engine": "llamacpp",
+            "model": "Qwen/Qwen2.5-7B-Instruct-GGUF",
+            "match": {"max_model_len": 8192},
+            "variantId": "llamacpp-nvidia-amd64",
+            "image": catalog_image("llamacpp", "nvidia", "amd64", 13),
+        }
+    ],
 }
 
 
 def test_render_catalog(tmp_path: Path, capsys: Any) -> None:
     path = tmp_path / "gpu-recipes.json"
     path.write_text(json.dumps(RECIPES, indent=2))
-    code, configmap, _ = run(capsys, "render-catalog", "--catalog", str(path), "--namespace",
-                             "kamiwaza", "--capability", "gpu")
+    code, configmap, _ = run(
+        capsys,
+        "render-catalog",
+        "--catalog",
+        str(path),
+        "--namespace",
+        "kamiwaza",
+        "--capability",
+        "gpu",
+    )
     assert code == 0
     digest = configmap["data"]["catalog.sha256"]
     assert configmap["metadata"]["name"] == f"kamiwaza-inference-gpu-recipes-{digest[:16]}"
     assert configmap["immutable"] is True
     assert configmap["metadata"]["annotations"]["kamiwaza.ai/catalog-sha256"] == digest
     assert load_catalog(configmap, "gpu").recipes[0].id == "qwen-8k"
-    code, again, _ = run(capsys, "render-catalog", "--catalog", str(path), "--namespace",
-                         "kamiwaza", "--capability", "gpu")
+    code, again, _ = run(
+        capsys,
+        "render-catalog",
+        "--catalog",
+        str(path),
+        "--namespace",
+        "kamiwaza",
+        "--capability",
+        "gpu",
+    )
     assert again == configmap
 
 
-def test_render_catalog_refuses_wrong_capability_and_bad_recipes(tmp_path: Path, capsys: Any) -> None:
+def test_render_catalog_refuses_wrong_capability_and_bad_recipes(
+    tmp_path: Path, capsys: Any
+) -> None:
     path = tmp_path / "c.json"
     path.write_text(json.dumps(RECIPES))
-    code, _, err = run(capsys, "render-catalog", "--catalog", str(path), "--namespace", "kamiwaza",
-                       "--capability", "cpu")
+    code, _, err = run(
+        capsys,
+        "render-catalog",
+        "--catalog",
+        str(path),
+        "--namespace",
+        "kamiwaza",
+        "--capability",
+        "cpu",
+    )
     assert code == 1
     assert "capability is 'gpu', not 'cpu'" in err
     bad = json.loads(json.dumps(RECIPES))
     bad["recipes"][0]["image"] = "ghcr.io/x:latest"
     path.write_text(json.dumps(bad))
-    code, _, err = run(capsys, "render-catalog", "--catalog", str(path), "--namespace", "kamiwaza",
-                       "--capability", "gpu")
+    code, _, err = run(
+        capsys,
+        "render-catalog",
+        "--catalog",
+        str(path),
+        "--namespace",
+        "kamiwaza",
+        "--capability",
+        "gpu",
+    )
     assert code == 1
     assert "recipes[0].image" in err
 
@@ -298,23 +416,32 @@ def test_render_catalog_refuses_wrong_capability_and_bad_recipes(tmp_path: Path,
 def test_plan_with_rendered_recipe_catalog(owner_files: dict[str, Any], capsys: Any) -> None:
     path = owner_files["dir"] / "gpu-recipes.json"
     path.write_text(json.dumps(RECIPES))
-    _, configmap, _ = run(capsys, "render-catalog", "--catalog", str(path), "--namespace",
-                          "kamiwaza", "--capability", "gpu")
+    _, configmap, _ = run(
+        capsys,
+        "render-catalog",
+        "--catalog",
+        str(path),
+        "--namespace",
+        "kamiwaza",
+        "--capability",
+        "gpu",
+    )
     rendered = owner_files["dir"] / "gpu-catalog.json"
     rendered.write_text(json.dumps(configmap))
-    code, body, _ = run(capsys, *plan_args(owner_files, capsys, request(), "--gpu-recipe-catalog",
-                                           str(rendered)))
+    code, body, _ = run(
+        capsys, *plan_args(owner_files, capsys, request(), "--gpu-recipe-catalog", str(rendered))
+    )
     assert code == 0
     assert body["recipe"] == "qwen-8k"
 
 
 def test_detect_without_gpu_fails_clearly(capsys: Any, monkeypatch: Any) -> None:
-    import tmi_cli.detect as detect
+    import tmi_cli.main as cli
 
     def no_gpu(*_: Any, **__: Any) -> Any:
-        raise detect.DetectionError("no NVIDIA driver found: NVML and nvidia-smi are unavailable")
+        raise cli.DetectionError("no NVIDIA driver found: NVML and nvidia-smi are unavailable")
 
-    monkeypatch.setattr(detect, "detect_accelerator", no_gpu)
+    monkeypatch.setattr(cli, "detect_accelerator", no_gpu)
     code, out, err = run(capsys, "detect")
     assert code == 1
     assert out is None
@@ -324,8 +451,15 @@ def test_detect_without_gpu_fails_clearly(capsys: Any, monkeypatch: Any) -> None
 def test_console_script_module_runs() -> None:
     import subprocess
 
-    result = subprocess.run([sys.executable, "-m", "tmi_cli", "catalog"], capture_output=True,
-                            text=True, check=False, env={**os.environ})
+    result = subprocess.run(
+        [sys.executable, "-m", "tmi_cli", "catalog"],
+        capture_output=True,
+        text=True,
+        check=False,
+        env={**os.environ},
+    )
     assert result.returncode == 0
-    assert result.stdout.count("\n") == len(Path("inference_policy/data/engine-catalog.json")
-                                            .read_text().split('"image":')) - 1
+    assert (
+        result.stdout.count("\n")
+        == len(Path("inference_policy/data/engine-catalog.json").read_text().split('"image":')) - 1
+    )

@@ -95,7 +95,10 @@ def test_decide_is_deterministic() -> None:
 
 def test_disabled_gpu_deployment() -> None:
     state = PolicyState(PolicySettings(enabled=False), packaged_catalog())
-    assert plan(request(), state) == {"status": 422, "detail": "Core cannot see a GPU on this install"}
+    assert plan(request(), state) == {
+        "status": 422,
+        "detail": "Core cannot see a GPU on this install",
+    }
     assert plan(request("vllm"), state)["detail"] == "Core cannot see a GPU on this install"
 
 
@@ -184,11 +187,15 @@ def test_amd_binding_refused() -> None:
 )
 def test_llamacpp_image_choice(cc: str, cuda: int | None, image_cuda: int) -> None:
     state = only(gpu_profile("w", "whole-device", [gpu_binding("w", cc=cc, cuda=cuda)]))
-    assert plan(request(), state)["image"] == catalog_image("llamacpp", "nvidia", "amd64", image_cuda)
+    assert plan(request(), state)["image"] == catalog_image(
+        "llamacpp", "nvidia", "amd64", image_cuda
+    )
 
 
 def test_variant_not_listed_by_profile() -> None:
-    profile = gpu_profile("w", "whole-device", [gpu_binding("w")], variants=["llamacpp-nvidia-amd64"])
+    profile = gpu_profile(
+        "w", "whole-device", [gpu_binding("w")], variants=["llamacpp-nvidia-amd64"]
+    )
     state = only(profile)
     assert plan(request("vllm"), state)["detail"] == (
         DERIVE + "profile w does not list variant vllm-nvidia-amd64"
@@ -197,12 +204,18 @@ def test_variant_not_listed_by_profile() -> None:
 
 def test_variant_listed_without_catalog_image_signs_and_refuses_at_plan() -> None:
     binding = gpu_binding("gh", cc="9.0", arch="arm64")
-    profile = gpu_profile("gh", "whole-device", [binding], variants=[
-        "llamacpp-nvidia-arm64", "diffusion-nvidia-arm64"
-    ])
+    profile = gpu_profile(
+        "gh",
+        "whole-device",
+        [binding],
+        variants=["llamacpp-nvidia-arm64", "diffusion-nvidia-arm64"],
+    )
     state = only(profile)
     assert state.profile is not None
-    assert "no diffusion image is published for nvidia/arm64" in plan(request("diffusion"), state)["detail"]
+    assert (
+        "no diffusion image is published for nvidia/arm64"
+        in plan(request("diffusion"), state)["detail"]
+    )
 
 
 # -- external endpoints ------------------------------------------------------------------------
@@ -273,8 +286,15 @@ def test_diffusion_dfloat11_by_name_names_no_key() -> None:
     body = plan(request("diffusion", model__name="DFloat11/FLUX.1-dev-DF11"))
     assert body["status"] == 422
     assert "DFloat11 models need more than one device" in body["detail"]
-    for key in ("lora", "lightning", "stream_profile", "trust_remote_code", "dfloat11",
-                "tensor_parallel_size", "gpu_count"):
+    for key in (
+        "lora",
+        "lightning",
+        "stream_profile",
+        "trust_remote_code",
+        "dfloat11",
+        "tensor_parallel_size",
+        "gpu_count",
+    ):
         assert key not in body["detail"]
 
 
@@ -351,7 +371,9 @@ def test_profile_verified_once_per_revision() -> None:
 
 
 def test_image_map_from_another_release() -> None:
-    state = OWNER.state(engine_image_map={"ghcr.io/x/old@sha256:" + "1" * 64: "reg/x@sha256:" + "2" * 64})
+    state = OWNER.state(
+        engine_image_map={"ghcr.io/x/old@sha256:" + "1" * 64: "reg/x@sha256:" + "2" * 64}
+    )
     assert plan(request(), state) == {
         "status": 503,
         "detail": "engine image map carries no image from this release's catalog",
@@ -420,7 +442,10 @@ def test_vllm_does_not_embed() -> None:
 def test_device_count_must_be_whole_in_range(value: Any) -> None:
     body = plan(request(config__tensor_parallel_size=value))
     assert body["status"] == 422
-    assert "config.tensor_parallel_size must be a whole number of devices from 1 to 8" in body["detail"]
+    assert (
+        "config.tensor_parallel_size must be a whole number of devices from 1 to 8"
+        in body["detail"]
+    )
 
 
 def test_block_count_and_config_must_agree() -> None:
@@ -463,14 +488,25 @@ def test_tensor_parallel_on_whole_devices_with_p2p() -> None:
 
 
 def test_tensor_parallel_refused_on_mig_and_shares() -> None:
-    mig = gpu_profile("mig", "mig", [gpu_binding("mig", resource="nvidia.com/mig-3g.40gb", memory="38Gi")])
+    mig = gpu_profile(
+        "mig", "mig", [gpu_binding("mig", resource="nvidia.com/mig-3g.40gb", memory="38Gi")]
+    )
     state = only(mig)
     body = plan(request(config__tensor_parallel_size=2), state)
     assert body["status"] == 422
     assert "a MIG partition has no peer path" in body["detail"]
-    share = gpu_profile("share", "accounted-share", [
-        gpu_binding("share", allocator="vram-plugin", resource="kamiwaza.ai/vram-gb-gpu-0", memory="44Gi")
-    ])
+    share = gpu_profile(
+        "share",
+        "accounted-share",
+        [
+            gpu_binding(
+                "share",
+                allocator="vram-plugin",
+                resource="kamiwaza.ai/vram-gb-gpu-0",
+                memory="44Gi",
+            )
+        ],
+    )
     body = plan(request(config__tensor_parallel_size=2), only(share))
     assert "an accounted VRAM share is a slice of one device" in body["detail"]
 
@@ -527,9 +563,14 @@ def test_block_isolation_filter() -> None:
 
 
 def test_tie_break_prefers_stronger_isolation_then_envelope_order() -> None:
-    whole = gpu_profile("whole", "whole-device", [gpu_binding("whole-a", memory="40Gi"),
-                                                  gpu_binding("whole-b", memory="40Gi")])
-    mig = gpu_profile("mig", "mig", [gpu_binding("mig", resource="nvidia.com/mig-7g.80gb", memory="40Gi")])
+    whole = gpu_profile(
+        "whole",
+        "whole-device",
+        [gpu_binding("whole-a", memory="40Gi"), gpu_binding("whole-b", memory="40Gi")],
+    )
+    mig = gpu_profile(
+        "mig", "mig", [gpu_binding("mig", resource="nvidia.com/mig-7g.80gb", memory="40Gi")]
+    )
     assert plan(request(), only(whole, mig))["bindingId"] == "mig"
     assert plan(request(), only(whole))["bindingId"] == "whole-a"
 
@@ -543,11 +584,22 @@ def test_vllm_whole_device_default_fraction() -> None:
 
 
 def test_vllm_accounted_share_fraction() -> None:
-    share = gpu_binding("share", allocator="vram-plugin", resource="kamiwaza.ai/vram-gb-gpu-0",
-                        memory="44Gi", cc="8.9", cuda=13)
+    share = gpu_binding(
+        "share",
+        allocator="vram-plugin",
+        resource="kamiwaza.ai/vram-gb-gpu-0",
+        memory="44Gi",
+        cc="8.9",
+        cuda=13,
+    )
     state = only(gpu_profile("share", "accounted-share", [share]))
-    body = plan(request("vllm", inferenceResources=block(isolation="accounted-share",
-                                                          memory={"minimum": "18Gi"})), state)
+    body = plan(
+        request(
+            "vllm",
+            inferenceResources=block(isolation="accounted-share", memory={"minimum": "18Gi"}),
+        ),
+        state,
+    )
     # share = ceil(18Gi / 0.9) = 20Gi of a 44Gi card; fraction = ceil100(0.9 * 20 / 44) = 0.41
     assert body["resources"]["limits"] == {"kamiwaza.ai/vram-gb-gpu-0": "20"}
     assert body["engineArgs"] == {"gpu_memory_utilization": 0.41}
@@ -597,8 +649,11 @@ def test_gpu_only_engine_with_force_cpu() -> None:
 
 
 def test_explicit_cpu_block() -> None:
-    cpu = {"schemaVersion": 1, "cpu": {"architecture": "amd64", "requests": {"cpu": "2", "memory": "8Gi"}},
-           "runtime": {"selection": "automatic"}}
+    cpu = {
+        "schemaVersion": 1,
+        "cpu": {"architecture": "amd64", "requests": {"cpu": "2", "memory": "8Gi"}},
+        "runtime": {"selection": "automatic"},
+    }
     body = plan(request(inferenceResources=cpu))
     assert body["resources"] == {"requests": {"cpu": "2", "memory": "8Gi"}}
     cpu["cpu"]["architecture"] = "arm64"
@@ -611,12 +666,22 @@ def test_explicit_cpu_block() -> None:
 
 def test_pinned_recipe_runs_its_image_exactly() -> None:
     pinned = catalog_image("llamacpp", "nvidia", "amd64", 13)
-    recipes = parse_catalog({
-        "schemaVersion": 1, "capability": "gpu",
-        "recipes": [{"id": "qwen-8k", "engine": "llamacpp", "model": "Qwen/Qwen2.5-7B-Instruct-GGUF",
-                     "match": {"max_model_len": 8192}, "variantId": "llamacpp-nvidia-amd64",
-                     "image": pinned}],
-    })
+    recipes = parse_catalog(
+        {
+            "schemaVersion": 1,
+            "capability": "gpu",
+            "recipes": [
+                {
+                    "id": "qwen-8k",
+                    "engine": "llamacpp",
+                    "model": "Qwen/Qwen2.5-7B-Instruct-GGUF",
+                    "match": {"max_model_len": 8192},
+                    "variantId": "llamacpp-nvidia-amd64",
+                    "image": pinned,
+                }
+            ],
+        }
+    )
     state = OWNER.state(image_registry_prefix="mirror.local")
     state.gpu_recipes = recipes
     body = plan(request(), state)
@@ -627,12 +692,21 @@ def test_pinned_recipe_runs_its_image_exactly() -> None:
 
 
 def test_pinned_recipe_needs_binding_with_the_same_image() -> None:
-    recipes = parse_catalog({
-        "schemaVersion": 1, "capability": "gpu",
-        "recipes": [{"id": "qwen", "engine": "llamacpp", "model": "Qwen/Qwen2.5-7B-Instruct-GGUF",
-                     "variantId": "llamacpp-nvidia-amd64",
-                     "image": "mirror.local/llamacpp@sha256:" + "4" * 64}],
-    })
+    recipes = parse_catalog(
+        {
+            "schemaVersion": 1,
+            "capability": "gpu",
+            "recipes": [
+                {
+                    "id": "qwen",
+                    "engine": "llamacpp",
+                    "model": "Qwen/Qwen2.5-7B-Instruct-GGUF",
+                    "variantId": "llamacpp-nvidia-amd64",
+                    "image": "mirror.local/llamacpp@sha256:" + "4" * 64,
+                }
+            ],
+        }
+    )
     state = OWNER.state()
     state.gpu_recipes = recipes
     body = plan(request(), state)

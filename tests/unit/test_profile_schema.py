@@ -26,7 +26,10 @@ def refused(env: dict[str, Any]) -> str:
 def test_template_parses() -> None:
     envelope = parse_envelope(clone(BASE))
     assert [p.name for p in envelope.profiles] == [
-        "cpu-standard", "nvidia-whole", "nvidia-mig-3g40gb", "nvidia-vram-share"
+        "cpu-standard",
+        "nvidia-whole",
+        "nvidia-mig-3g40gb",
+        "nvidia-vram-share",
     ]
 
 
@@ -101,9 +104,7 @@ def test_variant_outside_compatible_ids() -> None:
     assert message.startswith("profiles[1]:")
 
 
-@pytest.mark.parametrize(
-    "value", ["", "-abc", ".x", "a" * 129, "has space", "slash/no", "ünicode"]
-)
+@pytest.mark.parametrize("value", ["", "-abc", ".x", "a" * 129, "has space", "slash/no", "ünicode"])
 def test_cluster_binding_id_rule_refuses(value: str) -> None:
     env = clone(BASE)
     env["clusterBindingId"] = value

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 from typing import Any
 
@@ -18,34 +19,63 @@ OWNER = Owner()
 STATE = OWNER.state()
 CONTEXT = STATE.context(NOW)
 
-json_scalars = st.none() | st.booleans() | st.integers(-(2**53) + 1, 2**53 - 1) | st.text(
-    max_size=20
-) | st.floats(  # JSON numbers that read back as a float or a safe integer
-    min_value=-(2.0**53) + 1, max_value=2.0**53 - 1, allow_nan=False, width=64
+json_scalars = (
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**53) + 1, 2**53 - 1)
+    | st.text(max_size=20)
+    | st.floats(  # JSON numbers that read back as a float or a safe integer
+        min_value=-(2.0**53) + 1, max_value=2.0**53 - 1, allow_nan=False, width=64
+    )
 )
 json_values = st.recursive(
     json_scalars,
-    lambda children: st.lists(children, max_size=4)
-    | st.dictionaries(st.text(max_size=10), children, max_size=4),
+    lambda children: (
+        st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=10), children, max_size=4)
+    ),
     max_leaves=20,
 )
 
-REQUEST_KEYS = ["schemaVersion", "engine", "external", "gpu_allocation", "vram_allocation", "model",
-                "config", "inferenceResources"]
+REQUEST_KEYS = [
+    "schemaVersion",
+    "engine",
+    "external",
+    "gpu_allocation",
+    "vram_allocation",
+    "model",
+    "config",
+    "inferenceResources",
+]
 
 
 @st.composite
 def mutated_requests(draw: st.DrawFn) -> Any:
-    document: dict[str, Any] = request(draw(st.sampled_from(
-        ["llamacpp", "vllm", "diffusion", "whispercpp", "mlx"])))
+    document: dict[str, Any] = request(
+        draw(st.sampled_from(["llamacpp", "vllm", "diffusion", "whispercpp", "mlx"]))
+    )
     for _ in range(draw(st.integers(0, 4))):
         section = draw(st.sampled_from(["", "model", "config"]))
         target = document if not section else document.setdefault(section, {})
         if not isinstance(target, dict):
             break
-        key = draw(st.sampled_from(REQUEST_KEYS + ["name", "format", "weightsBytes", "contextLength",
-                                                   "layers", "max_model_len", "tensor_parallel_size",
-                                                   "force_cpu", "embedding", "pooling", "lora"]))
+        key = draw(
+            st.sampled_from(
+                [
+                    *REQUEST_KEYS,
+                    "name",
+                    "format",
+                    "weightsBytes",
+                    "contextLength",
+                    "layers",
+                    "max_model_len",
+                    "tensor_parallel_size",
+                    "force_cpu",
+                    "embedding",
+                    "pooling",
+                    "lora",
+                ]
+            )
+        )
         target[key] = draw(json_values)
     return document
 
@@ -69,17 +99,21 @@ def test_planner_never_crashes_on_any_json(document: Any) -> None:
 @settings(max_examples=200, deadline=None)
 @given(st.binary(max_size=200))
 def test_strict_json_only_raises_its_own_error(data: bytes) -> None:
-    try:
+    with contextlib.suppress(strictjson.StrictJSONError):
         strictjson.loads(data)
-    except strictjson.StrictJSONError:
-        pass
 
 
 ENVELOPE_PATHS = [
-    ("version",), ("clusterBindingId",), ("issuedAt",), ("profiles", 1, "bindings", 0, "capacity"),
+    ("version",),
+    ("clusterBindingId",),
+    ("issuedAt",),
+    ("profiles", 1, "bindings", 0, "capacity"),
     ("profiles", 1, "bindings", 0, "accelerator", "cudaDriverMajor"),
-    ("profiles", 2, "bindings", 0, "resource"), ("profiles", 0, "guarantees"), ("profiles",),
-    ("profiles", 1, "bindings", 0, "nodeSelector"), ("keyId",),
+    ("profiles", 2, "bindings", 0, "resource"),
+    ("profiles", 0, "guarantees"),
+    ("profiles",),
+    ("profiles", 1, "bindings", 0, "nodeSelector"),
+    ("keyId",),
 ]
 
 

@@ -237,7 +237,9 @@ def test_malleated_signature_s_plus_l() -> None:
     def change(bundle: dict[str, Any]) -> None:
         raw = base64.b64decode(bundle["signatures"][0]["sig"])
         s = int.from_bytes(raw[32:], "little") + L
-        bundle["signatures"][0]["sig"] = base64.b64encode(raw[:32] + s.to_bytes(32, "little")).decode()
+        bundle["signatures"][0]["sig"] = base64.b64encode(
+            raw[:32] + s.to_bytes(32, "little")
+        ).decode()
 
     rebundle(configmap, change)
     assert refusal(configmap).reason is Reason.KEY

@@ -1,0 +1,1 @@
+"""The allocation controller: owns the kamiwaza.ai/AllocationVerified Pod condition."""

@@ -1,0 +1,1 @@
+"""The scheduler extender: filter and prioritize nodes for planned engine Pods."""

@@ -1,0 +1,22 @@
+# Local Kubernetes control plane for e2e tests and the demo.
+#
+# `make controlplane` builds etcd, kube-apiserver, kube-scheduler and kwok from the Go
+# module proxy into ~/.cache/tmi/k8sbin/<versions>/ (or $TMI_K8S_BIN_DIR); it is a
+# no-op when they are already there, so CI can cache that directory.
+# `make test-e2e` runs the tests against it; component logs of failed tests are copied
+# to .artifacts/<test>/.
+
+PYTHON ?= .venv/bin/python
+PYTEST ?= .venv/bin/pytest
+
+.PHONY: controlplane test-e2e demo-guard
+
+controlplane:
+	tools/k8sbin/build.sh
+
+test-e2e:
+	$(PYTEST) tests/e2e -m e2e
+
+# First demo step: plane up, fake GPU nodes, the pod guard refusing a privileged pod.
+demo-guard:
+	$(PYTHON) -m localcluster.demo_guard

@@ -1,0 +1,149 @@
+"""Fixtures for e2e tests against the real local Kubernetes control plane.
+
+One control plane (etcd, kube-apiserver, kube-scheduler, KWOK) serves the whole test
+session; each test gets fresh namespaces, because without a kube-controller-manager a
+deleted namespace never finishes terminating. Missing binaries fail the tests with
+instructions instead of skipping them, so CI cannot silently pass without e2e
+coverage; set TMI_SKIP_E2E=1 to skip them deliberately. When a test fails, every
+component log is copied to .artifacts/<test-name>/.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import shutil
+import uuid
+from collections.abc import Callable, Generator, Iterator
+from pathlib import Path
+
+import pytest
+
+from localcluster import (
+    ApiError,
+    BinariesMissingError,
+    ControlPlane,
+    FakeNode,
+    Kube,
+    bin_dir,
+    create_fake_nodes,
+    delete_fake_nodes,
+)
+
+ARTIFACTS = Path(__file__).resolve().parents[2] / ".artifacts"
+
+
+def _artifact_dir(name: str) -> Path:
+    return ARTIFACTS / re.sub(r"[^A-Za-z0-9_.-]+", "_", name).strip("_")[:150]
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if os.environ.get("TMI_SKIP_E2E") != "1":
+        return
+    skip = pytest.mark.skip(reason="TMI_SKIP_E2E=1")
+    for item in items:
+        if "e2e" in item.keywords:
+            item.add_marker(skip)
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    # Keep each phase's report on the item so fixtures can tell whether the test failed.
+    report: pytest.TestReport = yield
+    setattr(item, f"_tmi_report_{report.when}", report)
+    return report
+
+
+@pytest.fixture(scope="session")
+def control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
+    """The session's control plane with the default scheduler and KWOK running."""
+    missing: str | None = None
+    try:
+        bins = bin_dir()
+    except BinariesMissingError as exc:
+        missing = str(exc)
+    if missing is not None:
+        pytest.fail(missing, pytrace=False)
+    workdir = tmp_path_factory.mktemp("k8s")
+    try:
+        plane = ControlPlane.start(workdir, bins)
+    except Exception:
+        logs = workdir / "logs"
+        if logs.is_dir():
+            shutil.copytree(logs, _artifact_dir("control-plane-start"), dirs_exist_ok=True)
+        raise
+    try:
+        yield plane
+    finally:
+        plane.stop()
+
+
+@pytest.fixture(autouse=True)
+def _logs_on_failure(request: pytest.FixtureRequest) -> Iterator[None]:
+    yield
+    if "control_plane" not in request.fixturenames:
+        return
+    failed = any(
+        getattr(getattr(request.node, f"_tmi_report_{when}", None), "failed", False)
+        for when in ("setup", "call")
+    )
+    if failed:
+        plane: ControlPlane = request.getfixturevalue("control_plane")
+        plane.copy_logs(_artifact_dir(request.node.nodeid))
+
+
+@pytest.fixture
+def kube(control_plane: ControlPlane) -> Kube:
+    """Raw-JSON client as cluster admin (system:masters)."""
+    return control_plane.kube("admin")
+
+
+def _delete_pods(kube: Kube, namespace: str) -> None:
+    # Pods on fake nodes hold fake GPUs; free them for later tests. Grace 0 because
+    # no kubelet confirms termination (KWOK's pod-delete stage would, more slowly).
+    with contextlib.suppress(ApiError):
+        kube.request(
+            "DELETE",
+            f"/api/v1/namespaces/{namespace}/pods",
+            query={"gracePeriodSeconds": 0},
+        )
+
+
+@pytest.fixture
+def new_namespace(control_plane: ControlPlane) -> Iterator[Callable[[str], str]]:
+    """Factory for fresh namespaces; their pods are deleted after the test."""
+    created: list[str] = []
+
+    def make(prefix: str = "t") -> str:
+        name = f"{prefix}-{uuid.uuid4().hex[:8]}"
+        control_plane.create_namespace(name)
+        created.append(name)
+        return name
+
+    yield make
+    for name in created:
+        _delete_pods(control_plane.kube("admin"), name)
+
+
+@pytest.fixture
+def namespace(new_namespace: Callable[[str], str], request: pytest.FixtureRequest) -> str:
+    """A fresh namespace named after the test."""
+    stem = re.sub(r"[^a-z0-9]+", "-", request.node.name.lower()).strip("-")[:40].strip("-")
+    return new_namespace(stem or "t")
+
+
+@pytest.fixture
+def fake_nodes(control_plane: ControlPlane) -> Iterator[Callable[..., list[dict[str, object]]]]:
+    """Factory that creates FakeNodes (waiting for KWOK) and deletes them afterwards."""
+    names: list[str] = []
+    kube = control_plane.kube("admin")
+
+    def make(*nodes: FakeNode) -> list[dict[str, object]]:
+        names.extend(n.name for n in nodes)
+        return create_fake_nodes(kube, nodes)
+
+    yield make
+    delete_fake_nodes(kube, names)

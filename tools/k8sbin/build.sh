@@ -1,0 +1,101 @@
+#!/usr/bin/env bash
+# Builds etcd, kube-apiserver, kube-scheduler and kwok from the Go module proxy into a
+# versioned cache directory outside the checkout, so CI (and developers) pay the slow
+# first build once and reuse the binaries afterwards. No-op when all four are present.
+#
+#   tools/k8sbin/build.sh            # build (or reuse) and print the directory
+#   TMI_K8S_BIN_DIR=/some/dir tools/k8sbin/build.sh
+set -euo pipefail
+
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+# shellcheck source=versions.env
+source "$here/versions.env"
+
+key="${K8S_VERSION}-etcd${ETCD_VERSION#v}-kwok${KWOK_VERSION#v}"
+bin_dir="${TMI_K8S_BIN_DIR:-$HOME/.cache/tmi/k8sbin/$key}"
+binaries=(etcd kube-apiserver kube-scheduler kwok)
+
+all_present() {
+  local b
+  for b in "${binaries[@]}"; do
+    [[ -x "$bin_dir/$b" ]] || return 1
+  done
+}
+
+if all_present; then
+  echo "control-plane binaries already present (${key}): $bin_dir" >&2
+  echo "$bin_dir"
+  exit 0
+fi
+
+# Debian/Ubuntu Go packages are too old for k8s 1.36; prefer the upstream toolchain.
+if [[ -x /usr/local/go/bin/go ]]; then
+  export PATH="/usr/local/go/bin:$PATH"
+fi
+command -v go >/dev/null || { echo "error: go (>= 1.26) not found on PATH" >&2; exit 1; }
+
+# GOTOOLCHAIN=local: never silently download a different toolchain.
+# -mod=readonly: the committed go.mod/go.sum are the pinned dependency graph.
+export GOTOOLCHAIN=local CGO_ENABLED=0 GOFLAGS="-mod=readonly -buildvcs=false"
+
+module_version() {  # module_version <dir> <module>
+  go -C "$1" list -m -f '{{.Version}}' "$2"
+}
+check_pin() {  # check_pin <dir> <module> <expected>
+  local got
+  got="$(module_version "$1" "$2")"
+  if [[ "$got" != "$3" ]]; then
+    echo "error: $1/go.mod pins $2 at $got but versions.env says $3" >&2
+    exit 1
+  fi
+}
+check_pin "$here" k8s.io/kubernetes "$K8S_VERSION"
+check_pin "$here/etcd" go.etcd.io/etcd/server/v3 "$ETCD_VERSION"
+check_pin "$here/kwok" sigs.k8s.io/kwok "$KWOK_VERSION"
+
+# Build into a sibling temp dir and rename at the end, so an interrupted build never
+# leaves a half-filled directory that the presence check would accept.
+mkdir -p "$(dirname "$bin_dir")"
+tmp="$(mktemp -d "${bin_dir}.tmp.XXXXXX")"
+trap 'rm -rf "$tmp"' EXIT
+chmod 755 "$tmp"  # mktemp makes it 0700; CI caches and other users need to read it
+
+start=$(date +%s)
+k8s_minor="$(echo "$K8S_VERSION" | cut -d. -f2)"
+k8s_ldflags="-s -w \
+ -X k8s.io/component-base/version.gitVersion=${K8S_VERSION} \
+ -X k8s.io/component-base/version.gitMajor=1 \
+ -X k8s.io/component-base/version.gitMinor=${k8s_minor} \
+ -X k8s.io/component-base/version.gitTreeState=clean \
+ -X k8s.io/client-go/pkg/version.gitVersion=${K8S_VERSION} \
+ -X k8s.io/client-go/pkg/version.gitMajor=1 \
+ -X k8s.io/client-go/pkg/version.gitMinor=${k8s_minor}"
+
+echo ">> building kube-apiserver, kube-scheduler ${K8S_VERSION}" >&2
+go -C "$here" build -trimpath -ldflags "$k8s_ldflags" -o "$tmp/" \
+  k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-scheduler
+
+echo ">> building etcd ${ETCD_VERSION}" >&2
+# The package's default binary name would be "server".
+go -C "$here/etcd" build -trimpath \
+  -ldflags "-s -w -X go.etcd.io/etcd/api/v3/version.GitSHA=${ETCD_VERSION}" \
+  -o "$tmp/etcd" go.etcd.io/etcd/server/v3
+
+echo ">> building kwok ${KWOK_VERSION}" >&2
+go -C "$here/kwok" build -trimpath \
+  -ldflags "-s -w -X sigs.k8s.io/kwok/pkg/consts.Version=${KWOK_VERSION#v}" \
+  -o "$tmp/kwok" sigs.k8s.io/kwok/cmd/kwok
+
+printf 'K8S_VERSION=%s\nETCD_VERSION=%s\nKWOK_VERSION=%s\nGO=%s\n' \
+  "$K8S_VERSION" "$ETCD_VERSION" "$KWOK_VERSION" "$(go env GOVERSION)" > "$tmp/VERSIONS"
+
+# Another build may have finished first; keep whichever directory is complete.
+if all_present; then
+  echo "another build finished first; keeping $bin_dir" >&2
+else
+  rm -rf "$bin_dir"
+  mv "$tmp" "$bin_dir"
+  trap - EXIT
+fi
+echo ">> built in $(( $(date +%s) - start ))s" >&2
+echo "$bin_dir"

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 from datetime import UTC, datetime
+from functools import cached_property
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -362,11 +363,11 @@ class Envelope(_Strict):
                 ids[binding.id] = where
         return self
 
-    @property
+    @cached_property
     def issued_at(self) -> datetime:
         return parse_timestamp(self.issuedAt)
 
-    @property
+    @cached_property
     def expires_at(self) -> datetime:
         return parse_timestamp(self.expiresAt)
 

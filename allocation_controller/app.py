@@ -1,0 +1,47 @@
+"""`/healthz`, `/readyz` and `/metrics` for the controller, over plain HTTP.
+
+The probes answer for the replica, not for the leader: a follower with warm caches is ready
+(it can take over at once), so both replicas stay in the Service and the PodDisruptionBudget
+counts them. Liveness fails only when a background loop (an informer or the election) has died,
+which the loops themselves never allow for an ordinary error; a restart is the right fix then.
+"""
+
+from __future__ import annotations
+
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from allocation_controller.controller import Controller
+
+CONTROLLER = web.AppKey("controller", Controller)
+
+
+async def healthz(request: web.Request) -> web.Response:
+    controller = request.app[CONTROLLER]
+    if controller.healthy:
+        return web.Response(text="ok\n")
+    return web.Response(status=503, text="a background loop has stopped\n")
+
+
+async def readyz(request: web.Request) -> web.Response:
+    controller = request.app[CONTROLLER]
+    if controller.synced:
+        role = "leader" if controller.leading else "follower"
+        return web.Response(text=f"ok ({role})\n")
+    return web.Response(status=503, text="the Pod and ConfigMap caches have not synced yet\n")
+
+
+async def metrics(request: web.Request) -> web.Response:
+    controller = request.app[CONTROLLER]
+    controller.metrics.queue_depth.set(len(controller.queue))
+    body = generate_latest(controller.metrics.registry)
+    return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+
+def create_app(controller: Controller) -> web.Application:
+    app = web.Application(client_max_size=64 * 1024)
+    app[CONTROLLER] = controller
+    app.router.add_get("/healthz", healthz)
+    app.router.add_get("/readyz", readyz)
+    app.router.add_get("/metrics", metrics)
+    return app

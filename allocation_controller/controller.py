@@ -1,0 +1,315 @@
+"""The running controller: informers feed a work queue, workers reconcile, one leader writes.
+
+Every replica lists and watches (so a follower's cache is warm when it takes over), but only the
+Lease holder runs workers. On winning the Lease a replica waits until every informer has listed
+once (a Pod checked before the profile ConfigMaps are read would be reported against an unknown
+revision), then queues every engine Pod, because it cannot know what the previous leader left
+undone. On losing it the workers stop and the queue is dropped.
+
+What wakes a Pod up:
+
+* any watch event for it (the reconcile is level-based, so a status-only change costs a pure
+  check and no write);
+* a profile revision appearing, changing or disappearing, for the Pods planned under it;
+* a recipe catalog changing, for every Pod;
+* its own timer: the scheduling deadline, or its revision's expiry;
+* a failed reconcile, after a per-Pod exponential backoff;
+* leaving the watch without being deleted (its engine label removed): one fresh read, and a
+  verified Pod that is no longer an engine Pod is marked False, since it is no longer re-checked.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable, Mapping
+from datetime import datetime
+from functools import partial
+from typing import Any
+
+from allocation_controller.config import ControllerSettings
+from allocation_controller.informer import Informer, ObjectStore
+from allocation_controller.leader import LeaderElector
+from allocation_controller.metrics import Metrics
+from allocation_controller.ports import JSON, KubePort, PodPort
+from allocation_controller.reconciler import NotLeader, Reconciler, ReconcileSettings, Result
+from allocation_controller.revisions import PROFILE_SELECTOR, PolicyView
+from allocation_controller.workqueue import ShutDown, WorkQueue
+from inference_policy.grant import ENGINE_LABEL, PLAN_ANNOTATION, node_name, plan_revision
+from inference_policy.signing import VerifiedProfile
+
+log = logging.getLogger(__name__)
+# Queue keys are Pod names; a Pod that left the watch is queued under this prefix, which no Pod
+# name can carry (names are DNS subdomains).
+DEPARTED = "departed/"
+
+
+class CachedPods:
+    """The reconciler's PodPort: reads come from the Pod informer's store, writes go to the API
+    server and what they return goes into the store, so the next read sees the write."""
+
+    def __init__(self, api: PodPort, store: ObjectStore) -> None:
+        self.api = api
+        self.store = store
+
+    @property
+    def namespace(self) -> str:
+        return self.api.namespace
+
+    async def get_pod(self, name: str, *, fresh: bool = False) -> JSON | None:
+        if not fresh:
+            return self.store.get(name)
+        pod = await self.api.get_pod(name)
+        if pod is not None:
+            self.store.write_through(pod)
+        return pod
+
+    async def list_pods(self, label_selector: str) -> list[JSON]:
+        return await self.api.list_pods(label_selector)
+
+    async def patch_pod_status(self, name: str, patch: Mapping[str, Any]) -> JSON:
+        updated = await self.api.patch_pod_status(name, patch)
+        self.store.write_through(updated)
+        return updated
+
+    async def create_event(self, event: Mapping[str, Any]) -> None:
+        await self.api.create_event(event)
+
+
+class Controller:
+    def __init__(
+        self,
+        api: KubePort,
+        settings: ControllerSettings,
+        *,
+        metrics: Metrics | None = None,
+        clock: Callable[[], datetime] | None = None,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.api = api
+        self.settings = settings
+        self.metrics = metrics or Metrics()
+        self.policy = PolicyView(settings.policy)
+        self.queue = WorkQueue()
+        watch = settings.watch_timeout
+        self.pods = Informer(
+            api, "pods", self._on_pod, label_selector=ENGINE_LABEL, watch_timeout=watch
+        )
+        self.profiles = Informer(
+            api,
+            "configmaps",
+            self._on_profile,
+            label_selector=PROFILE_SELECTOR,
+            watch_timeout=watch,
+        )
+        self.recipes = {
+            capability: Informer(
+                api,
+                "configmaps",
+                partial(self._on_recipe, capability),
+                field_selector=f"metadata.name={name}",
+                watch_timeout=watch,
+                on_relist=partial(self._recipe_listed, capability),
+            )
+            for capability, name in self.policy.recipe_names.items()
+        }
+        self.elector = (
+            LeaderElector(
+                api,
+                settings.leader,
+                namespace=settings.namespace,
+                on_started=self._lead,
+                on_stopped=self._follow,
+                monotonic=monotonic,
+            )
+            if settings.leader_elect
+            else None
+        )
+        self.reconciler = Reconciler(
+            CachedPods(api, self.pods.store),
+            self.policy,
+            ReconcileSettings(settings.scheduling_timeout, instance=settings.leader.identity),
+            clock=clock,
+            metrics=self.metrics,
+            may_write=self.may_write,
+            monotonic=monotonic,
+            background_events=True,
+        )
+        self._pod_revisions: dict[str, str | None] = {}
+        self._departed: dict[str, str] = {}
+        self._workers: list[asyncio.Task[None]] = []
+        self._starting: asyncio.Task[None] | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+        self.leading = False
+
+    @property
+    def informers(self) -> list[Informer]:
+        return [self.pods, self.profiles, *self.recipes.values()]
+
+    @property
+    def synced(self) -> bool:
+        return all(informer.synced.is_set() for informer in self.informers)
+
+    @property
+    def healthy(self) -> bool:
+        return bool(self._tasks) and not any(task.done() for task in self._tasks)
+
+    def may_write(self) -> bool:
+        return self.elector is None or self.elector.is_leader()
+
+    # -- watch handlers ------------------------------------------------------------------------
+
+    def _on_pod(self, kind: str, pod: JSON, old: JSON | None) -> None:
+        metadata = pod.get("metadata") or {}
+        name, uid = str(metadata.get("name")), str(metadata.get("uid"))
+        if kind == "DELETED":
+            self.reconciler.forget(uid)
+            self._pod_revisions.pop(name, None)
+            self.queue.cancel_timer(name)
+            if not metadata.get("deletionTimestamp"):
+                # Gone from the watch without being deleted (as far as the event says): perhaps
+                # only its label was removed. One fresh read settles it.
+                self._departed[name] = uid
+                self.queue.add(DEPARTED + name)
+            return
+        if node_name(pod):
+            self.reconciler.note_bound(uid)
+        before = ((old or {}).get("metadata") or {}).get("annotations") or {}
+        after = metadata.get("annotations") or {}
+        if old is None or before.get(PLAN_ANNOTATION) != after.get(PLAN_ANNOTATION):
+            self._pod_revisions[name] = plan_revision(pod)
+        self.queue.add(name)
+
+    def _on_profile(self, kind: str, configmap: JSON, old: JSON | None) -> None:
+        name = str((configmap.get("metadata") or {}).get("name"))
+        if kind == "DELETED":
+            changed = self.policy.remove_configmap(name)
+        else:
+            changed = self.policy.apply_configmap(configmap)
+        verified = sum(isinstance(r, VerifiedProfile) for r in self.policy.revisions.values())
+        self.metrics.revisions.labels("verified").set(verified)
+        self.metrics.revisions.labels("refused").set(len(self.policy.revisions) - verified)
+        if changed:
+            for pod, digest in self._pod_revisions.items():
+                if digest in changed:
+                    self.queue.add(pod)
+
+    def _on_recipe(self, capability: str, kind: str, configmap: JSON, old: JSON | None) -> None:
+        current = None if kind == "DELETED" else configmap
+        if self.policy.apply_recipe_catalog(capability, current):
+            for pod in self.pods.store.names():
+                self.queue.add(pod)
+
+    def _recipe_listed(self, capability: str, store: ObjectStore) -> None:
+        if not len(store):
+            self._on_recipe(capability, "DELETED", {}, None)
+
+    # -- leadership ----------------------------------------------------------------------------
+
+    def _lead(self) -> None:
+        self.leading = True
+        self.metrics.is_leader.set(1)
+        self._starting = asyncio.get_running_loop().create_task(self._start_workers())
+
+    def _follow(self) -> None:
+        self.leading = False
+        self.metrics.is_leader.set(0)
+        self._stop_workers()
+        self.queue.clear()
+
+    async def _start_workers(self) -> None:
+        await asyncio.gather(*(informer.synced.wait() for informer in self.informers))
+        if not self.leading:
+            return
+        for name in self.pods.store.names():
+            self.queue.add(name)
+        self._workers = [
+            asyncio.get_running_loop().create_task(self._work(), name=f"worker-{i}")
+            for i in range(self.settings.workers)
+        ]
+        log.info("started %d workers over %d engine Pods", len(self._workers), len(self.pods.store))
+
+    def _stop_workers(self) -> None:
+        if self._starting is not None:
+            self._starting.cancel()
+            self._starting = None
+        for task in self._workers:
+            task.cancel()
+        self._workers = []
+
+    async def _reconcile(self, key: str) -> Result:
+        if key.startswith(DEPARTED):
+            name = key.removeprefix(DEPARTED)
+            uid = self._departed.get(name)
+            if uid is None:
+                return Result("skipped")
+            result = await self.reconciler.reconcile_departed(name, uid)
+            self._departed.pop(name, None)
+            return result
+        return await self.reconciler.reconcile(key)
+
+    async def _work(self) -> None:
+        while True:
+            try:
+                key = await self.queue.get()
+            except ShutDown:
+                return
+            started = time.perf_counter()
+            outcome = "error"
+            try:
+                async with asyncio.timeout(self.settings.reconcile_timeout):
+                    result = await self._reconcile(key)
+            except NotLeader:
+                outcome = "not-leader"
+            except asyncio.CancelledError:
+                self.queue.done(key)
+                raise
+            except Exception as exc:
+                delay = self.queue.add_rate_limited(key)
+                log.warning(
+                    "reconcile of Pod %s failed (%s: %s); retrying in %.2fs",
+                    key,
+                    type(exc).__name__,
+                    exc,
+                    delay,
+                )
+            else:
+                outcome = result.outcome
+                self.queue.forget(key)
+                self.queue.cancel_timer(key)
+                if result.requeue_after is not None:
+                    self.queue.add_after(key, result.requeue_after)
+            finally:
+                self.metrics.reconcile_seconds.observe(time.perf_counter() - started)
+                self.metrics.reconciles.labels(outcome).inc()
+                self.metrics.queue_depth.set(len(self.queue))
+            self.queue.done(key)
+
+    # -- running -------------------------------------------------------------------------------
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Watch, elect, reconcile until `stop` is set; then release the Lease and stop."""
+        loop = asyncio.get_running_loop()
+        self._tasks = [
+            loop.create_task(informer.run(), name=f"informer-{informer.what}")
+            for informer in self.informers
+        ]
+        if self.elector is not None:
+            self._tasks.append(loop.create_task(self.elector.run(stop), name="leader-election"))
+        else:
+            self._lead()
+        try:
+            await stop.wait()
+        finally:
+            if self.elector is not None:
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await asyncio.wait_for(self._tasks[-1], timeout=5)
+            self._follow()
+            self.queue.shutdown()
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self.reconciler.drain_events(), timeout=5)
+            for task in self._tasks:
+                task.cancel()
+            await asyncio.gather(*self._tasks, return_exceptions=True)

@@ -1,0 +1,190 @@
+"""Every signed profile revision in the namespace, verified once, found by its bundle sha256.
+
+The webhook plans against the one ConfigMap its settings name; the controller must check each
+Pod against the revision *that Pod* was planned with, which after an upgrade is often not the
+current one. So it watches every ConfigMap labelled `kamiwaza.ai/inference-profile=true`,
+verifies each once per (uid, resourceVersion) with the install's key, binding id, namespace and
+version floor, and files the result under the ConfigMap's `bundle.sha256`: a verified profile,
+or the refusal, which the grant check reports as `ProfileRefused`.
+
+The same bundle published under two names is one revision; a verified copy wins over a refused
+one. A ConfigMap that is deleted takes its revision with it.
+
+Recipe catalogs (when the install pins recipes) are part of what a plan depends on, so they are
+held here too and a configured catalog that cannot be read makes re-derivation impossible,
+which the grant check reports rather than guessing.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import replace
+from datetime import datetime
+from typing import Any
+
+from inference_policy.grant import Evaluation, Lapse, evaluate, refused_lapse
+from inference_policy.planner import PlanContext
+from inference_policy.recipes import RecipeCatalogError, load_catalog
+from inference_policy.signing import (
+    DIGEST_KEY,
+    ProfileRefused,
+    Reason,
+    VerifiedProfile,
+    verify_configmap_content,
+)
+from policy_io.catalog import packaged_catalog
+from policy_io.state import PolicySettings, PolicyState
+
+log = logging.getLogger(__name__)
+
+PROFILE_LABEL = "kamiwaza.ai/inference-profile"
+PROFILE_SELECTOR = f"{PROFILE_LABEL}=true"
+RECIPE_CATALOG_UNAVAILABLE = "RecipeCatalogUnavailable"
+
+Revision = VerifiedProfile | Lapse
+
+
+def _revision_key(configmap: Mapping[str, Any]) -> str | None:
+    metadata = configmap.get("metadata") or {}
+    uid, version = metadata.get("uid"), metadata.get("resourceVersion")
+    return f"{uid}/{version}" if uid and version else None
+
+
+class PolicyView:
+    """The install's planning settings plus every profile revision and recipe catalog seen."""
+
+    def __init__(self, settings: PolicySettings) -> None:
+        self.settings = settings
+        self.state = PolicyState(settings, packaged_catalog())
+        # name -> (revision key, sha256, verified profile or refusal)
+        self._entries: dict[str, tuple[str | None, str, Revision]] = {}
+        self.revisions: dict[str, Revision] = {}
+        self.verifications = 0
+        self.recipe_names: dict[str, str] = {}
+        for capability in ("gpu", "cpu"):
+            name = getattr(settings, f"{capability}_recipe_catalog_configmap")
+            if name:
+                self.recipe_names[capability] = name
+        self._recipe_problems: dict[str, str | None] = {
+            capability: f"the {capability} recipe catalog {name} has not been read yet"
+            for capability, name in self.recipe_names.items()
+        }
+        self._recipe_revisions: dict[str, str | None] = {}
+
+    # -- profile revisions ---------------------------------------------------------------------
+
+    def apply_configmap(self, configmap: Mapping[str, Any]) -> set[str]:
+        """A profile ConfigMap as it is now; returns the bundle digests whose meaning changed."""
+        metadata = configmap.get("metadata") or {}
+        name = metadata.get("name")
+        data = configmap.get("data") or {}
+        digest = data.get(DIGEST_KEY) if isinstance(data, Mapping) else None
+        if not isinstance(name, str):
+            return set()
+        if not isinstance(digest, str) or not digest:
+            log.warning("profile ConfigMap %s has no %s; ignored", name, DIGEST_KEY)
+            return self.remove_configmap(name)
+        key = _revision_key(configmap)
+        previous = self._entries.get(name)
+        if previous is not None and key is not None and previous[0] == key:
+            return set()
+        result = self._verify(name, dict(configmap))
+        self._entries[name] = (key, digest, result)
+        changed = {digest} | ({previous[1]} if previous is not None else set())
+        self._rebuild()
+        return changed
+
+    def remove_configmap(self, name: str) -> set[str]:
+        previous = self._entries.pop(name, None)
+        if previous is None:
+            return set()
+        self._rebuild()
+        return {previous[1]}
+
+    def _verify(self, name: str, configmap: dict[str, Any]) -> Revision:
+        self.verifications += 1
+        configmap.setdefault("apiVersion", "v1")
+        configmap.setdefault("kind", "ConfigMap")
+        policy = self.state.policy()
+        if policy is None:
+            refusal = ProfileRefused(Reason.KEY, self.state.trust_error or "no owner key")
+            log.error("profile %s cannot be verified: %s", name, refusal.check)
+            return refused_lapse(name, refusal)
+        try:
+            verified = verify_configmap_content(configmap, replace(policy, configmap_name=name))
+        except ProfileRefused as refusal:
+            log.warning("profile %s refused: %s (%s)", name, refusal.reason.value, refusal.check)
+            return refused_lapse(name, refusal)
+        log.info(
+            "verified profile %s version %d (bundle sha256 %s)",
+            name,
+            verified.version,
+            verified.sha256,
+        )
+        return verified
+
+    def _rebuild(self) -> None:
+        revisions: dict[str, Revision] = {}
+        for _, digest, result in sorted(self._entries.values(), key=lambda e: e[1]):
+            if isinstance(revisions.get(digest), VerifiedProfile):
+                continue
+            if isinstance(result, VerifiedProfile) or digest not in revisions:
+                revisions[digest] = result
+        self.revisions = revisions
+
+    # -- recipe catalogs -----------------------------------------------------------------------
+
+    def apply_recipe_catalog(self, capability: str, configmap: Mapping[str, Any] | None) -> bool:
+        """A configured recipe catalog as it is now (None: absent); True if anything changed."""
+        name = self.recipe_names[capability]
+        if configmap is None:
+            self._recipe_revisions.pop(capability, None)
+            setattr(self.state, f"{capability}_recipes", None)
+            problem = f"the {capability} recipe catalog ConfigMap {name} does not exist"
+            changed = self._recipe_problems.get(capability) != problem
+            self._recipe_problems[capability] = problem
+            return changed
+        key = _revision_key(configmap)
+        if key is not None and self._recipe_revisions.get(capability) == key:
+            return False
+        self._recipe_revisions[capability] = key
+        document = dict(configmap)
+        # Items of a List arrive without kind; the loader needs it to read a ConfigMap.
+        document.setdefault("kind", "ConfigMap")
+        try:
+            recipes = load_catalog(document, capability)
+        except RecipeCatalogError as exc:
+            setattr(self.state, f"{capability}_recipes", None)
+            self._recipe_problems[capability] = f"the {capability} recipe catalog {name}: {exc}"
+            return True
+        setattr(self.state, f"{capability}_recipes", recipes)
+        self._recipe_problems[capability] = None
+        return True
+
+    def lapse(self) -> Lapse | None:
+        """Why no plan can be re-derived right now, whatever revision it names, if so."""
+        problems = [p for p in self._recipe_problems.values() if p]
+        if not problems:
+            return None
+        return Lapse(
+            RECIPE_CATALOG_UNAVAILABLE,
+            "; ".join(problems) + ", so the plan cannot be checked against the core",
+        )
+
+    # -- deciding ------------------------------------------------------------------------------
+
+    def context(self, now: datetime) -> PlanContext:
+        return self.state.context(now)
+
+    def evaluate(
+        self, pod: Mapping[str, Any], now: datetime, scheduling_timeout: float
+    ) -> Evaluation:
+        return evaluate(
+            pod,
+            self.revisions,
+            self.context(now),
+            now,
+            scheduling_timeout=scheduling_timeout,
+            lapse=self.lapse(),
+        )

@@ -1,0 +1,681 @@
+"""Is a bound engine Pod running exactly the grant its plan names? The AllocationVerified verdict.
+
+The seed makes the `kamiwaza.ai/AllocationVerified` condition, not readiness, the proof that a Pod
+got what it asked for. The webhook writes a plan at admission, but a Pod can drift from it
+afterwards (annotations are mutable, a sidecar can be injected, a resize can change resources)
+and the webhook may not have been the last writer at all, so the verdict is recomputed from the
+Pod as stored, against two things:
+
+* the Pod against its own plan annotation: the engine container's image and the plan's resource
+  names, the RuntimeClass and the architecture selector; no other container asks for an
+  accelerator, and nothing reaches for devices outside the plan;
+* the plan against the core: `decide` re-run on the Pod's request annotation under the profile
+  revision the plan names (by its bundle sha256) must give the same plan, so a plan annotation
+  that no signed revision would have produced is caught.
+
+Time is handled in two separate places on purpose. The re-run is asked *which* plan the revision
+gives, not *whether* the revision is still valid, so it is evaluated at a moment inside the
+revision's window (the Pod's creation, clamped into the window); a later revision therefore
+never disturbs a running Pod. Whether the revision is still valid now is a separate policy:
+
+* a Pod not yet verified whose revision has expired (or cannot be read any more) is reported
+  False, because a grant is not vouched for by an expired authorization;
+* a Pod already verified True stays True when the only thing that changed is the authorization
+  behind it (the revision expired, was removed, or is refused after a key rotation); the reason
+  and message change to say so. Flipping it would drop a healthy replica out of its Service
+  through the readiness gate, while the seed says a running deployment keeps what it was planned
+  with and that the fix for expiry is to publish a new revision and redeploy. Anything that
+  changes the Pod itself still flips it to False.
+
+Everything here is a function of its arguments: the controller supplies the Pod, the verified
+revision, the planning context and the clock.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal, InvalidOperation
+from typing import Any, Literal
+
+from inference_policy import strictjson
+from inference_policy.planner import PlanContext, decide
+from inference_policy.profile import ARCH_KEY, format_timestamp
+from inference_policy.signing import ProfileRefused, VerifiedProfile
+
+CONDITION_TYPE = "kamiwaza.ai/AllocationVerified"
+ENGINE_LABEL = "kamiwaza.ai/deployment-id"
+REQUEST_ANNOTATION = "kamiwaza.ai/deployment-request"
+PLAN_ANNOTATION = "kamiwaza.ai/plan"
+ENGINE_CONTAINER_ANNOTATION = "kamiwaza.ai/engine-container"
+ACCELERATOR_PREFIXES = ("nvidia.com/", "amd.com/", "kamiwaza.ai/vram-gb-")
+DEVICE_ENV = "NVIDIA_VISIBLE_DEVICES"
+CONTAINER_LISTS = ("containers", "initContainers", "ephemeralContainers")
+MAX_ANNOTATION_BYTES = 256 * 1024
+MAX_MESSAGE = 1024
+DEFAULT_SCHEDULING_TIMEOUT = 300.0
+
+# Reasons, in the order a Pod with several problems reports them: what is wrong with the Pod
+# itself comes first, since that is what an operator can see and fix on the spot.
+VERIFIED = "Verified"
+VERIFIED_PROFILE_EXPIRED = "VerifiedProfileExpired"
+VERIFIED_REVISION_UNAVAILABLE = "VerifiedRevisionUnavailable"
+PLAN_MISSING = "PlanMissing"
+IMAGE_MISMATCH = "ImageMismatch"
+RESOURCES_MISMATCH = "ResourcesMismatch"
+UNPLANNED_DEVICE_ACCESS = "UnplannedDeviceAccess"
+RUNTIME_CLASS_MISMATCH = "RuntimeClassMismatch"
+NODE_SELECTOR_MISMATCH = "NodeSelectorMismatch"
+PLAN_MISMATCH = "PlanMismatch"
+PROFILE_REVISION_UNKNOWN = "ProfileRevisionUnknown"
+PROFILE_REFUSED = "ProfileRefused"
+PROFILE_EXPIRED = "ProfileExpired"
+SCHEDULING_TIMEOUT = "SchedulingTimeout"
+ENGINE_LABEL_REMOVED = "EngineLabelRemoved"
+REASONS = (
+    VERIFIED,
+    VERIFIED_PROFILE_EXPIRED,
+    VERIFIED_REVISION_UNAVAILABLE,
+    PLAN_MISSING,
+    IMAGE_MISMATCH,
+    RESOURCES_MISMATCH,
+    UNPLANNED_DEVICE_ACCESS,
+    RUNTIME_CLASS_MISMATCH,
+    NODE_SELECTOR_MISMATCH,
+    PLAN_MISMATCH,
+    PROFILE_REVISION_UNKNOWN,
+    PROFILE_REFUSED,
+    PROFILE_EXPIRED,
+    SCHEDULING_TIMEOUT,
+    ENGINE_LABEL_REMOVED,
+)
+
+Status = Literal["True", "False"]
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What the condition should say: status, a CamelCase reason, and a message for people."""
+
+    status: Status
+    reason: str
+    message: str
+
+    @property
+    def verified(self) -> bool:
+        return self.status == "True"
+
+
+@dataclass(frozen=True)
+class Lapse:
+    """Why the authority behind a plan cannot be consulted now (the revision is gone, refused,
+    or something else the re-derivation needs is unavailable): a reason and a message."""
+
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    """A verdict to write, if any, and when the Pod must be looked at again even if unchanged."""
+
+    verdict: Verdict | None
+    recheck_after: float | None = None
+
+
+def _false(reason: str, message: str) -> Verdict:
+    return Verdict("False", reason, _clip(message))
+
+
+def _clip(message: str) -> str:
+    return message if len(message) <= MAX_MESSAGE else message[: MAX_MESSAGE - 1] + "…"
+
+
+# -- reading the Pod -----------------------------------------------------------------------------
+
+
+def _metadata(pod: Mapping[str, Any]) -> Mapping[str, Any]:
+    value = pod.get("metadata")
+    return value if isinstance(value, Mapping) else {}
+
+
+def _spec(pod: Mapping[str, Any]) -> Mapping[str, Any]:
+    value = pod.get("spec")
+    return value if isinstance(value, Mapping) else {}
+
+
+def _strings(value: Any) -> Mapping[str, str]:
+    if not isinstance(value, Mapping):
+        return {}
+    return {k: v for k, v in value.items() if isinstance(k, str) and isinstance(v, str)}
+
+
+def pod_annotations(pod: Mapping[str, Any]) -> Mapping[str, str]:
+    return _strings(_metadata(pod).get("annotations"))
+
+
+def is_engine_pod(pod: Mapping[str, Any]) -> bool:
+    return ENGINE_LABEL in _strings(_metadata(pod).get("labels"))
+
+
+def node_name(pod: Mapping[str, Any]) -> str | None:
+    value = _spec(pod).get("nodeName")
+    return value if isinstance(value, str) and value else None
+
+
+def condition(pod: Mapping[str, Any], condition_type: str) -> Mapping[str, Any] | None:
+    status = pod.get("status")
+    conditions = status.get("conditions") if isinstance(status, Mapping) else None
+    if not isinstance(conditions, list):
+        return None
+    for entry in conditions:
+        if isinstance(entry, Mapping) and entry.get("type") == condition_type:
+            return entry
+    return None
+
+
+def verified_before(pod: Mapping[str, Any]) -> bool:
+    """The Pod's condition already reads True: the grant was vouched for at some point."""
+    current = condition(pod, CONDITION_TYPE)
+    return current is not None and current.get("status") == "True"
+
+
+def parse_time(value: Any) -> datetime | None:
+    """A Kubernetes Time or MicroTime (`...Z`, with or without a fraction); None if unreadable."""
+    if not isinstance(value, str) or not value.endswith("Z"):
+        return None
+    try:
+        return datetime.fromisoformat(value[:-1]).replace(tzinfo=UTC)
+    except ValueError:
+        return None
+
+
+def created_at(pod: Mapping[str, Any]) -> datetime | None:
+    return parse_time(_metadata(pod).get("creationTimestamp"))
+
+
+def read_plan(pod: Mapping[str, Any]) -> dict[str, Any] | str:
+    """The plan annotation as a JSON object, or a sentence saying why there is none."""
+    text = pod_annotations(pod).get(PLAN_ANNOTATION)
+    if text is None:
+        return (
+            f"the Pod carries no {PLAN_ANNOTATION} annotation: the admission webhook did not "
+            "plan it"
+        )
+    try:
+        plan = strictjson.loads(text, max_bytes=MAX_ANNOTATION_BYTES, what=PLAN_ANNOTATION)
+    except strictjson.StrictJSONError as exc:
+        return f"the {PLAN_ANNOTATION} annotation cannot be read: {exc}"
+    if not isinstance(plan, dict) or plan.get("status") != 200:
+        return f"the {PLAN_ANNOTATION} annotation is not a plan"
+    return plan
+
+
+def plan_revision(pod: Mapping[str, Any]) -> str | None:
+    """The bundle sha256 of the profile revision the Pod's plan was made under, if any."""
+    return _digest(read_plan(pod))
+
+
+def _digest(plan: Mapping[str, Any] | str) -> str | None:
+    if isinstance(plan, str):
+        return None
+    bundle = plan.get("bundle")
+    digest = bundle.get("sha256") if isinstance(bundle, Mapping) else None
+    return digest if isinstance(digest, str) else None
+
+
+def engine_container_name(pod: Mapping[str, Any]) -> str | None:
+    named = pod_annotations(pod).get(ENGINE_CONTAINER_ANNOTATION)
+    if named:
+        return named
+    containers = _spec(pod).get("containers")
+    if isinstance(containers, list) and containers and isinstance(containers[0], Mapping):
+        name = containers[0].get("name")
+        return name if isinstance(name, str) else None
+    return None
+
+
+def _containers(pod: Mapping[str, Any]) -> list[tuple[str, Mapping[str, Any]]]:
+    spec = _spec(pod)
+    out: list[tuple[str, Mapping[str, Any]]] = []
+    for kind in CONTAINER_LISTS:
+        entries = spec.get(kind)
+        if isinstance(entries, list):
+            out.extend((kind, c) for c in entries if isinstance(c, Mapping))
+    return out
+
+
+def is_accelerator(name: str) -> bool:
+    return name.startswith(ACCELERATOR_PREFIXES)
+
+
+# -- quantities ----------------------------------------------------------------------------------
+
+_SUFFIX = {
+    "n": Decimal("1e-9"),
+    "u": Decimal("1e-6"),
+    "m": Decimal("1e-3"),
+    "": Decimal(1),
+    "k": Decimal("1e3"),
+    "M": Decimal("1e6"),
+    "G": Decimal("1e9"),
+    "T": Decimal("1e12"),
+    "P": Decimal("1e15"),
+    "E": Decimal("1e18"),
+    "Ki": Decimal(2**10),
+    "Mi": Decimal(2**20),
+    "Gi": Decimal(2**30),
+    "Ti": Decimal(2**40),
+    "Pi": Decimal(2**50),
+    "Ei": Decimal(2**60),
+}
+_QUANTITY = re.compile(
+    r"(?P<n>[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+))"
+    r"(?:(?P<suffix>Ki|Mi|Gi|Ti|Pi|Ei|n|u|m|k|M|G|T|P|E)|[eE](?P<exp>[+-]?[0-9]{1,3}))?"
+)
+
+
+def quantity_value(value: Any) -> Decimal | None:
+    """A Kubernetes quantity as an exact number, so `1000m` equals `1` and `1Gi` equals `1024Mi`:
+    the API server stores quantities in its canonical spelling, not necessarily the plan's."""
+    if isinstance(value, bool) or not isinstance(value, str | int):
+        return None
+    match = _QUANTITY.fullmatch(str(value))
+    if match is None:
+        return None
+    try:
+        number = Decimal(match["n"])
+    except InvalidOperation:  # pragma: no cover - the pattern admits only decimals
+        return None
+    if match["exp"] is not None:
+        return number.scaleb(int(match["exp"]))
+    return number * _SUFFIX[match["suffix"] or ""]
+
+
+def _same_quantity(a: Any, b: Any) -> bool:
+    left, right = quantity_value(a), quantity_value(b)
+    if left is None or right is None:
+        return bool(a == b)
+    return left == right
+
+
+# -- the Pod against its plan --------------------------------------------------------------------
+
+
+def _resource_findings(
+    resources: Mapping[str, Any], plan: Mapping[str, Any], engine: str
+) -> list[str]:
+    planned = plan.get("resources")
+    planned = planned if isinstance(planned, Mapping) else {}
+    names: set[str] = set()
+    for part in ("requests", "limits"):
+        names.update(k for k in _strings_or_values(planned.get(part)))
+    found: list[str] = []
+    for part in ("requests", "limits"):
+        want = _strings_or_values(planned.get(part))
+        have = _strings_or_values(resources.get(part))
+        for name in sorted(names | {k for k in have if is_accelerator(k)}):
+            wanted, actual = want.get(name), have.get(name)
+            if wanted is None and actual is None:
+                continue
+            if wanted is None or actual is None or not _same_quantity(wanted, actual):
+                found.append(
+                    f"container {engine} {part}[{name}] is {_show(actual)}, the plan says "
+                    f"{_show(wanted)}"
+                )
+    return found
+
+
+def _strings_or_values(value: Any) -> dict[str, Any]:
+    if not isinstance(value, Mapping):
+        return {}
+    return {k: v for k, v in value.items() if isinstance(k, str)}
+
+
+def _show(value: Any) -> str:
+    return "absent" if value is None else str(value)
+
+
+def _pod_findings(pod: Mapping[str, Any], plan: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """Every way the stored Pod differs from its plan, as (reason, sentence), in reason order."""
+    spec = _spec(pod)
+    engine = engine_container_name(pod)
+    found: list[tuple[str, str]] = []
+    engine_container = next(
+        (c for kind, c in _containers(pod) if kind == "containers" and c.get("name") == engine),
+        None,
+    )
+    if engine_container is None:
+        found.append((IMAGE_MISMATCH, f"the engine container {engine!r} is not in the Pod"))
+    else:
+        image = engine_container.get("image")
+        if image != plan.get("image"):
+            found.append(
+                (
+                    IMAGE_MISMATCH,
+                    f"container {engine} runs {_show(image)}, the plan names {plan.get('image')}",
+                )
+            )
+        resources = engine_container.get("resources")
+        resources = resources if isinstance(resources, Mapping) else {}
+        found.extend(
+            (RESOURCES_MISMATCH, text) for text in _resource_findings(resources, plan, str(engine))
+        )
+    for kind, container in _containers(pod):
+        name = container.get("name")
+        if kind == "containers" and name == engine:
+            continue
+        resources = container.get("resources")
+        resources = resources if isinstance(resources, Mapping) else {}
+        for part in ("requests", "limits"):
+            for key in sorted(_strings_or_values(resources.get(part))):
+                if is_accelerator(key):
+                    found.append(
+                        (
+                            RESOURCES_MISMATCH,
+                            f"{kind}[{name}] asks for {key} in {part}, outside the plan",
+                        )
+                    )
+    for kind, container in _containers(pod):
+        env = container.get("env")
+        for entry in env if isinstance(env, list) else []:
+            if isinstance(entry, Mapping) and entry.get("name") == DEVICE_ENV:
+                found.append(
+                    (
+                        UNPLANNED_DEVICE_ACCESS,
+                        f"{kind}[{container.get('name')}] sets {DEVICE_ENV}, which hands devices "
+                        "to the container outside the device plugin's grant",
+                    )
+                )
+    if spec.get("resourceClaims"):
+        found.append(
+            (UNPLANNED_DEVICE_ACCESS, "spec.resourceClaims claims devices outside the plan")
+        )
+    runtime_class = spec.get("runtimeClassName") or None
+    if runtime_class != (plan.get("runtimeClassName") or None):
+        found.append(
+            (
+                RUNTIME_CLASS_MISMATCH,
+                f"runtimeClassName is {_show(runtime_class)}, the plan says "
+                f"{_show(plan.get('runtimeClassName') or None)}",
+            )
+        )
+    selector = _strings(spec.get("nodeSelector")).get(ARCH_KEY)
+    planned_selector = plan.get("nodeSelector")
+    wanted_arch = planned_selector.get(ARCH_KEY) if isinstance(planned_selector, Mapping) else None
+    if selector != wanted_arch:
+        found.append(
+            (
+                NODE_SELECTOR_MISMATCH,
+                f"nodeSelector {ARCH_KEY} is {_show(selector)}, the plan says {_show(wanted_arch)}",
+            )
+        )
+    order = {reason: i for i, reason in enumerate(REASONS)}
+    return sorted(found, key=lambda item: order[item[0]])
+
+
+# -- the plan against the core -------------------------------------------------------------------
+
+
+def _revision_text(profile: VerifiedProfile) -> str:
+    return (
+        f"profile revision {profile.configmap_name} v{profile.version} "
+        f"(bundle sha256 {profile.sha256[:12]})"
+    )
+
+
+def _plan_time(pod: Mapping[str, Any], profile: VerifiedProfile | None, now: datetime) -> datetime:
+    """When the plan was made (the Pod's creation), clamped into the revision's window so the
+    re-run answers which plan the revision gives rather than whether it is still valid."""
+    moment = created_at(pod) or now
+    if profile is None:
+        return moment
+    issued, expires = profile.envelope.issued_at, profile.envelope.expires_at
+    latest = expires - timedelta(seconds=1)
+    return max(issued, min(moment, latest)) if latest >= issued else moment
+
+
+def _request(pod: Mapping[str, Any]) -> Any:
+    text = pod_annotations(pod).get(REQUEST_ANNOTATION)
+    if text is None:
+        raise ValueError(f"the Pod carries no {REQUEST_ANNOTATION} annotation any more")
+    try:
+        return strictjson.loads(text, max_bytes=MAX_ANNOTATION_BYTES, what=REQUEST_ANNOTATION)
+    except strictjson.StrictJSONError as exc:
+        raise ValueError(f"the {REQUEST_ANNOTATION} annotation cannot be read: {exc}") from None
+
+
+def _plan_differences(annotated: Mapping[str, Any], derived: Mapping[str, Any]) -> str:
+    keys = sorted(set(annotated) | set(derived))
+    parts = [
+        f"{key}: annotation {_compact(annotated.get(key))}, core {_compact(derived.get(key))}"
+        for key in keys
+        if annotated.get(key) != derived.get(key)
+    ]
+    shown = "; ".join(parts[:3])
+    return shown + (f"; and {len(parts) - 3} more" if len(parts) > 3 else "")
+
+
+def _compact(value: Any) -> str:
+    text = repr(value) if not isinstance(value, str) else value
+    return text if len(text) <= 120 else text[:119] + "…"
+
+
+def _rederive(
+    pod: Mapping[str, Any],
+    plan: Mapping[str, Any],
+    profile: VerifiedProfile | None,
+    ctx: PlanContext,
+    now: datetime,
+) -> Verdict | None:
+    """None when the core gives this exact plan for the Pod's request; else the PlanMismatch."""
+    try:
+        document = _request(pod)
+    except ValueError as exc:
+        return _false(PLAN_MISMATCH, f"{exc}; the plan cannot be checked against the core")
+    at = _plan_time(pod, profile, now)
+    context = replace(ctx, profile=profile, profile_refusal=None, now=at)
+    decision = decide(document, context)
+    under = _revision_text(profile) if profile is not None else "this install's settings"
+    if not decision.allowed:
+        return _false(
+            PLAN_MISMATCH,
+            f"under {under} the core refuses the Pod's deployment request "
+            f"({decision.status}: {decision.detail}), yet the Pod carries a plan",
+        )
+    if decision.body != dict(plan):
+        return _false(
+            PLAN_MISMATCH,
+            f"the plan annotation is not what {under} plans for the Pod's deployment request: "
+            + _plan_differences(plan, decision.body),
+        )
+    return None
+
+
+def _lapse(pod: Mapping[str, Any], lapse: Lapse, sticky_reason: str) -> Verdict:
+    if verified_before(pod):
+        return Verdict(
+            "True",
+            sticky_reason,
+            _clip(
+                f"the Pod still matches the plan it was verified against; {lapse.message}. It "
+                "stays verified: publish a new profile revision and redeploy to renew the grant"
+            ),
+        )
+    return _false(lapse.reason, lapse.message)
+
+
+def _grant_summary(pod: Mapping[str, Any], plan: Mapping[str, Any]) -> str:
+    resources = plan.get("resources")
+    limits = resources.get("limits") if isinstance(resources, Mapping) else None
+    requests = resources.get("requests") if isinstance(resources, Mapping) else None
+    shown = limits if isinstance(limits, Mapping) and limits else requests
+    granted = ", ".join(f"{k}={v}" for k, v in sorted((shown or {}).items())) or "no resources"
+    selector = plan.get("nodeSelector")
+    arch = selector.get(ARCH_KEY) if isinstance(selector, Mapping) else None
+    runtime = plan.get("runtimeClassName") or "none"
+    binding = plan.get("bindingId") or plan.get("path")
+    return (
+        f"binding {binding}: {granted}, RuntimeClass {runtime}, {ARCH_KEY}={arch}, the planned "
+        f"image, on node {node_name(pod)}"
+    )
+
+
+def check_grant(
+    pod: Mapping[str, Any],
+    profile: VerifiedProfile | None,
+    ctx: PlanContext,
+    now: datetime,
+    *,
+    lapse: Lapse | None = None,
+    plan: Mapping[str, Any] | str | None = None,
+) -> Verdict:
+    """The verdict for a bound engine Pod.
+
+    `profile` is the verified revision whose bundle sha256 the plan names (None when the plan
+    names none, or the revision is not available: then `lapse` says why, defaulting to "unknown
+    revision"). `ctx` is this install's planning context (catalog, recipes, tenant mode); its
+    profile and time are replaced here. `now` is the current time, for the window policy.
+    `plan` is the Pod's plan annotation as `read_plan` gives it, when the caller has it already.
+    """
+    if plan is None:
+        plan = read_plan(pod)
+    if isinstance(plan, str):
+        return _false(PLAN_MISSING, plan)
+    if plan.get("path") not in ("gpu", "cpu"):
+        return _false(
+            PLAN_MISMATCH,
+            f"the plan's path is {plan.get('path')!r}; only a gpu or cpu plan creates a workload",
+        )
+    findings = _pod_findings(pod, plan)
+    if findings:
+        return _false(findings[0][0], "; ".join(text for _, text in findings))
+    bundle = plan.get("bundle")
+    digest = bundle.get("sha256") if isinstance(bundle, Mapping) else None
+    if lapse is not None:
+        return _lapse(pod, lapse, VERIFIED_REVISION_UNAVAILABLE)
+    if digest is not None and profile is None:
+        return _lapse(
+            pod,
+            Lapse(
+                PROFILE_REVISION_UNKNOWN,
+                f"no profile ConfigMap in the namespace carries bundle sha256 {digest}, the "
+                "revision the Pod was planned with",
+            ),
+            VERIFIED_REVISION_UNAVAILABLE,
+        )
+    if profile is not None and digest != profile.sha256:
+        return _false(
+            PLAN_MISMATCH,
+            f"the plan names bundle sha256 {digest}, not the revision it is checked against "
+            f"({profile.sha256})",
+        )
+    mismatch = _rederive(pod, plan, profile, ctx, now)
+    if mismatch is not None:
+        return mismatch
+    if profile is not None:
+        try:
+            profile.check_window(now)
+        except ProfileRefused as refusal:
+            return _lapse(
+                pod,
+                Lapse(
+                    PROFILE_EXPIRED,
+                    f"{_revision_text(profile)} is outside its window: {refusal.check}",
+                ),
+                VERIFIED_PROFILE_EXPIRED,
+            )
+    source = _revision_text(profile) if profile is not None else "this install's settings"
+    return Verdict(
+        "True",
+        VERIFIED,
+        _clip(f"the Pod runs its plan ({_grant_summary(pod, plan)}), as {source} plans it"),
+    )
+
+
+def scheduling_verdict(pod: Mapping[str, Any], now: datetime, timeout_seconds: float) -> Evaluation:
+    """An unbound Pod: nothing until `timeout_seconds` after creation, then SchedulingTimeout with
+    the scheduler's last word, so a Pod stuck Pending says why instead of staying silent."""
+    created = created_at(pod) or now
+    waited = (now - created).total_seconds()
+    if waited < timeout_seconds:
+        return Evaluation(None, timeout_seconds - waited)
+    scheduled = condition(pod, "PodScheduled")
+    said = scheduled.get("message") if scheduled is not None else None
+    reason = scheduled.get("reason") if scheduled is not None else None
+    if isinstance(said, str) and said:
+        last = f"the scheduler's last message: {said}"
+    elif reason == "SchedulingGated":
+        last = "the Pod is held by scheduling gates"
+    else:
+        last = "the scheduler has not reported on this Pod"
+    return Evaluation(
+        _false(
+            SCHEDULING_TIMEOUT,
+            f"not scheduled within {int(timeout_seconds)}s of creation "
+            f"({format_timestamp(created)}); {last}",
+        )
+    )
+
+
+def evaluate(
+    pod: Mapping[str, Any],
+    revisions: Mapping[str, VerifiedProfile | Lapse],
+    ctx: PlanContext,
+    now: datetime,
+    *,
+    scheduling_timeout: float = DEFAULT_SCHEDULING_TIMEOUT,
+    lapse: Lapse | None = None,
+) -> Evaluation:
+    """The whole decision for one engine Pod: bound, it gets the grant check; unbound, the
+    scheduling deadline. `revisions` maps bundle sha256 to the verified revision or to why the
+    ConfigMap carrying it was refused. `recheck_after` is when time alone changes the answer
+    (the scheduling deadline, or the revision's expiry)."""
+    if node_name(pod) is None:
+        return scheduling_verdict(pod, now, scheduling_timeout)
+    plan = read_plan(pod)
+    digest = _digest(plan)
+    known = revisions.get(digest) if digest is not None else None
+    profile = known if isinstance(known, VerifiedProfile) else None
+    if lapse is None and isinstance(known, Lapse):
+        lapse = known
+    verdict = check_grant(pod, profile, ctx, now, lapse=lapse, plan=plan)
+    recheck = None
+    if profile is not None and verdict.reason == VERIFIED:
+        recheck = max(profile.seconds_until_expiry(now), 0.0)
+    return Evaluation(verdict, recheck)
+
+
+def departed_verdict() -> Verdict:
+    """For a Pod that was verified as an engine Pod and has since lost the engine label: it left
+    the set of Pods being re-checked, so the grant it claims is no longer vouched for."""
+    return _false(
+        ENGINE_LABEL_REMOVED,
+        f"the {ENGINE_LABEL} label was removed, so the grant is no longer checked; restore the "
+        "label to have the Pod verified again",
+    )
+
+
+def refused_lapse(configmap_name: str, refusal: ProfileRefused) -> Lapse:
+    """The Lapse for a revision whose ConfigMap the verifier refused."""
+    return Lapse(
+        PROFILE_REFUSED,
+        f"profile ConfigMap {configmap_name} was refused: {refusal.authorization_message} "
+        f"({refusal.check})",
+    )
+
+
+__all__ = [
+    "CONDITION_TYPE",
+    "REASONS",
+    "Evaluation",
+    "Lapse",
+    "Verdict",
+    "check_grant",
+    "evaluate",
+    "plan_revision",
+    "refused_lapse",
+    "scheduling_verdict",
+]

@@ -197,9 +197,7 @@ def gpu_profile(
     }
 
 
-def with_profiles(
-    owner: Owner, *profiles: dict[str, Any], keep_cpu: bool = True
-) -> dict[str, Any]:
+def with_profiles(owner: Owner, *profiles: dict[str, Any], keep_cpu: bool = True) -> dict[str, Any]:
     envelope = owner.envelope()
     base = [p for p in envelope["profiles"] if p["capability"] == "cpu"] if keep_cpu else []
     envelope["profiles"] = base + list(profiles)

@@ -1,0 +1,187 @@
+"""KubernetesSource against a fake API server: list, watch, revisions, deletion, errors, 410.
+
+The official client runs for real on the source's threads; only the server is fake. Each test
+waits for the store to reach a state rather than sleeping a fixed time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+
+import pytest
+
+from inference_policy.signing import DEFAULT_CONFIGMAP_NAME, Reason
+from tests.integration.fakeapi import FakeApiServer
+from tests.profilekit import NAMESPACE, NOW, Owner, request
+from webhook.profile_source import ClientConfigError, KubernetesSource, PolicyStore, kubernetes_api
+
+
+@pytest.fixture
+async def api() -> AsyncIterator[FakeApiServer]:
+    server = FakeApiServer(NAMESPACE)
+    await server.start()
+    yield server
+    await server.stop()
+
+
+async def eventually(check: Callable[[], bool], timeout: float = 10.0) -> None:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not check():
+        if loop.time() > deadline:
+            raise AssertionError("condition not reached in time")
+        await asyncio.sleep(0.02)
+
+
+def _version(store: PolicyStore) -> int:
+    return store.state.profile.version if store.state.profile is not None else 0
+
+
+async def _source(
+    api: FakeApiServer, tmp_path: Path, store: PolicyStore, resync: int = 30
+) -> KubernetesSource:
+    factory = kubernetes_api(str(api.kubeconfig(tmp_path / "kubeconfig")))
+    source = KubernetesSource(
+        NAMESPACE, resync_seconds=resync, api_factory=factory, backoff_seconds=0.05
+    )
+    await source.start(store)
+    return source
+
+
+async def test_profile_is_read_watched_and_verified_once_per_revision(
+    api: FakeApiServer, tmp_path: Path
+) -> None:
+    owner = Owner()
+    api.put(owner.sign())
+    store = PolicyStore(owner.settings(), clock=lambda: NOW)
+    source = await _source(api, tmp_path, store)
+    try:
+        await eventually(lambda: store.ready and store.state.profile is not None)
+        assert store.state.verifications == 1
+        assert store.decide(request()).allowed
+
+        # A new revision arrives through the watch and is verified once.
+        envelope = owner.envelope(version=2)
+        api.put(owner.sign(envelope))
+        await eventually(
+            lambda: store.state.profile is not None and store.state.profile.version == 2
+        )
+        assert store.state.verifications == 2
+
+        # Deleted: refused with the seed's arrival reason, and still ready.
+        api.delete(DEFAULT_CONFIGMAP_NAME)
+        await eventually(lambda: store.state.profile is None)
+        refusal = store.state.profile_refusal
+        assert refusal is not None and refusal.reason is Reason.ARRIVAL
+        assert store.ready
+        decision = store.decide(request())
+        assert decision.status == 503
+        assert decision.detail.endswith("bundle did not arrive from the configured ConfigMap")
+    finally:
+        await source.stop()
+
+
+async def test_resync_relists_without_verifying_again(api: FakeApiServer, tmp_path: Path) -> None:
+    owner = Owner()
+    api.put(owner.sign())
+    store = PolicyStore(owner.settings(), clock=lambda: NOW)
+    source = await _source(api, tmp_path, store, resync=1)
+    try:
+        await eventually(lambda: api.lists >= 3, timeout=15)
+        assert store.state.verifications == 1
+    finally:
+        await source.stop()
+
+
+async def test_missing_configmap_is_ready_and_refused(api: FakeApiServer, tmp_path: Path) -> None:
+    owner = Owner()
+    store = PolicyStore(owner.settings(), clock=lambda: NOW)
+    source = await _source(api, tmp_path, store)
+    try:
+        await eventually(lambda: store.ready)
+        assert store.decide(request()).detail == (
+            "owner profile bundle: invalid inference profile authorization: bundle did not "
+            "arrive from the configured ConfigMap"
+        )
+        api.put(owner.sign())
+        await eventually(lambda: store.decide(request()).allowed)
+    finally:
+        await source.stop()
+
+
+async def test_errors_back_off_and_recover(api: FakeApiServer, tmp_path: Path) -> None:
+    owner = Owner()
+    api.put(owner.sign())
+    api.fail_next = 3
+    store = PolicyStore(owner.settings(), clock=lambda: NOW)
+    source = await _source(api, tmp_path, store)
+    try:
+        await eventually(lambda: store.ready and store.state.profile is not None)
+        assert source.errors >= 3
+    finally:
+        await source.stop()
+
+
+async def test_watch_expiry_410_relists(api: FakeApiServer, tmp_path: Path) -> None:
+    owner = Owner()
+    api.put(owner.sign())
+    api.gone_next = 1
+    store = PolicyStore(owner.settings(), clock=lambda: NOW)
+    source = await _source(api, tmp_path, store)
+    try:
+        await eventually(lambda: api.lists >= 2 and api.watches >= 2)
+        api.put(owner.sign(owner.envelope(version=3)))
+        await eventually(
+            lambda: store.state.profile is not None and store.state.profile.version == 3
+        )
+    finally:
+        await source.stop()
+
+
+async def test_recipe_catalogs_are_watched_too(api: FakeApiServer, tmp_path: Path) -> None:
+    from inference_policy.recipes import render_catalog
+
+    owner = Owner()
+    api.put(owner.sign())
+    rendered = render_catalog(
+        {"schemaVersion": 1, "capability": "cpu", "recipes": []}, NAMESPACE, "cpu"
+    )
+    name = rendered.configmap["metadata"]["name"]
+    store = PolicyStore(owner.settings(cpu_recipe_catalog_configmap=name), clock=lambda: NOW)
+    source = await _source(api, tmp_path, store)
+    try:
+        await eventually(lambda: store.ready)
+        assert store.decide(request()).status == 503
+        api.put(rendered.configmap)
+        await eventually(lambda: store.state.cpu_recipes is not None)
+        assert store.decide(request()).allowed
+    finally:
+        await source.stop()
+
+
+async def test_a_configmap_the_role_does_not_name_did_not_arrive(
+    api: FakeApiServer, tmp_path: Path
+) -> None:
+    owner = Owner()
+    api.put(owner.sign())
+    api.forbidden.add(DEFAULT_CONFIGMAP_NAME)
+    store = PolicyStore(owner.settings(), clock=lambda: NOW)
+    source = await _source(api, tmp_path, store)
+    try:
+        await eventually(lambda: store.ready)
+        decision = store.decide(request())
+        assert decision.status == 503
+        assert decision.detail.endswith("bundle did not arrive from the configured ConfigMap")
+        refusal = store.state.profile_refusal
+        assert refusal is not None and "may not be read (HTTP 403" in refusal.check
+        api.forbidden.clear()  # the Role is fixed
+        await eventually(lambda: store.decide(request()).allowed)
+    finally:
+        await source.stop()
+
+
+def test_unusable_kubeconfig_is_a_clear_error(tmp_path: Path) -> None:
+    with pytest.raises(ClientConfigError, match="cannot load the Kubernetes client"):
+        kubernetes_api(str(tmp_path / "missing"))

@@ -1,0 +1,202 @@
+"""Builders for the webhook's integration tests: Pods, AdmissionReviews, published ConfigMaps.
+
+The profiles themselves come from `tests.profilekit`, signed with a fresh key by the real signing
+code; this module adds what the API server would add (uid, resourceVersion) and what the webhook
+receives (an AdmissionReview), and applies the patches the webhook returns, so a test asserts on
+the Pod that would be stored rather than on the patch's wording.
+"""
+
+from __future__ import annotations
+
+import base64
+import copy
+import json
+import uuid
+from datetime import datetime
+from typing import Any
+
+from aiohttp import web
+
+from inference_policy.signing import DEFAULT_CONFIGMAP_NAME
+from tests.profilekit import NAMESPACE, NOW, Owner
+from webhook.app import create_app
+from webhook.profile_source import MemorySource, PolicyStore
+
+ENGINE_LABEL = "kamiwaza.ai/deployment-id"
+REQUEST_ANNOTATION = "kamiwaza.ai/deployment-request"
+PLAN_ANNOTATION = "kamiwaza.ai/plan"
+GPU_SECRET = "gpu-staging-pull"
+CPU_SECRET = "cpu-staging-pull"
+SCHEDULER = "kamiwaza-inference-scheduler"
+
+
+def published(
+    configmap: dict[str, Any], uid: str | None = None, resource_version: str = "1001"
+) -> dict[str, Any]:
+    """A ConfigMap as the API server returns it: with a uid and a resourceVersion."""
+    out = copy.deepcopy(configmap)
+    out["metadata"]["uid"] = uid or str(uuid.uuid4())
+    out["metadata"]["resourceVersion"] = resource_version
+    return out
+
+
+def engine_pod(
+    request: dict[str, Any] | str | None,
+    *,
+    name: str = "tmi-3f2a9c",
+    containers: list[dict[str, Any]] | None = None,
+    annotations: dict[str, str] | None = None,
+    labels: dict[str, str] | None = None,
+    **spec: Any,
+) -> dict[str, Any]:
+    """An engine Pod as the platform creates it, before the webhook has planned it."""
+    all_annotations = dict(annotations or {})
+    if request is not None:
+        all_annotations[REQUEST_ANNOTATION] = (
+            request if isinstance(request, str) else json.dumps(request)
+        )
+    all_labels = {ENGINE_LABEL: "631e7142-3417-487c-be65-d7715ba6cbf2", **(labels or {})}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "namespace": NAMESPACE,
+            "labels": all_labels,
+            "annotations": all_annotations,
+        },
+        "spec": {
+            "containers": containers
+            if containers is not None
+            else [
+                {
+                    "name": "engine",
+                    "image": "placeholder.invalid/engine:latest",
+                    "args": ["--port", "8080"],
+                    "resources": {"requests": {"cpu": "2", "memory": "8Gi"}},
+                }
+            ],
+            "restartPolicy": "Always",
+            **spec,
+        },
+    }
+
+
+def plain_pod(**spec: Any) -> dict[str, Any]:
+    """A Pod without the engine label, e.g. a tenant's own workload."""
+    pod = engine_pod(None, name="tenant-app", **spec)
+    pod["metadata"]["labels"] = {"app": "tenant"}
+    return pod
+
+
+def review(
+    obj: dict[str, Any] | None,
+    *,
+    operation: str = "CREATE",
+    namespace: str = NAMESPACE,
+    old: dict[str, Any] | None = None,
+    uid: str | None = None,
+) -> dict[str, Any]:
+    """The AdmissionReview v1 the API server posts for a Pod."""
+    gvk = {"group": "", "version": "v1", "kind": "Pod"}
+    gvr = {"group": "", "version": "v1", "resource": "pods"}
+    # In the API server's order: kind before apiVersion, the uid first in the request.
+    return {
+        "kind": "AdmissionReview",
+        "apiVersion": "admission.k8s.io/v1",
+        "request": {
+            "uid": uid or str(uuid.uuid4()),
+            "kind": gvk,
+            "resource": gvr,
+            "subResource": "",
+            "requestKind": gvk,
+            "requestResource": gvr,
+            "requestSubResource": "",
+            "name": obj.get("metadata", {}).get("name", "") if isinstance(obj, dict) else "",
+            "namespace": namespace,
+            "operation": operation,
+            "userInfo": {"username": "system:serviceaccount:kamiwaza:core", "groups": []},
+            "object": obj,
+            "oldObject": old,
+            "dryRun": False,
+            "options": {"apiVersion": "meta.k8s.io/v1", "kind": "CreateOptions"},
+        },
+    }
+
+
+def _unescape(token: str) -> str:
+    return token.replace("~1", "/").replace("~0", "~")
+
+
+def apply_patch(document: Any, ops: list[dict[str, Any]]) -> Any:
+    """A small RFC 6902 applier (add, remove, replace), strict about missing parents."""
+    doc = copy.deepcopy(document)
+    for op in ops:
+        path = op["path"]
+        if path == "":
+            if op["op"] in ("add", "replace"):
+                doc = copy.deepcopy(op["value"])
+                continue
+            raise ValueError("cannot remove the whole document")
+        tokens = [_unescape(t) for t in path.split("/")[1:]]
+        parent = doc
+        for token in tokens[:-1]:
+            parent = parent[int(token)] if isinstance(parent, list) else parent[token]
+        last = tokens[-1]
+        if isinstance(parent, list):
+            index = len(parent) if last == "-" else int(last)
+            if op["op"] == "add":
+                parent.insert(index, copy.deepcopy(op["value"]))
+            elif op["op"] == "remove":
+                del parent[index]
+            elif op["op"] == "replace":
+                parent[index] = copy.deepcopy(op["value"])
+            else:
+                raise ValueError(f"unsupported op {op['op']}")
+        else:
+            if op["op"] in ("remove", "replace") and last not in parent:
+                raise KeyError(f"{path} does not exist")
+            if op["op"] == "remove":
+                del parent[last]
+            elif op["op"] in ("add", "replace"):
+                parent[last] = copy.deepcopy(op["value"])
+            else:
+                raise ValueError(f"unsupported op {op['op']}")
+    return doc
+
+
+def patch_of(response: dict[str, Any]) -> list[dict[str, Any]]:
+    """The decoded JSON Patch of an AdmissionReview response ([] when there is none)."""
+    body = response["response"]
+    if "patch" not in body:
+        return []
+    assert body["patchType"] == "JSONPatch"
+    ops: list[dict[str, Any]] = json.loads(base64.b64decode(body["patch"]))
+    return ops
+
+
+def webhook_app(
+    owner: Owner,
+    configmaps: dict[str, dict[str, Any]] | None = None,
+    *,
+    now: datetime = NOW,
+    max_body_bytes: int | None = None,
+    **settings: Any,
+) -> tuple[web.Application, MemorySource, PolicyStore]:
+    """A webhook app fed from memory; by default the owner's profile is published."""
+    values: dict[str, Any] = {
+        "gpu_registry_credentials_secret": GPU_SECRET,
+        "cpu_registry_credentials_secret": CPU_SECRET,
+        "scheduler_name": SCHEDULER,
+    }
+    values.update(settings)
+    policy = owner.settings(**values)
+    if configmaps is None:
+        configmaps = {DEFAULT_CONFIGMAP_NAME: published(owner.sign())}
+    source = MemorySource(configmaps)
+    store = PolicyStore(policy, clock=lambda: now)
+    extra: dict[str, Any] = {}
+    if max_body_bytes is not None:
+        extra["max_body_bytes"] = max_body_bytes
+    app = create_app(policy, source, store=store, clock=lambda: now, **extra)
+    return app, source, store

@@ -1,0 +1,535 @@
+"""AdmissionReview in, AdmissionReview out: planning engine Pods and refusing forged ones.
+
+Two kinds of Pod reach this code, through two entries of one MutatingWebhookConfiguration:
+
+* Engine Pods (label `kamiwaza.ai/deployment-id`): the deployment request in their annotation
+  is planned by the core, and the Pod is rewritten to the plan (image, resources, RuntimeClass,
+  architecture, pull Secret, scheduler, readiness gate, plan annotation) by a JSON Patch
+  computed as the difference between the Pod received and the Pod wanted. The plan replaces
+  what it governs: the engine container's accelerator asks, the RuntimeClass (removed for a
+  CPU plan, whose engine container also loses its limits), the whole nodeSelector and the pull
+  Secrets; the container's own cpu and memory asks stay. `spec.nodeName` is refused, since it
+  would bypass the scheduler that checks the grant.
+* Every other Pod in the namespace (the guard entry): it may not reach for an accelerator on
+  its own. A Pod that requests `nvidia.com/*`, `amd.com/*` or `kamiwaza.ai/vram-gb-*` in any
+  container, sets a RuntimeClass, asks the NVIDIA runtime for devices through
+  `NVIDIA_VISIBLE_DEVICES`, claims devices through `resourceClaims`, or carries a plan
+  annotation it was not given, is refused with 403 naming each field. On UPDATE the plan
+  annotation is frozen, the planned image stays, and nothing new of that list may appear.
+
+Everything here is a function of the review and the store, with no I/O, so the same code runs
+under the HTTP server, the tests and the benchmark. Refusals are denials (HTTP 200,
+`allowed: false`, the plan's status in `status.code`), which the API server hands to the client
+unchanged; only a body that is not an AdmissionReview at all gets a non-200 answer.
+"""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+import orjson
+
+from webhook.jsonpatch import diff
+from webhook.metrics import refusal_class
+from webhook.profile_source import Memo, PolicyStore
+
+API_VERSION = "admission.k8s.io/v1"
+ENGINE_LABEL = "kamiwaza.ai/deployment-id"
+REQUEST_ANNOTATION = "kamiwaza.ai/deployment-request"
+PLAN_ANNOTATION = "kamiwaza.ai/plan"
+ENGINE_CONTAINER_ANNOTATION = "kamiwaza.ai/engine-container"
+READINESS_GATE = "kamiwaza.ai/AllocationVerified"
+ACCELERATOR_PREFIXES = ("nvidia.com/", "amd.com/", "kamiwaza.ai/vram-gb-")
+DEVICE_ENV = "NVIDIA_VISIBLE_DEVICES"
+CONTAINER_LISTS = ("containers", "initContainers", "ephemeralContainers")
+MAX_REQUEST_ANNOTATION_BYTES = 256 * 1024
+# How the API server's encoder starts every review: TypeMeta inline, then the request's uid.
+_GO_PREFIX = b'{"kind":"AdmissionReview","apiVersion":"admission.k8s.io/v1","request":{"uid":'
+STATUS_REASONS = {
+    400: "BadRequest",
+    403: "Forbidden",
+    409: "Conflict",
+    422: "Invalid",
+    500: "InternalError",
+    503: "ServiceUnavailable",
+}
+
+
+class MalformedReview(ValueError):
+    """The body is not an AdmissionReview this server can answer at all (HTTP 400)."""
+
+
+class MalformedPod(ValueError):
+    """The review is answerable but its Pod cannot be read (a 400 denial)."""
+
+
+@dataclass
+class Outcome:
+    """One answered review: the response object plus the labels it is counted under."""
+
+    response: dict[str, Any]
+    outcome: str
+    status: int
+    reason: str
+    plan: dict[str, Any] | None = None
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def allowed(self) -> bool:
+        return bool(self.response.get("allowed"))
+
+    def for_uid(self, uid: str) -> Outcome:
+        """The same answer to another review that differs only in its uid."""
+        return Outcome(
+            {**self.response, "uid": uid},
+            self.outcome,
+            self.status,
+            self.reason,
+            self.plan,
+            self.warnings,
+        )
+
+
+def accelerator_key(name: str) -> bool:
+    return name.startswith(ACCELERATOR_PREFIXES)
+
+
+def _allow(uid: str, reason: str, warnings: list[str] | None = None) -> Outcome:
+    response: dict[str, Any] = {"uid": uid, "allowed": True}
+    if warnings:
+        response["warnings"] = warnings
+    return Outcome(response, "allowed", 200, reason, warnings=warnings or [])
+
+
+def deny(uid: str, code: int, message: str, reason: str) -> Outcome:
+    response = {
+        "uid": uid,
+        "allowed": False,
+        "status": {
+            "status": "Failure",
+            "code": code,
+            "reason": STATUS_REASONS.get(code, "Invalid"),
+            "message": message,
+        },
+    }
+    return Outcome(response, "refused", code, reason)
+
+
+def envelope(outcome: Outcome, api_version: str = API_VERSION) -> dict[str, Any]:
+    return {"apiVersion": api_version, "kind": "AdmissionReview", "response": outcome.response}
+
+
+# -- reading the review ------------------------------------------------------------------------
+
+
+def parse_review(body: bytes, max_bytes: int) -> tuple[dict[str, Any], str]:
+    """The `request` of an AdmissionReview v1 and its uid, or MalformedReview saying why.
+
+    The review is decoded with orjson, which refuses what strict JSON refuses (NaN, Infinity,
+    lone surrogates, invalid UTF-8, a byte-order mark, deep nesting) except repeated keys. That
+    gap is closed by who writes the review: the API server encodes it from typed objects, so a
+    key cannot repeat, and a review posted by anyone else changes nothing but its own answer.
+    The text a tenant wrote, the deployment-request annotation, is decoded with the strict
+    decoder, as is every /v1/plan body. Strict decoding of the whole review would cost about
+    30 microseconds a review, a third of the budget (see bench/bench_webhook.py).
+    """
+    if len(body) > max_bytes:
+        raise MalformedReview(f"AdmissionReview is {len(body)} bytes, more than {max_bytes}")
+    try:
+        document = orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        raise MalformedReview(f"AdmissionReview is not JSON: {exc}") from None
+    if not isinstance(document, dict):
+        raise MalformedReview("the body must be a JSON object (an AdmissionReview)")
+    if document.get("apiVersion") != API_VERSION or document.get("kind") != "AdmissionReview":
+        raise MalformedReview(
+            f"expected apiVersion {API_VERSION} and kind AdmissionReview, got "
+            f"{document.get('apiVersion')!r} and {document.get('kind')!r}"
+        )
+    request = document.get("request")
+    if not isinstance(request, dict):
+        raise MalformedReview("the AdmissionReview has no request object")
+    uid = request.get("uid")
+    if not isinstance(uid, str) or not uid:
+        raise MalformedReview("the AdmissionReview request has no uid")
+    return request, uid
+
+
+def _mapping(value: Any, where: str) -> Mapping[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise MalformedPod(f"{where} must be an object")
+    return value
+
+
+def _list(value: Any, where: str) -> list[Any]:
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise MalformedPod(f"{where} must be a list")
+    return value
+
+
+def _check_pod(pod: Any, where: str) -> Mapping[str, Any]:
+    """Check the shape of every field this module reads, so later reads cannot fail."""
+    if not isinstance(pod, Mapping):
+        raise MalformedPod(f"{where} is not a Pod object")
+    if pod.get("kind", "Pod") != "Pod":
+        raise MalformedPod(f"{where} is a {pod.get('kind')!r}, not a Pod")
+    metadata = _mapping(pod.get("metadata"), f"{where}.metadata")
+    for key in ("labels", "annotations"):
+        values = _mapping(metadata.get(key), f"{where}.metadata.{key}")
+        if not all(isinstance(v, str) for v in values.values()):
+            raise MalformedPod(f"{where}.metadata.{key} must map strings to strings")
+    spec = pod.get("spec")
+    if not isinstance(spec, Mapping):
+        raise MalformedPod(f"{where}.spec must be an object")
+    if not _list(spec.get("containers"), f"{where}.spec.containers"):
+        raise MalformedPod(f"{where}.spec.containers must list at least one container")
+    for kind in CONTAINER_LISTS:
+        for index, container in enumerate(_list(spec.get(kind), f"{where}.spec.{kind}")):
+            at = f"{where}.spec.{kind}[{index}]"
+            if not isinstance(container, Mapping) or not isinstance(container.get("name"), str):
+                raise MalformedPod(f"{at} must be an object with a name")
+            resources = _mapping(container.get("resources"), f"{at}.resources")
+            for part in ("requests", "limits"):
+                _mapping(resources.get(part), f"{at}.resources.{part}")
+            for entry in _list(container.get("env"), f"{at}.env"):
+                if not isinstance(entry, Mapping):
+                    raise MalformedPod(f"{at}.env entries must be objects")
+    for key in ("nodeSelector",):
+        _mapping(spec.get(key), f"{where}.spec.{key}")
+    for key in ("readinessGates", "imagePullSecrets", "resourceClaims"):
+        _list(spec.get(key), f"{where}.spec.{key}")
+    return pod
+
+
+def _labels(pod: Mapping[str, Any]) -> Mapping[str, str]:
+    return (pod.get("metadata") or {}).get("labels") or {}
+
+
+def _annotations(pod: Mapping[str, Any]) -> Mapping[str, str]:
+    return (pod.get("metadata") or {}).get("annotations") or {}
+
+
+# -- forgery -----------------------------------------------------------------------------------
+
+
+def findings(
+    pod: Mapping[str, Any], engine: str | None = None, *, plan_annotation: bool = True
+) -> list[str]:
+    """Every way this Pod reaches for an accelerator on its own, each as the field that does.
+
+    `engine` names the container a plan is about to rewrite: its own resource asks are replaced
+    rather than refused, as are the Pod's RuntimeClass and plan annotation.
+    """
+    spec = pod["spec"]
+    found: list[str] = []
+    for kind in CONTAINER_LISTS:
+        for container in spec.get(kind) or []:
+            name = container["name"]
+            at = f"spec.{kind}[{name}]"
+            if not (kind == "containers" and name == engine):
+                resources = container.get("resources") or {}
+                for part in ("requests", "limits"):
+                    for key in resources.get(part) or {}:
+                        if accelerator_key(key):
+                            found.append(f"{at}.resources.{part}[{key}]")
+            for entry in container.get("env") or []:
+                if entry.get("name") == DEVICE_ENV:
+                    found.append(f"{at}.env[{DEVICE_ENV}]")
+    if engine is None and spec.get("runtimeClassName"):
+        found.append(f"spec.runtimeClassName ({spec['runtimeClassName']})")
+    if spec.get("resourceClaims"):
+        found.append("spec.resourceClaims")
+    if plan_annotation and engine is None and PLAN_ANNOTATION in _annotations(pod):
+        found.append(f"metadata.annotations[{PLAN_ANNOTATION}]")
+    return found
+
+
+def forgery_message(found: list[str]) -> str:
+    return (
+        "tenant-mode inference: this Pod asks for accelerator access outside a plan ("
+        + ", ".join(found)
+        + "); only an engine Pod planned by this webhook may, so remove "
+        + ("it" if len(found) == 1 else "them")
+    )
+
+
+# -- the review --------------------------------------------------------------------------------
+
+
+class Reviewer:
+    """Answers reviews for one namespace against one store."""
+
+    def __init__(self, store: PolicyStore) -> None:
+        self.store = store
+        self.settings = store.settings
+        self.answers: Memo[bytes, Outcome] = Memo(store)
+
+    def answer(self, body: bytes, max_bytes: int, now: datetime) -> Outcome:
+        """The answer to a review body (MalformedReview when it is not one).
+
+        An answer is a function of the decoded review, the store's inputs and the window the
+        clock is in, with the uid only echoed. The Pods of one ReplicaSet reach admission as
+        identical reviews but for the uid (no name or uid is assigned yet), so a scale-up is
+        answered once and then by lookup.
+
+        The key never cuts the uid's text out wherever it occurs: a review posted by anyone
+        could carry that text inside its Pod and so share a key with a different Pod, and have
+        its answer served for that one. The API server writes the uid first, right after the
+        envelope's kind and apiVersion; when the body starts exactly so, the rest of it is the
+        key. Any other body is keyed by its decoded request, re-encoded with the uid blanked.
+        """
+        request, uid = parse_review(body, max_bytes)
+        prefix = _GO_PREFIX + orjson.dumps(uid)
+        if body.startswith(prefix):
+            key = body[len(prefix) :]
+        else:
+            key = orjson.dumps({**request, "uid": ""})
+        found = self.answers.get(key, now)
+        if found is not None:
+            return found.for_uid(uid)
+        outcome = self.review(request, uid, now)
+        self.answers.put(key, outcome, now)
+        return outcome
+
+    def review(self, request: Mapping[str, Any], uid: str, now: datetime) -> Outcome:
+        try:
+            return self._review(request, uid, now)
+        except MalformedPod as exc:
+            return deny(uid, 400, f"the Pod in this review cannot be read: {exc}", "malformed-pod")
+
+    def _review(self, request: Mapping[str, Any], uid: str, now: datetime) -> Outcome:
+        kind = request.get("kind")
+        resource = request.get("resource")
+        if not (
+            isinstance(kind, Mapping)
+            and kind.get("group", "") == ""
+            and kind.get("kind") == "Pod"
+            and isinstance(resource, Mapping)
+            and resource.get("group", "") == ""
+            and resource.get("resource") == "pods"
+        ):
+            return deny(
+                uid,
+                400,
+                f"this webhook reviews core/v1 Pods; got {kind!r} on {resource!r}",
+                "malformed-review",
+            )
+        operation = request.get("operation")
+        if operation not in ("CREATE", "UPDATE"):
+            return _allow(uid, "not-checked")
+        namespace = request.get("namespace")
+        if namespace != self.settings.namespace:
+            # Opting a namespace in is the owner's namespaceSelector; this server only holds a
+            # profile for its own namespace, so elsewhere it neither plans nor guards.
+            return _allow(
+                uid,
+                "namespace-not-served",
+                [
+                    f"tenant-mode inference webhook serves namespace {self.settings.namespace}; "
+                    f"Pods in {namespace} are not planned or checked"
+                ],
+            )
+        pod = _check_pod(request.get("object"), "object")
+        if operation == "UPDATE":
+            old = _check_pod(request.get("oldObject"), "oldObject")
+            return self._update(uid, pod, old)
+        if ENGINE_LABEL in _labels(pod):
+            return self._engine(uid, pod, now)
+        found = findings(pod)
+        if found:
+            return deny(uid, 403, forgery_message(found), "forgery")
+        return _allow(uid, "not-engine-pod")
+
+    def _update(self, uid: str, pod: Mapping[str, Any], old: Mapping[str, Any]) -> Outcome:
+        before = _annotations(old).get(PLAN_ANNOTATION)
+        after = _annotations(pod).get(PLAN_ANNOTATION)
+        if before != after:
+            if before is None:
+                message = (
+                    f"the {PLAN_ANNOTATION} annotation is written by the admission webhook when "
+                    "it plans a Pod; it cannot be added afterwards"
+                )
+            else:
+                message = (
+                    f"the {PLAN_ANNOTATION} annotation is fixed when the Pod is admitted; it "
+                    "cannot be changed or removed"
+                )
+            return deny(uid, 403, message, "plan-annotation")
+        if before is not None:
+            image = _planned_image(before)
+            engine = _engine_container_name(old)
+            now_image = next(
+                (c.get("image") for c in pod["spec"]["containers"] if c["name"] == engine), None
+            )
+            was_image = next(
+                (c.get("image") for c in old["spec"]["containers"] if c["name"] == engine), None
+            )
+            if image is not None and now_image not in (was_image, image):
+                return deny(
+                    uid,
+                    403,
+                    f"container {engine} runs the image its plan names ({image}); it cannot be "
+                    "changed on an admitted Pod",
+                    "plan-annotation",
+                )
+        new = set(findings(pod, plan_annotation=False)) - set(findings(old, plan_annotation=False))
+        if new:
+            return deny(uid, 403, forgery_message(sorted(new)), "forgery")
+        return _allow(uid, "unchanged")
+
+    def _engine(self, uid: str, pod: Mapping[str, Any], now: datetime) -> Outcome:
+        annotations = _annotations(pod)
+        containers = pod["spec"]["containers"]
+        engine = _engine_container_name(pod)
+        index = next((i for i, c in enumerate(containers) if c["name"] == engine), None)
+        if index is None:
+            return deny(
+                uid,
+                422,
+                f"annotation {ENGINE_CONTAINER_ANNOTATION} names container {engine!r}, which "
+                "this Pod does not have",
+                "request-invalid",
+            )
+        found = findings(pod, engine)
+        if pod["spec"].get("nodeName"):
+            found.append(
+                f"spec.nodeName (engine Pods are placed by {self.settings.scheduler_name})"
+            )
+        if found:
+            return deny(uid, 403, forgery_message(found), "forgery")
+        text = annotations.get(REQUEST_ANNOTATION)
+        if text is None:
+            return deny(
+                uid,
+                422,
+                f"engine Pod (label {ENGINE_LABEL}) carries no {REQUEST_ANNOTATION} annotation; "
+                "the deployment request must be there for the Pod to be planned",
+                "request-missing",
+            )
+        planned = self.store.plan_text(
+            text, f"annotation {REQUEST_ANNOTATION}", now, MAX_REQUEST_ANNOTATION_BYTES
+        )
+        if planned.error is not None:
+            return deny(uid, 422, f"invalid deployment request: {planned.error}", "request-invalid")
+        decision = planned.decision
+        assert decision is not None
+        if not decision.allowed:
+            code = decision.body.get("code")
+            return deny(
+                uid,
+                decision.status,
+                decision.detail,
+                refusal_class(decision.detail, code if isinstance(code, str) else None),
+            )
+        plan = decision.body
+        if plan.get("path") == "external":
+            return deny(
+                uid,
+                422,
+                "external endpoints allocate no local resources and create no workload in the "
+                "tenant namespace; this engine Pod's deployment request is external",
+                "external",
+            )
+        wanted = self.planned_pod(pod, index, plan, planned.plan_json)
+        ops = diff(pod, wanted)
+        outcome = _allow(uid, "planned")
+        outcome.outcome = "patched" if ops else "allowed"
+        outcome.reason = "planned" if ops else "unchanged"
+        outcome.plan = plan
+        if ops:
+            outcome.response["patchType"] = "JSONPatch"
+            outcome.response["patch"] = base64.b64encode(orjson.dumps(ops)).decode("ascii")
+        outcome.response["auditAnnotations"] = {
+            "plan-path": str(plan.get("path")),
+            "plan-binding": str(plan.get("bindingId") or ""),
+        }
+        return outcome
+
+    def planned_pod(
+        self,
+        pod: Mapping[str, Any],
+        index: int,
+        plan: Mapping[str, Any],
+        plan_json: str | None = None,
+    ) -> dict[str, Any]:
+        """The Pod as the plan wants it, copying only what changes (the rest is shared)."""
+        new = dict(pod)
+        metadata = dict(pod.get("metadata") or {})
+        new["metadata"] = metadata
+        annotations = dict(metadata.get("annotations") or {})
+        annotations[PLAN_ANNOTATION] = plan_json or orjson.dumps(plan).decode("utf-8")
+        metadata["annotations"] = annotations
+
+        spec = dict(pod["spec"])
+        new["spec"] = spec
+        containers = list(spec["containers"])
+        container = dict(containers[index])
+        containers[index] = container
+        spec["containers"] = containers
+        container["image"] = plan["image"]
+        container["resources"] = _planned_resources(container.get("resources") or {}, plan)
+
+        runtime_class = plan.get("runtimeClassName")
+        if runtime_class:
+            spec["runtimeClassName"] = runtime_class
+        else:
+            spec.pop("runtimeClassName", None)
+        spec["nodeSelector"] = dict(plan.get("nodeSelector") or {})
+        spec["schedulerName"] = self.settings.scheduler_name
+        secret = (
+            self.settings.gpu_registry_credentials_secret
+            if plan.get("path") == "gpu"
+            else self.settings.cpu_registry_credentials_secret
+        )
+        if secret:
+            # The seed: engine Pods carry only the staging credential as their pull Secret.
+            spec["imagePullSecrets"] = [{"name": secret}]
+        gates = list(spec.get("readinessGates") or [])
+        if not any(
+            isinstance(g, Mapping) and g.get("conditionType") == READINESS_GATE for g in gates
+        ):
+            gates.append({"conditionType": READINESS_GATE})
+            spec["readinessGates"] = gates
+        return new
+
+
+def _engine_container_name(pod: Mapping[str, Any]) -> str:
+    named = _annotations(pod).get(ENGINE_CONTAINER_ANNOTATION)
+    if named:
+        return named
+    return str(pod["spec"]["containers"][0]["name"])
+
+
+def _planned_image(annotation: str) -> str | None:
+    try:
+        plan = orjson.loads(annotation)
+    except orjson.JSONDecodeError:
+        return None
+    image = plan.get("image") if isinstance(plan, dict) else None
+    return image if isinstance(image, str) else None
+
+
+def _planned_resources(current: Mapping[str, Any], plan: Mapping[str, Any]) -> dict[str, Any]:
+    """The engine container's resources: its own cpu/memory kept, accelerators from the plan.
+
+    A CPU plan sets requests only and the seed says no limits, so limits go: a limit the
+    platform had set below the planned request would otherwise make the Pod invalid.
+    """
+    planned = plan.get("resources") or {}
+    out = {k: v for k, v in current.items() if k not in ("requests", "limits")}
+    for part in ("requests", "limits"):
+        if part == "limits" and plan.get("path") == "cpu":
+            continue
+        kept = {k: v for k, v in (current.get(part) or {}).items() if not accelerator_key(str(k))}
+        kept.update(planned.get(part) or {})
+        if kept:
+            out[part] = kept
+    return out

@@ -1,0 +1,242 @@
+"""The HTTP side of the webhook: routes, body limits, lifecycle, health and metrics.
+
+The app is built by a factory from settings and a ConfigMap source, so tests run it through
+aiohttp's test client with a `MemorySource`, and the process entry point runs the very same app
+behind TLS with a `KubernetesSource`. Handlers only translate: the admission logic is in
+`webhook.admission`, the decision in the core.
+
+Status codes, on purpose: an AdmissionReview is always answered 200 (a denial is `allowed:
+false`), because any other status is a call failure that the API server turns into an opaque 500
+for the client; only a body that is not a review at all gets 400, and one over the size limit 413.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import orjson
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from policy_io.state import PolicySettings
+from webhook.admission import MalformedReview, Outcome, Reviewer, deny, envelope, parse_review
+from webhook.config import DEFAULT_MAX_BODY_BYTES
+from webhook.metrics import WebhookMetrics, refusal_class
+from webhook.profile_source import ConfigMapSource, MemorySource, PolicyStore
+from webhook.tlsreload import CertificateReloader
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Runtime:
+    """What the handlers share: the store, its reviewer, metrics and the process's phase."""
+
+    store: PolicyStore
+    reviewer: Reviewer
+    metrics: WebhookMetrics
+    source: ConfigMapSource
+    max_body_bytes: int
+    clock: Callable[[], datetime]
+    reloader: CertificateReloader | None = None
+    cert_reload_seconds: float = 10.0
+    draining: bool = False
+
+
+RUNTIME = web.AppKey("runtime", Runtime)
+
+
+def _json(document: Any, status: int = 200) -> web.Response:
+    return web.Response(body=orjson.dumps(document), status=status, content_type="application/json")
+
+
+def _problem(status: int, detail: str) -> web.Response:
+    return _json({"status": status, "detail": detail}, status)
+
+
+async def _read_body(request: web.Request, runtime: Runtime) -> bytes:
+    """The body, or HTTPException with a JSON problem when it is too large."""
+    try:
+        return await request.read()
+    except web.HTTPRequestEntityTooLarge:
+        raise web.HTTPRequestEntityTooLarge(
+            max_size=runtime.max_body_bytes,
+            actual_size=request.content_length or runtime.max_body_bytes + 1,
+            text=orjson.dumps(
+                {
+                    "status": 413,
+                    "detail": f"request body is larger than the limit of "
+                    f"{runtime.max_body_bytes} bytes",
+                }
+            ).decode(),
+            content_type="application/json",
+        ) from None
+
+
+async def mutate(request: web.Request) -> web.Response:
+    runtime = request.app[RUNTIME]
+    metrics = runtime.metrics
+    try:
+        body = await _read_body(request, runtime)
+    except web.HTTPRequestEntityTooLarge:
+        metrics.decision("mutate", "error", 413, "too-large")
+        raise
+    started = time.perf_counter()
+    try:
+        outcome = runtime.reviewer.answer(body, runtime.max_body_bytes, runtime.clock())
+    except MalformedReview as exc:
+        metrics.decision("mutate", "error", 400, "malformed-review")
+        return _problem(400, f"malformed AdmissionReview: {exc}")
+    except Exception:
+        # Fail closed: a bug must deny the Pod, with a message, rather than break the call.
+        log.exception("reviewing an AdmissionReview failed")
+        _, uid = parse_review(body, runtime.max_body_bytes)
+        outcome = deny(
+            uid,
+            500,
+            "tenant-mode inference webhook could not check this Pod (internal error; see the "
+            "webhook's log)",
+            "invalid",
+        )
+    response = _json(envelope(outcome))
+    metrics.observe("mutate", time.perf_counter() - started)
+    metrics.decision("mutate", outcome.outcome, outcome.status, outcome.reason)
+    if not outcome.allowed or log.isEnabledFor(logging.DEBUG):
+        _log_outcome(body, outcome)
+    return response
+
+
+def _log_outcome(body: bytes, outcome: Outcome) -> None:
+    review, _ = parse_review(body, len(body))
+    obj = review.get("object") if isinstance(review.get("object"), dict) else {}
+    meta = obj.get("metadata") if isinstance(obj, dict) else None
+    meta = meta if isinstance(meta, dict) else {}
+    name = meta.get("name") or (str(meta.get("generateName") or "") + "*")
+    level = logging.DEBUG if outcome.allowed else logging.INFO
+    status = outcome.response.get("status") or {}
+    log.log(
+        level,
+        "%s %s/%s %s: %s %s %s",
+        review.get("operation"),
+        review.get("namespace"),
+        name,
+        outcome.response.get("uid"),
+        outcome.outcome,
+        outcome.status,
+        status.get("message", outcome.reason),
+    )
+
+
+async def plan(request: web.Request) -> web.Response:
+    runtime = request.app[RUNTIME]
+    metrics = runtime.metrics
+    try:
+        body = await _read_body(request, runtime)
+    except web.HTTPRequestEntityTooLarge:
+        metrics.decision("plan", "error", 413, "too-large")
+        raise
+    started = time.perf_counter()
+    planned = runtime.store.plan_text(
+        body, "deployment request", runtime.clock(), runtime.max_body_bytes
+    )
+    if planned.error is not None:
+        metrics.decision("plan", "error", 400, "request-invalid")
+        return _problem(400, planned.error)
+    decision = planned.decision
+    assert decision is not None
+    response = _json(decision.body, decision.status)
+    metrics.observe("plan", time.perf_counter() - started)
+    if decision.allowed:
+        metrics.decision("plan", "planned", 200, "planned")
+    else:
+        code = decision.body.get("code")
+        reason = refusal_class(decision.detail, code if isinstance(code, str) else None)
+        metrics.decision("plan", "refused", decision.status, reason)
+    return response
+
+
+async def healthz(request: web.Request) -> web.Response:
+    return web.Response(text="ok\n")
+
+
+async def readyz(request: web.Request) -> web.Response:
+    runtime = request.app[RUNTIME]
+    store = runtime.store
+    if runtime.draining:
+        return _problem(503, "shutting down")
+    if not store.ready:
+        missing = sorted(set(store.names) - store.synced)
+        return _problem(503, "not read yet: " + ", ".join(f"ConfigMap {n}" for n in missing))
+    # Ready even while the profile is refused: refusing with the seed's 503 reason is this
+    # server's job, and taking it out of the Service would turn that into a call failure.
+    return web.Response(text="ok\n")
+
+
+async def metrics_handler(request: web.Request) -> web.Response:
+    registry = request.app[RUNTIME].metrics.registry
+    return web.Response(
+        body=generate_latest(registry), headers={"Content-Type": CONTENT_TYPE_LATEST}
+    )
+
+
+@contextlib.asynccontextmanager
+async def _lifecycle(app: web.Application) -> AsyncIterator[None]:
+    runtime = app[RUNTIME]
+    await runtime.source.start(runtime.store)
+    task: asyncio.Task[None] | None = None
+    if runtime.reloader is not None and runtime.cert_reload_seconds > 0:
+        task = asyncio.create_task(runtime.reloader.watch(runtime.cert_reload_seconds))
+    try:
+        yield
+    finally:
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        await runtime.source.stop()
+
+
+def create_app(
+    settings: PolicySettings,
+    source: ConfigMapSource | None = None,
+    *,
+    store: PolicyStore | None = None,
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+    reloader: CertificateReloader | None = None,
+    cert_reload_seconds: float = 10.0,
+    clock: Callable[[], datetime] | None = None,
+) -> web.Application:
+    """The webhook application; `source` defaults to an empty in-memory one (no ConfigMaps)."""
+    clock = clock or (lambda: datetime.now(UTC))
+    store = store or PolicyStore(settings, clock=clock)
+    metrics = WebhookMetrics(store)
+    if reloader is not None:
+        metrics.watch_certificate(reloader)
+    reviewer = Reviewer(store)
+    metrics.watch_memos({"answers": reviewer.answers, "plans": store.plans})
+    runtime = Runtime(
+        store=store,
+        reviewer=reviewer,
+        metrics=metrics,
+        source=source or MemorySource(),
+        max_body_bytes=max_body_bytes,
+        clock=clock,
+        reloader=reloader,
+        cert_reload_seconds=cert_reload_seconds,
+    )
+    app = web.Application(client_max_size=max_body_bytes)
+    app[RUNTIME] = runtime
+    app.router.add_post("/mutate", mutate)
+    app.router.add_post("/v1/plan", plan)
+    app.router.add_get("/healthz", healthz)
+    app.router.add_get("/readyz", readyz)
+    app.router.add_get("/metrics", metrics_handler)
+    app.cleanup_ctx.append(_lifecycle)
+    return app

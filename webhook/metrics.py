@@ -1,0 +1,191 @@
+"""Prometheus metrics for the webhook, on a registry of the app's own.
+
+Each app gets its own `CollectorRegistry`, so tests and the benchmark can build several apps in
+one process. Label values are bounded on purpose: a decision is counted by its HTTP status and a
+short reason class from a fixed list, never by its free-text detail, which carries model names.
+The profile gauges are computed at scrape time from the store, so they cannot go stale.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from inference_policy.planner import DERIVE_PREFIX, EXTERNAL_ALLOCATION, EXTERNAL_BLOCK, NO_GPU
+from webhook.profile_source import Memo, PolicyStore
+from webhook.tlsreload import CertificateReloader
+
+# Reason classes, matched against a refusal's detail in order. Anything else is `invalid`.
+_REFUSAL_CLASSES: tuple[tuple[str, str], ...] = (
+    ("owner profile bundle: ", "profile-refused"),
+    ("recipe catalog: ", "catalog-unavailable"),
+    ("engine image map", "image-map"),
+    (NO_GPU, "tenant-mode-off"),
+    (EXTERNAL_BLOCK, "external"),
+    (EXTERNAL_ALLOCATION, "external"),
+)
+REASONS = (
+    "planned",
+    "unchanged",
+    "not-engine-pod",
+    "namespace-not-served",
+    "not-checked",
+    "forgery",
+    "plan-annotation",
+    "request-missing",
+    "request-invalid",
+    "profile-refused",
+    "catalog-unavailable",
+    "image-map",
+    "tenant-mode-off",
+    "external",
+    "engine-not-qualified",
+    "no-fit",
+    "invalid",
+    "malformed-review",
+    "malformed-pod",
+    "too-large",
+)
+LATENCY_BUCKETS = (
+    0.0002,
+    0.0005,
+    0.001,
+    0.002,
+    0.003,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    1.0,
+)
+
+
+def refusal_class(detail: str, code: str | None = None) -> str:
+    """A bounded label for a planner refusal."""
+    if code == "NoFit":
+        return "no-fit"
+    for prefix, name in _REFUSAL_CLASSES:
+        if detail.startswith(prefix):
+            return name
+    if "is not qualified in this release" in detail:
+        return "engine-not-qualified"
+    if detail.startswith(DERIVE_PREFIX):
+        return "no-fit"
+    return "invalid"
+
+
+class _ProfileCollector(Collector):
+    def __init__(self, store: PolicyStore) -> None:
+        self.store = store
+        self.memos: dict[str, Memo[Any, Any]] = {}
+
+    def collect(self) -> Iterator[Metric]:
+        state = self.store.state
+        profile = state.profile
+        version = GaugeMetricFamily(
+            "tmi_webhook_profile_version",
+            "Version of the verified owner profile in use (0: none verified).",
+        )
+        version.add_metric([], float(profile.version) if profile else 0.0)
+        yield version
+        valid = GaugeMetricFamily(
+            "tmi_webhook_profile_valid",
+            "1 when a verified profile inside its window is in use, else 0.",
+        )
+        expiry = GaugeMetricFamily(
+            "tmi_webhook_profile_expiry_seconds",
+            "Seconds until the verified profile expires (negative: expired; absent: none).",
+        )
+        if profile is not None:
+            remaining = profile.seconds_until_expiry(datetime.now(UTC))
+            expiry.add_metric([], remaining)
+            valid.add_metric([], 1.0 if remaining > 0 and state.profile_refusal is None else 0.0)
+        else:
+            valid.add_metric([], 0.0)
+        yield valid
+        yield expiry
+        verifications = CounterMetricFamily(
+            "tmi_webhook_profile_verifications",
+            "Full verifications of a profile ConfigMap revision (one per revision).",
+        )
+        verifications.add_metric([], float(state.verifications))
+        yield verifications
+        ready = GaugeMetricFamily(
+            "tmi_webhook_inputs_ready", "1 once every configured ConfigMap has been read once."
+        )
+        ready.add_metric([], 1.0 if self.store.ready else 0.0)
+        yield ready
+        hits = CounterMetricFamily(
+            "tmi_webhook_memo_hits",
+            "Answers reused: reviews that differ only in uid (answers), request texts (plans).",
+            labels=["memo"],
+        )
+        for name, memo in self.memos.items():
+            hits.add_metric([name], float(memo.hits))
+        yield hits
+
+
+class WebhookMetrics:
+    """The counters and histograms the handlers update, and the scrape-time profile gauges."""
+
+    def __init__(self, store: PolicyStore) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        self.decisions = Counter(
+            "tmi_webhook_decisions",
+            "Admission and plan decisions by endpoint, outcome, HTTP/denial status and reason.",
+            ["endpoint", "outcome", "status", "reason"],
+            registry=self.registry,
+        )
+        self.latency = Histogram(
+            "tmi_webhook_request_duration_seconds",
+            "Time from request body received to response ready, by endpoint.",
+            ["endpoint"],
+            buckets=LATENCY_BUCKETS,
+            registry=self.registry,
+        )
+        self.cert_reloads = Counter(
+            "tmi_webhook_certificate_reloads",
+            "Serving certificate reloads by result (loaded, failed).",
+            ["result"],
+            registry=self.registry,
+        )
+        self._collector = _ProfileCollector(store)
+        self.registry.register(self._collector)
+
+        # Label lookups cost more than the increments; the label sets are few and fixed.
+        self._decision_children: dict[tuple[str, str, int, str], Any] = {}
+        self._latency_children: dict[str, Any] = {}
+
+    def decision(self, endpoint: str, outcome: str, status: int, reason: str) -> None:
+        key = (endpoint, outcome, status, reason)
+        child = self._decision_children.get(key)
+        if child is None:
+            child = self.decisions.labels(endpoint, outcome, str(status), reason)
+            self._decision_children[key] = child
+        child.inc()
+
+    def observe(self, endpoint: str, seconds: float) -> None:
+        child = self._latency_children.get(endpoint)
+        if child is None:
+            child = self._latency_children[endpoint] = self.latency.labels(endpoint)
+        child.observe(seconds)
+
+    def watch_memos(self, memos: dict[str, Memo[Any, Any]]) -> None:
+        self._collector.memos.update(memos)
+
+    def watch_certificate(self, reloader: CertificateReloader) -> None:
+        """Count the reloader's reloads and expose the served certificate's expiry."""
+        reloader.on_reload = lambda result: self.cert_reloads.labels(result).inc()
+        expiry = Gauge(
+            "tmi_webhook_certificate_expiry_timestamp_seconds",
+            "notAfter of the serving certificate now in use, as a Unix time.",
+            registry=self.registry,
+        )
+        expiry.set_function(lambda: reloader.not_after.timestamp())  # noqa: PLW0108 - re-read

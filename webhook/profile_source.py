@@ -1,0 +1,500 @@
+"""Where the webhook's planning state comes from: the signed profile and recipe catalog ConfigMaps.
+
+`PolicyStore` holds the state every request reads, and changes only when a ConfigMap arrives,
+changes or disappears. Sources feed it: `KubernetesSource` lists and watches the ConfigMaps
+through the API server, each on a thread of its own, so a slow or unreachable API server delays
+the next revision but never a request; `MemorySource` feeds it from dicts, so tests exercise the
+same store without an API server.
+
+A profile is verified once per revision (the ConfigMap's uid and resourceVersion): revisions are
+immutable, so re-reading one (a resync, a reconnect) costs a dictionary lookup. Decisions are
+memoised by the exact request text: a decision depends only on the request, the inputs read
+here (any change clears the memo) and, through the profile's validity window, the clock, so a
+memoised decision is used only while the clock is inside the window it was made in. Replicas
+of one deployment carry the same request, so a scale-up plans once. A recipe catalog
+that is configured but missing or unusable refuses local deployments with 503 rather than
+letting them fall back to derivation, because the seed forbids silent fallbacks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, Generic, Protocol, TypeVar
+
+import kubernetes.client
+import kubernetes.config
+import kubernetes.watch
+import orjson
+
+from inference_policy import strictjson
+from inference_policy.catalog import EngineCatalog
+from inference_policy.planner import Decision
+from inference_policy.recipes import RecipeCatalogError, load_catalog
+from inference_policy.signing import DEFAULT_SKEW
+from policy_io.catalog import packaged_catalog
+from policy_io.state import PolicySettings, PolicyState
+
+log = logging.getLogger(__name__)
+# The official client is only partly typed; it is used through this one untyped handle.
+_kube: Any = kubernetes
+
+PROFILE = "profile"
+CAPABILITIES = ("gpu", "cpu")
+MAX_LIST_BYTES = 8 * 1024 * 1024
+ARRIVAL = "did not arrive from the configured ConfigMap"
+MEMO_ENTRIES = 1024
+MEMO_MAX_TEXT = 16 * 1024
+K = TypeVar("K", str, bytes, str | bytes)
+V = TypeVar("V")
+
+
+def revision_of(configmap: Mapping[str, Any]) -> str | None:
+    """uid + resourceVersion: a new object or any write gives a new key; a re-read does not."""
+    metadata = configmap.get("metadata")
+    if not isinstance(metadata, Mapping):
+        return None
+    uid, version = metadata.get("uid"), metadata.get("resourceVersion")
+    if not isinstance(uid, str) or not isinstance(version, str) or not uid or not version:
+        return None
+    return f"{uid}/{version}"
+
+
+@dataclass(frozen=True)
+class Planned:
+    """A request text decided: its strict-JSON error, or the decision (and a plan's JSON)."""
+
+    error: str | None
+    decision: Decision | None
+    plan_json: str | None = None
+
+
+class PolicyStore:
+    """The planning state of one webhook process, and which of its inputs have been read."""
+
+    def __init__(
+        self,
+        settings: PolicySettings,
+        catalog: EngineCatalog | None = None,
+        clock: Callable[[], datetime] | None = None,
+    ) -> None:
+        self.settings = settings
+        self.state = PolicyState(settings, catalog or packaged_catalog())
+        self.clock = clock or (lambda: datetime.now(UTC))
+        self.roles: dict[str, str] = {}
+        if settings.enabled:
+            self.roles[settings.bundle_configmap] = PROFILE
+            for capability in CAPABILITIES:
+                name = getattr(settings, f"{capability}_recipe_catalog_configmap")
+                if name:
+                    self.roles[name] = capability
+        self.catalog_refusals: dict[str, str | None] = {
+            role: f"recipe catalog: {role} recipe catalog {ARRIVAL}: it has not been read yet"
+            for role in self.roles.values()
+            if role != PROFILE
+        }
+        self._catalog_revisions: dict[str, str | None] = {}
+        self.synced: set[str] = set()
+        self.catalog_loads = 0
+        self.generation = 0
+        self._window_generation = -1
+        self._window: tuple[datetime, datetime] | None = None
+        self.plans: Memo[str | bytes, Planned] = Memo(self)
+
+    @property
+    def names(self) -> list[str]:
+        """The ConfigMaps this store needs, in the namespace of the settings."""
+        return list(self.roles)
+
+    @property
+    def ready(self) -> bool:
+        """Every configured input has been read once, whether it was found or not."""
+        return all(name in self.synced for name in self.roles)
+
+    def apply(self, name: str, configmap: Mapping[str, Any] | None, why: str | None = None) -> None:
+        """A ConfigMap as read now (None: it does not exist). Never raises: it runs as a loop
+        callback, and an input it cannot use must become a refusal, not a dead watch."""
+        role = self.roles.get(name)
+        if role is None:
+            return
+        before = self._inputs()
+        try:
+            self._apply(name, role, configmap, why)
+        except Exception as exc:
+            log.exception("ConfigMap %s could not be used", name)
+            check = f"ConfigMap {name!r} could not be read: {type(exc).__name__}"
+            if role == PROFILE:
+                self.state.profile_missing(check)
+            else:
+                self._set_recipes(
+                    role, None, f"recipe catalog: {role} recipe catalog {ARRIVAL}: {check}"
+                )
+        after = self._inputs()
+        # Compared by identity, holding the objects: an id() could be reused by a new object.
+        if any(a is not b for a, b in zip(before[:-1], after[:-1], strict=True)) or (
+            before[-1] != after[-1]
+        ):
+            self.generation += 1
+
+    def _inputs(self) -> tuple[Any, ...]:
+        state = self.state
+        return (
+            state.profile,
+            state.profile_refusal,
+            state.gpu_recipes,
+            state.cpu_recipes,
+            tuple(self.catalog_refusals.values()),
+        )
+
+    def _apply(
+        self, name: str, role: str, configmap: Mapping[str, Any] | None, why: str | None
+    ) -> None:
+        self.synced.add(name)
+        where = f"ConfigMap {name!r} {why or 'was not found'} in namespace " + repr(
+            self.settings.namespace
+        )
+        if role == PROFILE:
+            if configmap is None:
+                self.state.profile_missing(where)
+            else:
+                before = self.state.verifications
+                self.state.set_profile(configmap, revision_of(configmap), self.clock())
+                if self.state.verifications != before:
+                    self._log_profile(name)
+            return
+        self._apply_catalog(role, name, configmap, where)
+
+    def _apply_catalog(
+        self, capability: str, name: str, configmap: Mapping[str, Any] | None, where: str
+    ) -> None:
+        prefix = f"recipe catalog: {capability} recipe catalog {ARRIVAL}: "
+        if configmap is None:
+            self._set_recipes(capability, None, prefix + where)
+            self._catalog_revisions.pop(capability, None)
+            return
+        revision = revision_of(configmap)
+        if revision is not None and self._catalog_revisions.get(capability) == revision:
+            return
+        self._catalog_revisions[capability] = revision
+        self.catalog_loads += 1
+        metadata = configmap.get("metadata")
+        namespace = metadata.get("namespace") if isinstance(metadata, Mapping) else None
+        if namespace not in (None, self.settings.namespace):
+            self._set_recipes(capability, None, prefix + f"ConfigMap is in {namespace!r}")
+            return
+        try:
+            recipes = load_catalog(dict(configmap), capability)
+        except RecipeCatalogError as exc:
+            self._set_recipes(capability, None, prefix + str(exc))
+            return
+        self._set_recipes(capability, recipes, None)
+        log.info("loaded %s recipe catalog %s (%d recipes)", capability, name, len(recipes.recipes))
+
+    def _set_recipes(self, capability: str, recipes: Any, refusal: str | None) -> None:
+        setattr(self.state, f"{capability}_recipes", recipes)
+        self.catalog_refusals[capability] = refusal
+        if refusal:
+            log.warning("%s", refusal)
+
+    def _log_profile(self, name: str) -> None:
+        refusal = self.state.profile_refusal
+        if refusal is None and self.state.profile is not None:
+            log.info(
+                "verified profile %s version %d (bundle sha256 %s)",
+                name,
+                self.state.profile.version,
+                self.state.profile.sha256,
+            )
+        elif refusal is not None:
+            log.warning("profile %s refused: %s (%s)", name, refusal.reason.value, refusal.check)
+
+    def epoch(self, now: datetime) -> int | None:
+        """What a memoised answer made now may be reused under: the inputs' generation, or
+        None when the clock is outside the profile's validity window (nothing is memoised
+        then, so the window refusal is always decided afresh)."""
+        if self._window_generation != self.generation:
+            self._window_generation = self.generation
+            profile = self.state.profile
+            self._window = (
+                (profile.envelope.issued_at - DEFAULT_SKEW, profile.envelope.expires_at)
+                if profile is not None
+                else None
+            )
+        window = self._window
+        if window is not None and not window[0] <= now < window[1]:
+            return None
+        return self.generation
+
+    def plan_text(self, text: str | bytes, what: str, now: datetime, max_bytes: int) -> Planned:
+        """Decode a request strictly and decide it, or reuse the decision for the same text."""
+        found = self.plans.get(text, now)
+        if found is not None:
+            return found
+        try:
+            document = strictjson.loads(text, max_bytes=max_bytes, what=what)
+        except strictjson.StrictJSONError as exc:
+            planned = Planned(str(exc), None)
+        else:
+            decision = self.decide(document, now)
+            plan_json = orjson.dumps(decision.body).decode() if decision.allowed else None
+            planned = Planned(None, decision, plan_json)
+        self.plans.put(text, planned, now)
+        return planned
+
+    def decide(self, request: Any, now: datetime | None = None) -> Decision:
+        """The core's decision, unless a configured recipe catalog is missing or unusable."""
+        decision = self.state.decide(request, now or self.clock())
+        if self.settings.enabled and decision.body.get("path") != "external":
+            for capability in CAPABILITIES:
+                refusal = self.catalog_refusals.get(capability)
+                if refusal:
+                    return Decision(503, {"status": 503, "detail": refusal})
+        return decision
+
+
+class Memo(Generic[K, V]):
+    """Answers remembered for as long as the store's epoch (inputs and window) holds.
+
+    Bounded in entries and key size; when full it starts over, which a burst of identical
+    requests refills at once and which keeps every operation O(1).
+    """
+
+    def __init__(
+        self, store: PolicyStore, entries: int = MEMO_ENTRIES, max_key: int = MEMO_MAX_TEXT
+    ) -> None:
+        self.store = store
+        self.entries = entries
+        self.max_key = max_key
+        self._values: dict[K, V] = {}
+        self._epoch = -1
+        self.hits = 0
+
+    def _current(self, now: datetime) -> bool:
+        epoch = self.store.epoch(now)
+        if epoch is None:
+            return False
+        if epoch != self._epoch:
+            self._values.clear()
+            self._epoch = epoch
+        return True
+
+    def get(self, key: K, now: datetime) -> V | None:
+        if not self._current(now):
+            return None
+        value = self._values.get(key)
+        if value is not None:
+            self.hits += 1
+        return value
+
+    def put(self, key: K, value: V, now: datetime) -> None:
+        if len(key) > self.max_key or not self._current(now):
+            return
+        if len(self._values) >= self.entries:
+            self._values.clear()
+        self._values[key] = value
+
+
+class ConfigMapSource(Protocol):
+    """Something that keeps a store's ConfigMaps current until stopped."""
+
+    async def start(self, store: PolicyStore) -> None: ...
+
+    async def stop(self) -> None: ...
+
+
+class MemorySource:
+    """ConfigMaps from memory: what tests and the benchmark use instead of an API server."""
+
+    def __init__(self, configmaps: Mapping[str, Mapping[str, Any]] | None = None) -> None:
+        self.configmaps: dict[str, Mapping[str, Any]] = dict(configmaps or {})
+        self.store: PolicyStore | None = None
+
+    async def start(self, store: PolicyStore) -> None:
+        self.store = store
+        for name in store.names:
+            store.apply(name, self.configmaps.get(name))
+
+    def put(self, name: str, configmap: Mapping[str, Any] | None) -> None:
+        """Create, replace (None: delete) a ConfigMap, as a watch event would."""
+        if configmap is None:
+            self.configmaps.pop(name, None)
+        else:
+            self.configmaps[name] = configmap
+        if self.store is not None:
+            self.store.apply(name, configmap)
+
+    async def stop(self) -> None:
+        self.store = None
+
+
+def _as_configmap(item: Any) -> dict[str, Any] | None:
+    # Items of a List come without kind and apiVersion, and the verifier insists on them.
+    if not isinstance(item, dict):
+        return None
+    item.setdefault("apiVersion", "v1")
+    item.setdefault("kind", "ConfigMap")
+    return item
+
+
+class Deliver(Protocol):
+    def __call__(
+        self, name: str, configmap: dict[str, Any] | None, why: str | None = None
+    ) -> None: ...
+
+
+class ClientConfigError(ValueError):
+    """The Kubernetes client configuration (kubeconfig or in-cluster) cannot be loaded."""
+
+
+def kubernetes_api(kubeconfig: str | None) -> Callable[[], Any]:
+    """Load the client configuration now, so a bad kubeconfig fails the start, not a thread."""
+    configuration = _kube.client.Configuration()
+    try:
+        if kubeconfig:
+            _kube.config.load_kube_config(
+                config_file=kubeconfig, client_configuration=configuration
+            )
+        else:
+            _kube.config.load_incluster_config(client_configuration=configuration)
+    except (_kube.config.ConfigException, OSError, TypeError, ValueError) as exc:
+        where = kubeconfig or "the in-cluster service account"
+        raise ClientConfigError(
+            f"cannot load the Kubernetes client configuration from {where}: {exc}"
+        ) from None
+    return lambda: _kube.client.CoreV1Api(_kube.client.ApiClient(configuration))
+
+
+class KubernetesSource:
+    """List, then watch, each ConfigMap by name; re-list every resync; back off on errors.
+
+    The official client is synchronous, so each name gets a daemon thread that hands what it
+    reads to the event loop. Watching by `metadata.name` lets the Role name the ConfigMaps it
+    may read (`resourceNames`) instead of every ConfigMap in the namespace.
+    """
+
+    def __init__(
+        self,
+        namespace: str,
+        kubeconfig: str | None = None,
+        resync_seconds: int = 300,
+        api_factory: Callable[[], Any] | None = None,
+        backoff_seconds: float = 1.0,
+    ) -> None:
+        self.namespace = namespace
+        self.kubeconfig = kubeconfig
+        self.resync_seconds = resync_seconds
+        self.backoff_seconds = backoff_seconds
+        self.api_factory = api_factory or kubernetes_api(kubeconfig)
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self.errors = 0
+
+    async def start(self, store: PolicyStore) -> None:
+        loop = asyncio.get_running_loop()
+
+        def deliver(name: str, configmap: dict[str, Any] | None, why: str | None = None) -> None:
+            loop.call_soon_threadsafe(store.apply, name, configmap, why)
+
+        for name in store.names:
+            thread = threading.Thread(
+                target=self._run, args=(name, deliver), name=f"watch-{name}", daemon=True
+            )
+            self._threads.append(thread)
+            thread.start()
+
+    async def stop(self) -> None:
+        # The threads are daemons blocked in a bounded watch; they notice the flag at the next
+        # event or timeout, and process exit does not wait for them.
+        self._stop.set()
+
+    def _run(self, name: str, deliver: Deliver) -> None:
+        delay = self.backoff_seconds
+        api: Any = None
+        while not self._stop.is_set():
+            try:
+                if api is None:
+                    api = self.api_factory()
+                version = self._list(api, name, deliver)
+                delay = self.backoff_seconds
+                self._watch(api, name, version, deliver)
+            except Exception as exc:
+                self.errors += 1
+                status = getattr(exc, "status", None)
+                if status == 410:
+                    continue
+                if status in (401, 403):
+                    # The Role does not name this ConfigMap (a new revision's name, say): to a
+                    # tenant that is a profile that did not arrive, not an unready webhook.
+                    deliver(name, None, f"may not be read (HTTP {status}; check the Role)")
+                log.warning(
+                    "reading ConfigMap %s/%s failed (%s); retrying in %.0fs",
+                    self.namespace,
+                    name,
+                    _describe(exc),
+                    delay,
+                )
+                if self._stop.wait(delay * (0.5 + random.random())):  # noqa: S311 - jitter
+                    return
+                delay = min(delay * 2, 30.0 * self.backoff_seconds)
+
+    def _list(self, api: Any, name: str, deliver: Deliver) -> str:
+        response = api.list_namespaced_config_map(
+            self.namespace,
+            field_selector=f"metadata.name={name}",
+            _preload_content=False,
+            _request_timeout=30,
+        )
+        try:
+            document = strictjson.loads(
+                response.data, max_bytes=MAX_LIST_BYTES, what=f"ConfigMap list for {name}"
+            )
+        finally:
+            response.release_conn()
+        if not isinstance(document, dict) or not isinstance(document.get("items"), list):
+            raise ValueError(f"the API server answered the ConfigMap list for {name} oddly")
+        items = [_as_configmap(item) for item in document["items"]]
+        found = next((i for i in items if i and i.get("metadata", {}).get("name") == name), None)
+        deliver(name, found)
+        version = document.get("metadata", {}).get("resourceVersion")
+        return str(version or "")
+
+    def _watch(
+        self,
+        api: Any,
+        name: str,
+        version: str,
+        deliver: Deliver,
+    ) -> None:
+        watcher = _kube.watch.Watch()
+        events = watcher.stream(
+            api.list_namespaced_config_map,
+            self.namespace,
+            field_selector=f"metadata.name={name}",
+            resource_version=version,
+            timeout_seconds=self.resync_seconds,
+            allow_watch_bookmarks=True,
+            deserialize=False,
+            _request_timeout=self.resync_seconds + 30,
+        )
+        for event in events:
+            if self._stop.is_set():
+                watcher.stop()
+                return
+            kind = event.get("type")
+            obj = _as_configmap(event.get("object"))
+            if kind in ("ADDED", "MODIFIED") and obj is not None:
+                deliver(name, obj)
+            elif kind == "DELETED":
+                deliver(name, None)
+
+
+def _describe(exc: BaseException) -> str:
+    status, reason = getattr(exc, "status", None), getattr(exc, "reason", None)
+    if status is not None:
+        return f"HTTP {status} {reason or ''}".strip()
+    return f"{type(exc).__name__}: {exc}"

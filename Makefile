@@ -45,9 +45,10 @@ test: install controlplane check
 demo: install controlplane
 	$(PYTHON) -m localcluster.demo
 
+BENCHES := $(sort $(wildcard bench/bench_*.py))
+
 bench: install controlplane
-	$(PYTHON) bench/bench_core.py
-	@if [ -f bench/bench_webhook.py ]; then $(PYTHON) bench/bench_webhook.py; fi
+	@for script in $(BENCHES); do echo "== $$script"; $(PYTHON) $$script || exit 1; done
 
 certs: install
 	$(PYTHON) certs/make-dev-certs.py certs

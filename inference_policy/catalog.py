@@ -137,6 +137,11 @@ class EngineCatalog:
     release: str
     engines: Mapping[str, Engine]
     unqualified: frozenset[str] = field(default_factory=frozenset)
+    # Selection depends only on its arguments and this immutable catalog, and the same few
+    # bindings are asked about on every decision, so answers are kept per catalog.
+    _selections: dict[tuple[str, str, str, tuple[int, int], int | None], Selection] = field(
+        default_factory=dict, compare=False, hash=False, repr=False
+    )
 
     @classmethod
     def from_document(cls, document: Any) -> EngineCatalog:
@@ -210,7 +215,7 @@ class EngineCatalog:
             )
             for name, engine in self.engines.items()
         }
-        return replace(self, engines=engines)
+        return replace(self, engines=engines, _selections={})
 
     def _mapped(self, mapping: Mapping[str, str]) -> EngineCatalog:
         for source_ref, target in mapping.items():
@@ -233,7 +238,7 @@ class EngineCatalog:
             if not kept:
                 unqualified.add(name)
             engines[name] = replace(engine, images=kept)
-        return replace(self, engines=engines, unqualified=frozenset(unqualified))
+        return replace(self, engines=engines, unqualified=frozenset(unqualified), _selections={})
 
     def cpu_image(self, engine: Engine, architecture: str) -> Image | None:
         for img in engine.images:
@@ -250,6 +255,23 @@ class EngineCatalog:
         cuda_driver_major: int | None,
     ) -> Selection:
         """The newest image the card and the driver can both run, or the seed's refusal."""
+        key = (engine.name, vendor, architecture, compute_capability, cuda_driver_major)
+        cached = self._selections.get(key)
+        if cached is None:
+            cached = self._select(
+                engine, vendor, architecture, compute_capability, cuda_driver_major
+            )
+            self._selections[key] = cached
+        return cached
+
+    def _select(
+        self,
+        engine: Engine,
+        vendor: str,
+        architecture: str,
+        compute_capability: tuple[int, int],
+        cuda_driver_major: int | None,
+    ) -> Selection:
         candidates = [
             img
             for img in engine.images

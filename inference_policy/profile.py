@@ -135,7 +135,7 @@ class Accelerator(_Strict):
             raise ValueError("cudaDriverMajor applies only to nvidia accelerators")
         return self
 
-    @property
+    @cached_property
     def capability_tuple(self) -> tuple[int, int]:
         match = COMPUTE_CAPABILITY.fullmatch(self.computeCapability or "0.0")
         return (int(match["major"]), int(match["minor"])) if match else (0, 0)
@@ -210,7 +210,7 @@ class _GpuBindingBase(_BindingBase):
         str, _matches(DNS_SUBDOMAIN, "a RuntimeClass name"), Field(max_length=253)
     ]
 
-    @property
+    @cached_property
     def usable_memory_bytes(self) -> int:
         memory = self.capacity_memory
         return parse_whole_binary(memory)
@@ -372,6 +372,11 @@ class Envelope(_Strict):
         return parse_timestamp(self.expiresAt)
 
     def gpu_bindings(self) -> list[tuple[Profile, ExtendedResourceBinding | VramPluginBinding]]:
+        return self._gpu_bindings
+
+    @cached_property
+    def _gpu_bindings(self) -> list[tuple[Profile, ExtendedResourceBinding | VramPluginBinding]]:
+        # Computed once per verified revision: the planner walks it on every decision.
         return [
             (profile, binding)
             for profile in self.profiles
@@ -380,6 +385,10 @@ class Envelope(_Strict):
         ]
 
     def cpu_bindings(self) -> list[tuple[Profile, CpuBinding]]:
+        return self._cpu_bindings
+
+    @cached_property
+    def _cpu_bindings(self) -> list[tuple[Profile, CpuBinding]]:
         return [
             (profile, binding)
             for profile in self.profiles

@@ -1,0 +1,134 @@
+"""The owner's second scheduler's configuration, rendered from a verified profile.
+
+kube-scheduler calls an extender only for Pods that request one of its `managedResources`, so the
+list must name every resource a GPU binding can put on a Pod; rendering it from the verified
+profile keeps the two from drifting apart when the owner adds a binding. Each is listed with
+`ignoredByScheduler: false`: the resources are real node-allocatable extended resources, so the
+scheduler's NodeResourcesFit keeps counting them (including Pods it has assumed but not yet
+bound, which the extender cannot see), and the extender adds the binding checks and precise
+reasons on top.
+
+TLS is required to be verifiable: with `enableHTTPS` and no CA, kube-scheduler silently skips
+certificate verification, so an https URL without a CA is refused rather than rendered.
+"""
+
+from __future__ import annotations
+
+import base64
+import re
+from typing import Any
+
+from inference_policy.profile import Envelope
+
+API_VERSION = "kubescheduler.config.k8s.io/v1"
+DEFAULT_SCHEDULER_NAME = "kamiwaza-inference-scheduler"
+DEFAULT_SCHEDULER_NAMESPACE = "kamiwaza-scheduling"
+DEFAULT_WEIGHT = 5
+DEFAULT_HTTP_TIMEOUT = "5s"
+_URL = re.compile(r"(?P<scheme>https?)://[^\s/?#]+(?:/[^\s?#]*)?")
+_DURATION = re.compile(r"[1-9][0-9]*(ms|s|m)")
+_NAME = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
+_PEM_CERT = "-----BEGIN CERTIFICATE-----"
+
+
+class SchedulerConfigError(ValueError):
+    """An input the configuration cannot be rendered from; the message names it."""
+
+
+def managed_resources(envelope: Envelope) -> list[str]:
+    """Every resource a GPU binding of the profile can put on a Pod, sorted, once each."""
+    return sorted({binding.resource.name for _, binding in envelope.gpu_bindings()})
+
+
+def render_scheduler_config(
+    envelope: Envelope,
+    *,
+    extender_url: str,
+    ca_pem: bytes | None = None,
+    scheduler_name: str = DEFAULT_SCHEDULER_NAME,
+    scheduler_namespace: str = DEFAULT_SCHEDULER_NAMESPACE,
+    weight: int = DEFAULT_WEIGHT,
+    http_timeout: str = DEFAULT_HTTP_TIMEOUT,
+    node_cache_capable: bool = True,
+) -> dict[str, Any]:
+    """A KubeSchedulerConfiguration with one profile (`scheduler_name`) and the extender."""
+    match = _URL.fullmatch(extender_url)
+    if match is None:
+        raise SchedulerConfigError(
+            f"extender URL {extender_url!r} is not an http(s) URL such as "
+            "https://tmi-extender.kamiwaza-scheduling.svc:443"
+        )
+    https = match["scheme"] == "https"
+    if https and not ca_pem:
+        raise SchedulerConfigError(
+            "an https extender URL needs the CA that signed the extender's certificate "
+            "(--ca-file): without one kube-scheduler skips certificate verification"
+        )
+    if ca_pem is not None and _PEM_CERT.encode() not in ca_pem:
+        raise SchedulerConfigError("the CA file holds no PEM certificate")
+    if not _NAME.fullmatch(scheduler_name):
+        raise SchedulerConfigError(f"scheduler name {scheduler_name!r} is not a DNS label")
+    if not _NAME.fullmatch(scheduler_namespace):
+        raise SchedulerConfigError(f"namespace {scheduler_namespace!r} is not a DNS label")
+    if not 1 <= weight <= 100:
+        raise SchedulerConfigError(f"weight {weight} is outside 1..100")
+    if not _DURATION.fullmatch(http_timeout):
+        raise SchedulerConfigError(f"http timeout {http_timeout!r} is not a duration such as 5s")
+    resources = managed_resources(envelope)
+    extender: dict[str, Any] = {
+        "urlPrefix": extender_url.rstrip("/"),
+        "filterVerb": "filter",
+        "prioritizeVerb": "prioritize",
+        "weight": weight,
+        "enableHTTPS": https,
+        "httpTimeout": http_timeout,
+        "nodeCacheCapable": node_cache_capable,
+        # Placement on hardware the profile does not vouch for must not happen because the
+        # extender was briefly unreachable.
+        "ignorable": False,
+        "managedResources": [{"name": name, "ignoredByScheduler": False} for name in resources],
+    }
+    if https and ca_pem:
+        extender["tlsConfig"] = {"caData": base64.b64encode(ca_pem).decode("ascii")}
+    return {
+        "apiVersion": API_VERSION,
+        "kind": "KubeSchedulerConfiguration",
+        "leaderElection": {
+            "leaderElect": True,
+            "resourceLock": "leases",
+            "resourceName": scheduler_name,
+            "resourceNamespace": scheduler_namespace,
+        },
+        "profiles": [
+            {
+                "schedulerName": scheduler_name,
+                "pluginConfig": [
+                    {
+                        # The in-tree default (LeastAllocated) spreads Pods, which would pull
+                        # against the extender's best fit; this scheduler only places engine
+                        # Pods, so its own scoring packs as well.
+                        "name": "NodeResourcesFit",
+                        "args": {
+                            "scoringStrategy": {
+                                "type": "MostAllocated",
+                                "resources": [
+                                    {"name": "cpu", "weight": 1},
+                                    {"name": "memory", "weight": 1},
+                                ],
+                            }
+                        },
+                    }
+                ],
+            }
+        ],
+        "extenders": [extender],
+    }
+
+
+__all__ = [
+    "DEFAULT_SCHEDULER_NAME",
+    "DEFAULT_SCHEDULER_NAMESPACE",
+    "SchedulerConfigError",
+    "managed_resources",
+    "render_scheduler_config",
+]

@@ -16,12 +16,19 @@ from datetime import UTC, datetime
 from typing import Any, NoReturn
 
 import orjson
+import yaml
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from inference_policy.catalog import CatalogError
 from inference_policy.profile import ProfileSchemaError, parse_envelope, parse_timestamp
 from inference_policy.recipes import RecipeCatalogError, load_catalog, render_catalog
+from inference_policy.schedconfig import (
+    DEFAULT_SCHEDULER_NAME,
+    DEFAULT_SCHEDULER_NAMESPACE,
+    SchedulerConfigError,
+    render_scheduler_config,
+)
 from inference_policy.signing import (
     DEFAULT_CONFIGMAP_NAME,
     REFUSAL_PREFIX,
@@ -203,6 +210,48 @@ def cmd_verify(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_render_scheduler_config(args: argparse.Namespace) -> int:
+    """The owner's scheduler configuration, with the extender managing the verified profile's
+    GPU resources; refuses a profile the servers would refuse."""
+    now = _now(args.now)
+    configmap = read_json(args.bundle, "bundle ConfigMap")
+    try:
+        trusted = TrustedKeys.from_base64(_keys(args.owner_public_key))
+    except KeyError_ as exc:
+        raise CommandError(f"--owner-public-key: {exc}", EXIT_USAGE) from None
+    policy = VerifyPolicy(
+        trusted=trusted,
+        cluster_binding_id=args.cluster_binding_id,
+        namespace=args.namespace,
+        minimum_version=args.minimum_bundle_version,
+        configmap_name=_configmap_name(args, configmap),
+    )
+    try:
+        verified = verify_configmap(configmap, policy, now)
+    except ProfileRefused as refusal:
+        raise CommandError(
+            f"{refusal.authorization_message} ({refusal.check})", EXIT_FAILED
+        ) from None
+    ca_pem = read_bytes(args.ca_file, "CA file") if args.ca_file else None
+    try:
+        rendered = render_scheduler_config(
+            verified.envelope,
+            extender_url=args.extender_url,
+            ca_pem=ca_pem,
+            scheduler_name=args.scheduler_name,
+            scheduler_namespace=args.scheduler_namespace,
+            weight=args.weight,
+            http_timeout=args.http_timeout,
+        )
+    except SchedulerConfigError as exc:
+        raise CommandError(str(exc), EXIT_USAGE) from None
+    if args.format == "yaml":
+        sys.stdout.write(yaml.safe_dump(rendered, sort_keys=False))
+    else:
+        _emit(rendered)
+    return EXIT_OK
+
+
 def cmd_render_catalog(args: argparse.Namespace) -> int:
     document = read_json(args.catalog, "recipe catalog")
     try:
@@ -318,6 +367,26 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--namespace", required=True, metavar="NS")
     p.add_argument("--capability", required=True, choices=("gpu", "cpu"))
     p.set_defaults(func=cmd_render_catalog)
+
+    p = sub.add_parser(
+        "render-scheduler-config",
+        help="print the KubeSchedulerConfiguration of the owner's scheduler for a profile",
+    )
+    p.add_argument("--bundle", required=True, metavar="CONFIGMAP_FILE")
+    p.add_argument("--owner-public-key", required=True, action="append", metavar="B64")
+    p.add_argument("--cluster-binding-id", required=True, metavar="ID")
+    p.add_argument("--namespace", required=True, metavar="NS")
+    p.add_argument("--extender-url", required=True, metavar="URL")
+    p.add_argument("--ca-file", metavar="F", help="CA of the extender's serving certificate")
+    p.add_argument("--minimum-bundle-version", type=_positive_int, default=1, metavar="N")
+    p.add_argument("--bundle-configmap", metavar="NAME", help="configured ConfigMap name")
+    p.add_argument("--scheduler-name", default=DEFAULT_SCHEDULER_NAME, metavar="NAME")
+    p.add_argument("--scheduler-namespace", default=DEFAULT_SCHEDULER_NAMESPACE, metavar="NS")
+    p.add_argument("--weight", type=_positive_int, default=5, metavar="N")
+    p.add_argument("--http-timeout", default="5s", metavar="DURATION")
+    p.add_argument("--format", choices=("json", "yaml"), default="json")
+    p.add_argument("--now", metavar="T")
+    p.set_defaults(func=cmd_render_scheduler_config)
 
     p = sub.add_parser("catalog", help="print the engine catalog's images as TSV")
     p.set_defaults(func=cmd_catalog)

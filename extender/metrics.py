@@ -1,0 +1,119 @@
+"""Prometheus metrics for the extender, on a registry of the app's own.
+
+Each app gets its own `CollectorRegistry`, so tests and the benchmark can build several apps in
+one process. Label values are bounded: a node verdict is counted by its reason class (`arch`,
+`vram-bucket`, ...), never by its free-text reason, which names nodes and bindings. Cache and
+profile gauges are computed at scrape time from the view, so they cannot go stale.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import UTC, datetime
+
+from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from extender.view import ClusterView
+
+LATENCY_BUCKETS = (
+    0.0002,
+    0.0005,
+    0.001,
+    0.002,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    1.0,
+    2.5,
+)
+
+
+class _ViewCollector(Collector):
+    def __init__(self, view: ClusterView) -> None:
+        self.view = view
+
+    def collect(self) -> Iterator[Metric]:
+        view = self.view
+        nodes = GaugeMetricFamily("tmi_extender_nodes", "Nodes in the extender's node cache.")
+        nodes.add_metric([], float(len(view.nodes)))
+        yield nodes
+        pods = GaugeMetricFamily(
+            "tmi_extender_accounted_pods", "Planned Pods bound to a node and accounted."
+        )
+        pods.add_metric([], float(len(view.ledger)))
+        yield pods
+        synced = GaugeMetricFamily(
+            "tmi_extender_cache_synced", "1 once nodes, pods and the profile have been read."
+        )
+        synced.add_metric([], 1.0 if view.ready else 0.0)
+        yield synced
+        events = CounterMetricFamily(
+            "tmi_extender_informer_events", "Node and Pod watch events applied to the view."
+        )
+        events.add_metric([], float(view.events))
+        yield events
+        profile = view.policy.profile
+        version = GaugeMetricFamily(
+            "tmi_extender_profile_version",
+            "Version of the verified owner profile in use (0: none verified).",
+        )
+        version.add_metric([], float(profile.version) if profile else 0.0)
+        yield version
+        valid = GaugeMetricFamily(
+            "tmi_extender_profile_valid",
+            "1 when a verified profile inside its window is in use, else 0.",
+        )
+        ok = (
+            profile is not None
+            and view.policy.profile_refusal is None
+            and profile.seconds_until_expiry(datetime.now(UTC)) > 0
+        )
+        valid.add_metric([], 1.0 if ok else 0.0)
+        yield valid
+        verifications = CounterMetricFamily(
+            "tmi_extender_profile_verifications",
+            "Full verifications of a profile ConfigMap revision.",
+        )
+        verifications.add_metric([], float(view.policy.verifications))
+        yield verifications
+
+
+class ExtenderMetrics:
+    def __init__(self, view: ClusterView) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        self.requests = Counter(
+            "tmi_extender_requests",
+            "Extender calls by verb and outcome (planned, unplanned, plan-invalid, "
+            "profile-refused, not-ready, bad-request, error).",
+            ["verb", "outcome"],
+            registry=self.registry,
+        )
+        self.latency = Histogram(
+            "tmi_extender_request_seconds",
+            "Time to answer an extender call, body decoding and encoding included.",
+            ["verb"],
+            buckets=LATENCY_BUCKETS,
+            registry=self.registry,
+        )
+        self.verdicts = Counter(
+            "tmi_extender_node_verdicts",
+            "Per-node filter verdicts by reason class (fits for a node that passed).",
+            ["code"],
+            registry=self.registry,
+        )
+        self.nodes_per_call = Histogram(
+            "tmi_extender_nodes_per_call",
+            "Candidate nodes per filter call.",
+            buckets=(1, 10, 50, 100, 500, 1000, 2000, 5000, 10000),
+            registry=self.registry,
+        )
+        self.registry.register(_ViewCollector(view))
+
+    def call(self, verb: str, outcome: str, seconds: float) -> None:
+        self.requests.labels(verb, outcome).inc()
+        self.latency.labels(verb).observe(seconds)

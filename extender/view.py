@@ -1,0 +1,374 @@
+"""The extender's picture of the cluster, and the filter and prioritize answers drawn from it.
+
+`ClusterView` is changed only on the event loop: informer threads parse what they read and hand
+finished values over with `call_soon_threadsafe`, so there is no lock to wedge and a request
+never waits on the API server. It holds
+
+- the Nodes by name (parsed `NodeFacts`), for node-cache mode, where the scheduler sends names;
+- a `UsageLedger` of the requests of planned Pods bound to each node, rebuilt from a list after
+  a restart and kept current by a watch;
+- the verified owner profile (verified once per ConfigMap revision), to look up the binding a
+  Pod's plan names and the accelerator it attests.
+
+Accounting, and why it is enough. The extender only sees nodes kube-scheduler already found
+feasible for the Pod's native resources, and every binding resource (`nvidia.com/gpu`,
+`nvidia.com/mig-*`, the VRAM plugin's `kamiwaza.ai/vram-gb-*`) is a real node-allocatable
+extended resource that the rendered configuration lists with `ignoredByScheduler: false`, so the
+scheduler's NodeResourcesFit counts it too, including Pods it has assumed but not yet bound. The
+ledger here sees planned Pods only once they are bound; it is a second, independent count that
+gives the precise reason (which bucket, how much is free) and that still holds if a node's
+plugin stops advertising a resource the scheduler would otherwise have to trust.
+
+Answers, on purpose: a Pod without a plan passes every node untouched; a plan that cannot be
+read, or names a binding the profile no longer grants, or a refused profile, puts every node in
+`FailedAndUnresolvableNodes` with the reason (fail closed, visible in the Pod's events); `Error`
+is kept for the extender's own trouble (caches not yet synced), which fails the cycle so the
+scheduler retries.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from inference_policy.placement import (
+    FITS,
+    PLAN_ANNOTATION,
+    Demand,
+    NodeFacts,
+    PlanError,
+    UsageLedger,
+    Verdict,
+    check_nodes,
+    demand_for,
+    node_facts,
+    parse_plan,
+    score_nodes,
+)
+from inference_policy.planner import PROFILE_PREFIX
+from inference_policy.signing import ProfileRefused
+from policy_io.catalog import packaged_catalog
+from policy_io.state import PolicySettings, PolicyState
+
+log = logging.getLogger(__name__)
+
+NODES = "nodes"
+PROFILE = "profile"
+
+
+class ArgsError(ValueError):
+    """The body is not an ExtenderArgs the extender can answer; the message says why."""
+
+
+class Unplaceable(Exception):
+    """The Pod cannot be placed on any node; the reason goes to every node."""
+
+    def __init__(self, reason: str, code: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.code = code
+
+
+@dataclass
+class Outcome:
+    """A filter or prioritize answer plus what the metrics count about it."""
+
+    body: Any
+    outcome: str
+    codes: dict[str, int] = field(default_factory=dict)
+
+
+def revision_of(configmap: Mapping[str, Any]) -> str | None:
+    """uid + resourceVersion: a new object or any write gives a new key; a re-read does not."""
+    metadata = configmap.get("metadata")
+    if not isinstance(metadata, Mapping):
+        return None
+    uid, version = metadata.get("uid"), metadata.get("resourceVersion")
+    if not isinstance(uid, str) or not isinstance(version, str) or not uid or not version:
+        return None
+    return f"{uid}/{version}"
+
+
+class ClusterView:
+    """Nodes, accounted Pods and the verified profile, as last read from the API."""
+
+    def __init__(
+        self,
+        settings: PolicySettings,
+        pod_scopes: Iterable[str],
+        clock: Callable[[], datetime],
+    ) -> None:
+        self.settings = settings
+        self.clock = clock
+        self.policy = PolicyState(settings, packaged_catalog())
+        self.nodes: dict[str, NodeFacts] = {}
+        self.ledger = UsageLedger()
+        self.pod_scopes = tuple(pod_scopes)
+        self.pending: set[str] = {NODES, PROFILE, *(f"pods/{s}" for s in self.pod_scopes)}
+        self.events = 0
+
+    # -- informer callbacks (event loop only) -------------------------------------------------
+
+    @property
+    def ready(self) -> bool:
+        return not self.pending
+
+    def replace_nodes(self, nodes: Iterable[NodeFacts]) -> None:
+        self.nodes = {node.name: node for node in nodes}
+        self.pending.discard(NODES)
+
+    def node_changed(self, name: str, node: NodeFacts | None) -> None:
+        self.events += 1
+        if node is None:
+            self.nodes.pop(name, None)
+        else:
+            self.nodes[name] = node
+
+    def replace_pods(
+        self, scope: str, pods: Iterable[tuple[str, tuple[str, dict[str, int]] | None]]
+    ) -> None:
+        """Every planned Pod of one scope (a namespace, or * for all) as a list returned them."""
+        seen: set[str] = set()
+        for key, accounted in pods:
+            seen.add(key)
+            self._account(key, accounted)
+        prefix = "" if scope == "*" else scope + "/"
+        for key in self.ledger.pod_keys():
+            if key.startswith(prefix) and key not in seen:
+                self.ledger.remove(key)
+        self.pending.discard(f"pods/{scope}")
+
+    def pod_changed(self, key: str, accounted: tuple[str, dict[str, int]] | None) -> None:
+        self.events += 1
+        self._account(key, accounted)
+
+    def _account(self, key: str, accounted: tuple[str, dict[str, int]] | None) -> None:
+        if accounted is None:
+            self.ledger.remove(key)
+        else:
+            self.ledger.upsert(key, *accounted)
+
+    def set_profile(self, configmap: Mapping[str, Any] | None) -> None:
+        """The profile ConfigMap as read now (None: absent). Never raises: it is a callback."""
+        self.pending.discard(PROFILE)
+        name, namespace = self.settings.bundle_configmap, self.settings.namespace
+        try:
+            if configmap is None:
+                self.policy.profile_missing(
+                    f"ConfigMap {name!r} was not found in namespace {namespace!r}"
+                )
+                return
+            before = self.policy.verifications
+            self.policy.set_profile(dict(configmap), revision_of(configmap), self.clock())
+            if self.policy.verifications != before:
+                refusal = self.policy.profile_refusal
+                if refusal is None and self.policy.profile is not None:
+                    log.info(
+                        "verified profile %s version %d (bundle sha256 %s)",
+                        name,
+                        self.policy.profile.version,
+                        self.policy.profile.sha256,
+                    )
+                elif refusal is not None:
+                    log.warning("profile %s refused: %s", name, refusal.check)
+        except Exception as exc:
+            log.exception("profile ConfigMap %s could not be used", name)
+            self.policy.profile_missing(f"ConfigMap {name!r} could not be read: {exc}")
+
+    # -- decisions ----------------------------------------------------------------------------
+
+    def demand(self, pod: Mapping[str, Any]) -> Demand | None:
+        """The Pod's demand; None for a Pod without a plan. Raises Unplaceable."""
+        meta = pod.get("metadata") or {}
+        annotations = meta.get("annotations") if isinstance(meta, Mapping) else None
+        text = annotations.get(PLAN_ANNOTATION) if isinstance(annotations, Mapping) else None
+        if text is None:
+            return None
+        if not isinstance(text, str):
+            raise Unplaceable(f"the {PLAN_ANNOTATION} annotation is not a string", "plan-invalid")
+        try:
+            plan = parse_plan(text)
+            if plan.path == "external":
+                return None
+            if plan.path == "cpu":
+                return demand_for(plan, None, pod)
+            profile = self._profile()
+            found = profile.envelope.binding(plan.binding_id or "")
+            return demand_for(plan, found[1] if found else None, pod, profile.sha256)
+        except PlanError as exc:
+            raise Unplaceable(str(exc), "plan-invalid") from None
+
+    def _profile(self) -> Any:
+        profile = self.policy.profile
+        refusal = self.policy.profile_refusal
+        if profile is None or refusal is not None:
+            message = (
+                refusal.authorization_message
+                if refusal is not None
+                else "invalid inference profile authorization: no profile has been read"
+            )
+            raise Unplaceable(PROFILE_PREFIX + message, "profile-refused")
+        try:
+            profile.check_window(self.clock())
+        except ProfileRefused as exc:
+            raise Unplaceable(
+                PROFILE_PREFIX + exc.authorization_message, "profile-refused"
+            ) from None
+        return profile
+
+
+def has_plan(pod: Mapping[str, Any]) -> bool:
+    meta = pod.get("metadata")
+    annotations = meta.get("annotations") if isinstance(meta, Mapping) else None
+    return isinstance(annotations, Mapping) and PLAN_ANNOTATION in annotations
+
+
+def _pod_of(args: Any) -> Mapping[str, Any]:
+    if not isinstance(args, Mapping):
+        raise ArgsError("the body is not an ExtenderArgs object")
+    pod = args.get("Pod")
+    if not isinstance(pod, Mapping):
+        raise ArgsError("ExtenderArgs.Pod is missing or not an object")
+    return pod
+
+
+@dataclass
+class _Candidates:
+    cache_mode: bool
+    names: list[str]
+    facts: list[NodeFacts | None]
+    items: list[Any]
+    list_meta: Any
+
+
+def _candidates(view: ClusterView, args: Mapping[str, Any]) -> _Candidates:
+    names_raw = args.get("NodeNames")
+    if names_raw is not None:
+        if not isinstance(names_raw, list) or not all(isinstance(n, str) for n in names_raw):
+            raise ArgsError("ExtenderArgs.NodeNames is not a list of node names")
+        nodes = view.nodes
+        return _Candidates(True, names_raw, [nodes.get(n) for n in names_raw], [], None)
+    node_list = args.get("Nodes")
+    if node_list is None:
+        raise ArgsError("ExtenderArgs carries neither Nodes nor NodeNames")
+    items = node_list.get("items") if isinstance(node_list, Mapping) else None
+    if items is None:
+        items = []
+    if not isinstance(items, list):
+        raise ArgsError("ExtenderArgs.Nodes.items is not a list")
+    names: list[str] = []
+    facts: list[NodeFacts | None] = []
+    for index, item in enumerate(items):
+        if not isinstance(item, Mapping):
+            raise ArgsError(f"ExtenderArgs.Nodes.items[{index}] is not a Node object")
+        meta = item.get("metadata")
+        name = meta.get("name") if isinstance(meta, Mapping) else None
+        if not isinstance(name, str) or not name:
+            raise ArgsError(f"ExtenderArgs.Nodes.items[{index}] has no metadata.name")
+        version = meta.get("resourceVersion") if isinstance(meta, Mapping) else None
+        cached = view.nodes.get(name)
+        # Reuse the informer's parse (and its memo) when the scheduler sent the same revision.
+        if cached is not None and version and cached.version == version:
+            facts.append(cached)
+        else:
+            facts.append(node_facts(item))
+        names.append(name)
+    meta = node_list.get("metadata") if isinstance(node_list, Mapping) else None
+    return _Candidates(False, names, facts, items, meta if isinstance(meta, Mapping) else {})
+
+
+_UNKNOWN = "unknown-node"
+
+
+def _unknown(name: str) -> Verdict:
+    return Verdict(
+        False,
+        f"node {name} is not in the extender's node cache yet; it is retried when the cache "
+        "catches up",
+        False,
+        _UNKNOWN,
+    )
+
+
+def filter_nodes(view: ClusterView, args: Any) -> Outcome:
+    """The ExtenderFilterResult for one ExtenderArgs. Raises ArgsError for a malformed body."""
+    pod = _pod_of(args)
+    cands = _candidates(view, args)
+    if has_plan(pod) and not view.ready:
+        missing = ", ".join(sorted(view.pending))
+        body = _filter_body(cands, [], {}, {})
+        body["Error"] = f"the extender's caches have not synced yet ({missing}); retry shortly"
+        return Outcome(body, "not-ready")
+    try:
+        demand = view.demand(pod)
+    except Unplaceable as exc:
+        failed = dict.fromkeys(cands.names, exc.reason)
+        return Outcome(_filter_body(cands, [], {}, failed), exc.code, {exc.code: len(cands.names)})
+    if demand is None:
+        passed = list(range(len(cands.names)))
+        return Outcome(_filter_body(cands, passed, {}, {}), "unplanned")
+    passed_idx: list[int] = []
+    failed_nodes: dict[str, str] = {}
+    unresolvable: dict[str, str] = {}
+    codes: dict[str, int] = {}
+    verdicts = check_nodes(demand, cands.facts, view.ledger.used)
+    names = cands.names
+    keep = passed_idx.append
+    for index, found in enumerate(verdicts):
+        if found is FITS:
+            keep(index)
+            continue
+        verdict = _unknown(names[index]) if found is None else found
+        if verdict.fits:
+            keep(index)
+            continue
+        target = unresolvable if verdict.unresolvable else failed_nodes
+        target[names[index]] = verdict.reason or verdict.code
+        codes[verdict.code] = codes.get(verdict.code, 0) + 1
+    codes["fits"] = len(passed_idx)
+    return Outcome(_filter_body(cands, passed_idx, failed_nodes, unresolvable), "planned", codes)
+
+
+def _filter_body(
+    cands: _Candidates,
+    passed: list[int],
+    failed: dict[str, str],
+    unresolvable: dict[str, str],
+) -> dict[str, Any]:
+    if cands.cache_mode:
+        return {
+            "Nodes": None,
+            "NodeNames": [cands.names[i] for i in passed],
+            "FailedNodes": failed,
+            "FailedAndUnresolvableNodes": unresolvable,
+            "Error": "",
+        }
+    # Full-node mode: the scheduler reads Nodes.items only, so the kept Node objects are echoed
+    # back exactly as received; replying with names alone would reject every node.
+    return {
+        "Nodes": {"metadata": cands.list_meta, "items": [cands.items[i] for i in passed]},
+        "NodeNames": None,
+        "FailedNodes": failed,
+        "FailedAndUnresolvableNodes": unresolvable,
+        "Error": "",
+    }
+
+
+def prioritize_nodes(view: ClusterView, args: Any) -> Outcome:
+    """The HostPriorityList for one ExtenderArgs. Raises ArgsError for a malformed body."""
+    pod = _pod_of(args)
+    cands = _candidates(view, args)
+    if has_plan(pod) and not view.ready:
+        return Outcome([{"Host": n, "Score": 0} for n in cands.names], "not-ready")
+    try:
+        demand = view.demand(pod)
+    except Unplaceable as exc:
+        return Outcome([{"Host": n, "Score": 0} for n in cands.names], exc.code)
+    if demand is None:
+        return Outcome([{"Host": n, "Score": 0} for n in cands.names], "unplanned")
+    scores = score_nodes(demand, cands.facts, view.ledger.used)
+    body = [{"Host": name, "Score": value} for name, value in zip(cands.names, scores, strict=True)]
+    return Outcome(body, "planned")

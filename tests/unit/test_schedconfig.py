@@ -1,0 +1,185 @@
+"""Golden tests of the owner scheduler's configuration and `tmi render-scheduler-config`."""
+
+from __future__ import annotations
+
+import base64
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from inference_policy.profile import parse_envelope
+from inference_policy.schedconfig import (
+    SchedulerConfigError,
+    managed_resources,
+    render_scheduler_config,
+)
+from tests.profilekit import CLUSTER, NAMESPACE, NOW_TEXT, Owner, gpu_binding, gpu_profile
+from tests.profilekit import with_profiles as profiles_of
+from tmi_cli.main import main
+
+CA = b"-----BEGIN CERTIFICATE-----\nMIIBfake\n-----END CERTIFICATE-----\n"
+URL = "https://tmi-extender.kamiwaza-scheduling.svc:443"
+
+GOLDEN: dict[str, Any] = {
+    "apiVersion": "kubescheduler.config.k8s.io/v1",
+    "kind": "KubeSchedulerConfiguration",
+    "leaderElection": {
+        "leaderElect": True,
+        "resourceLock": "leases",
+        "resourceName": "kamiwaza-inference-scheduler",
+        "resourceNamespace": "kamiwaza-scheduling",
+    },
+    "profiles": [
+        {
+            "schedulerName": "kamiwaza-inference-scheduler",
+            "pluginConfig": [
+                {
+                    "name": "NodeResourcesFit",
+                    "args": {
+                        "scoringStrategy": {
+                            "type": "MostAllocated",
+                            "resources": [
+                                {"name": "cpu", "weight": 1},
+                                {"name": "memory", "weight": 1},
+                            ],
+                        }
+                    },
+                }
+            ],
+        }
+    ],
+    "extenders": [
+        {
+            "urlPrefix": URL,
+            "filterVerb": "filter",
+            "prioritizeVerb": "prioritize",
+            "weight": 5,
+            "enableHTTPS": True,
+            "httpTimeout": "5s",
+            "nodeCacheCapable": True,
+            "ignorable": False,
+            "managedResources": [
+                {"name": "kamiwaza.ai/vram-gb-gpu-0", "ignoredByScheduler": False},
+                {"name": "nvidia.com/gpu", "ignoredByScheduler": False},
+                {"name": "nvidia.com/mig-3g.40gb", "ignoredByScheduler": False},
+            ],
+            "tlsConfig": {"caData": base64.b64encode(CA).decode()},
+        }
+    ],
+}
+
+
+def test_managed_resources_are_every_gpu_bindings_resource_once() -> None:
+    owner = Owner()
+    envelope = profiles_of(
+        owner,
+        gpu_profile("a", "whole-device", [gpu_binding("w1"), gpu_binding("w2", cc="9.0")]),
+        gpu_profile("b", "mig", [gpu_binding("m1", resource="nvidia.com/mig-1g.10gb")]),
+    )
+    assert managed_resources(parse_envelope(envelope)) == [
+        "nvidia.com/gpu",
+        "nvidia.com/mig-1g.10gb",
+    ]
+
+
+def test_template_profile_renders_the_golden_configuration() -> None:
+    envelope = parse_envelope(Owner().envelope())
+    assert render_scheduler_config(envelope, extender_url=URL + "/", ca_pem=CA) == GOLDEN
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"extender_url": "ftp://x"}, "is not an http(s) URL"),
+        ({"extender_url": URL}, "needs the CA"),
+        ({"extender_url": URL, "ca_pem": b"junk"}, "no PEM certificate"),
+        ({"extender_url": URL, "ca_pem": CA, "weight": 0}, "weight 0"),
+        ({"extender_url": URL, "ca_pem": CA, "http_timeout": "5"}, "not a duration"),
+        ({"extender_url": URL, "ca_pem": CA, "scheduler_name": "Bad_Name"}, "not a DNS label"),
+    ],
+)
+def test_unusable_inputs_are_refused(kwargs: dict[str, Any], message: str) -> None:
+    with pytest.raises(SchedulerConfigError) as caught:
+        render_scheduler_config(parse_envelope(Owner().envelope()), **kwargs)
+    assert message in str(caught.value)
+
+
+def test_plain_http_needs_no_ca() -> None:
+    rendered = render_scheduler_config(
+        parse_envelope(Owner().envelope()), extender_url="http://127.0.0.1:18888"
+    )
+    extender = rendered["extenders"][0]
+    assert extender["enableHTTPS"] is False and "tlsConfig" not in extender
+
+
+@pytest.fixture
+def files(tmp_path: Path) -> tuple[Owner, Path, Path]:
+    owner = Owner()
+    bundle = tmp_path / "profile.json"
+    bundle.write_text(json.dumps(owner.sign()))
+    ca = tmp_path / "ca.pem"
+    ca.write_bytes(CA)
+    return owner, bundle, ca
+
+
+def _args(owner: Owner, bundle: Path, *extra: str) -> list[str]:
+    return [
+        "render-scheduler-config",
+        "--bundle",
+        str(bundle),
+        "--owner-public-key",
+        owner.public_key,
+        "--cluster-binding-id",
+        CLUSTER,
+        "--namespace",
+        NAMESPACE,
+        "--extender-url",
+        URL,
+        "--now",
+        NOW_TEXT,
+        *extra,
+    ]
+
+
+def test_cli_prints_the_golden_json(
+    files: tuple[Owner, Path, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    owner, bundle, ca = files
+    assert main(_args(owner, bundle, "--ca-file", str(ca))) == 0
+    assert json.loads(capsys.readouterr().out) == GOLDEN
+
+
+def test_cli_prints_yaml(
+    files: tuple[Owner, Path, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    owner, bundle, ca = files
+    assert main(_args(owner, bundle, "--ca-file", str(ca), "--format", "yaml")) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("apiVersion: kubescheduler.config.k8s.io/v1\n")
+    assert yaml.safe_load(out) == GOLDEN
+
+
+def test_cli_refuses_https_without_a_ca(
+    files: tuple[Owner, Path, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    owner, bundle, _ = files
+    assert main(_args(owner, bundle)) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err.startswith("error: an https extender URL needs the CA")
+
+
+def test_cli_refuses_a_profile_the_servers_would_refuse(
+    files: tuple[Owner, Path, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    _, bundle, ca = files
+    stranger = Owner()
+    assert main(_args(stranger, bundle, "--ca-file", str(ca))) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(
+        "error: invalid inference profile authorization: bundle is signed by a key this "
+        "cluster does not trust"
+    )

@@ -1,0 +1,556 @@
+"""The admission webhook behind a real 1.36 API server, configured by the shipped manifests.
+
+The webhook runs as its own process with the ``tmi-webhook`` identity under the shipped Role
+(``localcluster.webhook``); the API server calls it through the owner's
+MutatingWebhookConfiguration with only ``clientConfig`` rewritten. Pods are created as
+``tmi-installer``, the kamiwaza namespace admin, so what reaches the client is what a platform
+install would see: the stored Pod after admission, or the API server's rendering of a denial
+(HTTP status from the webhook, message prefixed with the webhook entry's name).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from localcluster import ApiError, ControlPlane, FakeNode, Kube, pod_condition, wait_until
+from localcluster.webhook import (
+    DEFAULT_BUNDLE_CONFIGMAP,
+    PLAN_ANNOTATION,
+    REQUEST_ANNOTATION,
+    delete_profile,
+    is_planned,
+    publish_profile,
+)
+from tests.integration.webhookkit import engine_pod, plain_pod
+from tests.profilekit import CLUSTER, EXAMPLES, NAMESPACE, Owner, request
+from tmi_cli.main import main as tmi
+
+if TYPE_CHECKING:
+    # Only for annotations: pytest_plugins must be the first to import the fixture module, so
+    # that pytest can rewrite its asserts.
+    from tests.e2e.webhook_fixtures import Deployed
+
+pytest_plugins = ["tests.e2e.webhook_fixtures"]
+pytestmark = pytest.mark.e2e
+
+ENGINE_HOOK = "pods.tenant-inference.kamiwaza.ai"
+GUARD_HOOK = "guard.tenant-inference.kamiwaza.ai"
+GATE = "kamiwaza.ai/AllocationVerified"
+MLX_DETAIL = (
+    "cannot derive inference resources for this deployment: engine 'mlx' is not qualified in "
+    "this release"
+)
+PROFILE_PREFIX = "owner profile bundle: invalid inference profile authorization: "
+FORGERY_PREFIX = "tenant-mode inference: this Pod asks for accelerator access outside a plan ("
+MERGE_PATCH = "application/merge-patch+json"
+
+
+def denied_by(hook: str) -> str:
+    """How the API server prefixes a webhook's denial message."""
+    return f'admission webhook "{hook}" denied the request: '
+
+
+def _name(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+def _named(pod: dict[str, Any], name: str, namespace: str = NAMESPACE) -> dict[str, Any]:
+    pod = copy.deepcopy(pod)
+    pod["metadata"]["name"] = name
+    pod["metadata"]["namespace"] = namespace
+    return pod
+
+
+def refusal(kube: Kube, pod: dict[str, Any]) -> ApiError:
+    """The API server's refusal of a dry-run create (fails the test if it was admitted)."""
+    try:
+        kube.create(pod, dry_run=True)
+    except ApiError as exc:
+        return exc
+    raise AssertionError(f"the API server admitted Pod {pod['metadata']['name']}")
+
+
+def pod_path(name: str, namespace: str = NAMESPACE) -> str:
+    return f"/api/v1/namespaces/{namespace}/pods/{name}"
+
+
+def tmi_plan(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    owner: Owner,
+    profile: dict[str, Any],
+    body: dict[str, Any],
+) -> dict[str, Any]:
+    """What `tmi plan` answers for the deployed profile and settings."""
+    bundle, req = tmp_path / "bundle.json", tmp_path / "request.json"
+    bundle.write_text(json.dumps(profile))
+    req.write_text(json.dumps(body))
+    capsys.readouterr()
+    status = tmi(
+        [
+            "plan",
+            f"--bundle={bundle}",
+            f"--owner-public-key={owner.public_key}",
+            f"--cluster-binding-id={CLUSTER}",
+            f"--namespace={NAMESPACE}",
+            f"--bundle-configmap={DEFAULT_BUNDLE_CONFIGMAP}",
+            f"--request={req}",
+        ]
+    )
+    out = capsys.readouterr().out
+    assert status == 0, out
+    plan: dict[str, Any] = json.loads(out)
+    return plan
+
+
+def _is_accelerator(key: str) -> bool:
+    return key.startswith(("nvidia.com/", "amd.com/", "kamiwaza.ai/vram-gb-"))
+
+
+# -- engine Pods are stored as planned ------------------------------------------------------------
+
+
+PLANNED = {
+    "gguf-on-gpu": request(),
+    "forced-cpu": request(config__force_cpu=True),
+    "vllm": request("vllm"),
+}
+
+
+@pytest.mark.parametrize("body", PLANNED.values(), ids=PLANNED.keys())
+def test_engine_pod_is_stored_as_tmi_plan_says(
+    webhook: Deployed,
+    installer: Kube,
+    kamiwaza_pods: Callable[[str], str],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    body: dict[str, Any],
+) -> None:
+    settings = webhook.hook.settings
+    plan = tmi_plan(tmp_path, capsys, webhook.owner, webhook.profile, body)
+    # What the platform set itself is replaced: its nodeSelector always, and a RuntimeClass
+    # that a CPU plan does not want.
+    spec: dict[str, Any] = {"nodeSelector": {"disk": "ssd"}}
+    if plan["path"] == "cpu":
+        spec["runtimeClassName"] = "nvidia"
+    sent = engine_pod(body, name=kamiwaza_pods("engine"), **spec)
+    installer.create(sent)
+    stored = installer.request("GET", pod_path(sent["metadata"]["name"]))
+
+    annotations = stored["metadata"]["annotations"]
+    assert json.loads(annotations[PLAN_ANNOTATION]) == plan
+    assert annotations[REQUEST_ANNOTATION] == sent["metadata"]["annotations"][REQUEST_ANNOTATION]
+    assert stored["metadata"]["labels"] == sent["metadata"]["labels"]
+
+    spec = stored["spec"]
+    engine = spec["containers"][0]
+    assert engine["image"] == plan["image"]
+    assert engine["args"] == sent["spec"]["containers"][0]["args"]
+    own = sent["spec"]["containers"][0]["resources"]
+    expected: dict[str, Any] = {
+        "requests": {
+            **{k: v for k, v in own.get("requests", {}).items() if not _is_accelerator(k)},
+            **plan["resources"]["requests"],
+        }
+    }
+    if plan["path"] == "gpu":
+        expected["limits"] = plan["resources"]["limits"]
+    assert engine["resources"] == expected
+    if plan["path"] == "gpu":
+        assert spec["runtimeClassName"] == plan["runtimeClassName"] == "nvidia"
+        assert spec["imagePullSecrets"] == [{"name": settings.gpu_registry_credentials_secret}]
+    else:
+        assert "runtimeClassName" not in spec
+        assert spec["imagePullSecrets"] == [{"name": settings.cpu_registry_credentials_secret}]
+    assert spec["nodeSelector"] == plan["nodeSelector"]
+    assert spec["schedulerName"] == settings.scheduler_name
+    assert spec["readinessGates"] == [{"conditionType": GATE}]
+
+
+def test_pods_of_a_namespace_not_opted_in_are_stored_as_sent(
+    control_plane: ControlPlane, webhook: Deployed, new_namespace: Callable[[str], str]
+) -> None:
+    other = new_namespace("not-opted-in")
+    admin = control_plane.kube("admin")
+    before = webhook.hook.reviews()
+    engine = _named(engine_pod(request()), _name("engine"), other)
+    # Not refused either: outside the opted-in namespaces the guard does not apply.
+    forged = _named(plain_pod(runtimeClassName="nvidia"), _name("forged"), other)
+    for sent in (engine, forged):
+        admin.create(sent)
+        stored = admin.request("GET", pod_path(sent["metadata"]["name"], other))
+        assert stored["metadata"]["labels"] == sent["metadata"]["labels"]
+        assert stored["metadata"].get("annotations", {}) == sent["metadata"]["annotations"]
+        sent_spec, spec = sent["spec"], stored["spec"]
+        for key, value in sent_spec.items():
+            if key == "containers":
+                continue
+            assert spec[key] == value, key
+        for mine, theirs in zip(sent_spec["containers"], spec["containers"], strict=True):
+            assert {k: theirs[k] for k in mine} == mine
+        assert spec["schedulerName"] == "default-scheduler"
+        assert "readinessGates" not in spec and "imagePullSecrets" not in spec
+        assert "nodeSelector" not in spec
+    assert webhook.hook.reviews() == before, "the API server called the webhook"
+
+
+def test_tenant_pods_without_accelerator_fields_are_not_sent(
+    webhook: Deployed, installer: Kube
+) -> None:
+    before = webhook.hook.reviews()
+    sent = _named(plain_pod(), _name("tenant"))
+    stored = installer.create(sent, dry_run=True)
+    assert stored["spec"]["containers"][0]["image"] == sent["spec"]["containers"][0]["image"]
+    assert PLAN_ANNOTATION not in (stored["metadata"].get("annotations") or {})
+    # The guard entry's matchConditions keep ordinary Pods away from the webhook entirely.
+    assert webhook.hook.reviews() == before
+
+
+# -- refusals reach the client with the plan's status and the seed's words -----------------------
+
+
+def test_mlx_is_refused_422_with_the_seed_detail(installer: Kube) -> None:
+    mlx = json.loads((EXAMPLES / "request-mlx.json").read_text())
+    err = refusal(installer, engine_pod(mlx, name=_name("mlx")))
+    assert err.status == 422, err
+    assert err.message == denied_by(ENGINE_HOOK) + MLX_DETAIL
+
+
+def _refused_with(kube: Kube, status: int, message: str) -> Callable[[], bool]:
+    def probe() -> bool:
+        try:
+            kube.create(engine_pod(request(), name=_name("probe")), dry_run=True)
+        except ApiError as exc:
+            return exc.status == status and exc.message == message
+        return False
+
+    return probe
+
+
+def test_profile_refusals_reach_the_client_as_503(
+    control_plane: ControlPlane, webhook: Deployed, installer: Kube
+) -> None:
+    hook = webhook.hook
+    stranger = Owner()
+    expected = denied_by(ENGINE_HOOK) + PROFILE_PREFIX
+    try:
+        publish_profile(control_plane, stranger.sign(stranger.envelope(), DEFAULT_BUNDLE_CONFIGMAP))
+        wait_until(
+            _refused_with(
+                installer, 503, expected + "bundle is signed by a key this cluster does not trust"
+            ),
+            timeout=30,
+            what="the profile signed by another key to be refused with 503",
+        )
+        delete_profile(control_plane, NAMESPACE, DEFAULT_BUNDLE_CONFIGMAP)
+        wait_until(
+            _refused_with(
+                installer, 503, expected + "bundle did not arrive from the configured ConfigMap"
+            ),
+            timeout=30,
+            what="the deleted profile to be refused with 503",
+        )
+        publish_profile(control_plane, webhook.profile)
+        hook.restart(cluster_binding_id="another-cluster")
+        wait_until(
+            _refused_with(
+                installer,
+                503,
+                expected + "bundle targets another cluster binding, namespace, or a version "
+                "below the configured floor",
+            ),
+            timeout=30,
+            what="the profile of another cluster binding to be refused with 503",
+        )
+    finally:
+        publish_profile(control_plane, webhook.profile)
+        if hook.settings.cluster_binding_id != CLUSTER:
+            hook.restart(cluster_binding_id=CLUSTER)
+        wait_until(
+            lambda: is_planned(hook.probe()), timeout=30, what="the profile to be planned again"
+        )
+
+
+# -- forgeries are refused 403, naming the field ----------------------------------------------
+
+
+def _with(kind: str, container: dict[str, Any]) -> dict[str, Any]:
+    pod = plain_pod()
+    pod["spec"].setdefault(kind, []).append({"image": "busybox:1.37", **container})
+    return pod
+
+
+def _limits(name: str, resource: str, quantity: str = "1") -> dict[str, Any]:
+    return {"name": name, "resources": {"limits": {resource: quantity}}}
+
+
+def _plan_annotated() -> dict[str, Any]:
+    pod = plain_pod()
+    pod["metadata"]["annotations"][PLAN_ANNOTATION] = json.dumps({"status": 200, "path": "gpu"})
+    return pod
+
+
+FORGERIES: dict[str, tuple[dict[str, Any], str]] = {
+    "nvidia-gpu": (
+        _with("containers", _limits("miner", "nvidia.com/gpu")),
+        "spec.containers[miner].resources.limits[nvidia.com/gpu]",
+    ),
+    "mig-slice": (
+        _with("containers", _limits("miner", "nvidia.com/mig-3g.40gb")),
+        "spec.containers[miner].resources.limits[nvidia.com/mig-3g.40gb]",
+    ),
+    "vram-share": (
+        _with("containers", _limits("miner", "kamiwaza.ai/vram-gb-gpu-0", "8")),
+        "spec.containers[miner].resources.limits[kamiwaza.ai/vram-gb-gpu-0]",
+    ),
+    "amd-gpu": (
+        _with("containers", _limits("miner", "amd.com/gpu")),
+        "spec.containers[miner].resources.limits[amd.com/gpu]",
+    ),
+    "init-nvidia-gpu": (
+        _with("initContainers", _limits("warm", "nvidia.com/gpu")),
+        "spec.initContainers[warm].resources.limits[nvidia.com/gpu]",
+    ),
+    "init-mig-slice": (
+        _with("initContainers", _limits("warm", "nvidia.com/mig-3g.40gb")),
+        "spec.initContainers[warm].resources.limits[nvidia.com/mig-3g.40gb]",
+    ),
+    "init-vram-share": (
+        _with("initContainers", _limits("warm", "kamiwaza.ai/vram-gb-gpu-0", "8")),
+        "spec.initContainers[warm].resources.limits[kamiwaza.ai/vram-gb-gpu-0]",
+    ),
+    "init-amd-gpu": (
+        _with("initContainers", _limits("warm", "amd.com/gpu")),
+        "spec.initContainers[warm].resources.limits[amd.com/gpu]",
+    ),
+    "device-env": (
+        _with(
+            "containers",
+            {"name": "env", "env": [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}]},
+        ),
+        "spec.containers[env].env[NVIDIA_VISIBLE_DEVICES]",
+    ),
+    "runtime-class": (plain_pod(runtimeClassName="nvidia"), "spec.runtimeClassName (nvidia)"),
+    "plan-annotation": (_plan_annotated(), f"metadata.annotations[{PLAN_ANNOTATION}]"),
+}
+
+
+@pytest.mark.parametrize(("pod", "field"), FORGERIES.values(), ids=FORGERIES.keys())
+def test_forgery_is_refused_403(installer: Kube, pod: dict[str, Any], field: str) -> None:
+    err = refusal(installer, _named(pod, _name("forged")))
+    assert err.status == 403, err
+    assert err.message.startswith(denied_by(GUARD_HOOK) + FORGERY_PREFIX), err.message
+    assert field in err.message, err.message
+
+
+def test_engine_pod_sidecar_asking_for_a_gpu_is_refused_403(installer: Kube) -> None:
+    pod = engine_pod(request(), name=_name("engine"))
+    pod["spec"]["containers"].append(
+        {"name": "miner", "image": "busybox:1.37", **_limits("miner", "nvidia.com/gpu")}
+    )
+    err = refusal(installer, pod)
+    assert err.status == 403, err
+    assert err.message.startswith(denied_by(ENGINE_HOOK) + FORGERY_PREFIX), err.message
+    assert "spec.containers[miner].resources.limits[nvidia.com/gpu]" in err.message
+
+
+def test_plan_annotation_cannot_change_on_update(
+    installer: Kube, kamiwaza_pods: Callable[[str], str]
+) -> None:
+    name = kamiwaza_pods("engine")
+    installer.create(engine_pod(request(), name=name))
+    stored = installer.request("GET", pod_path(name))
+    admitted = stored["metadata"]["annotations"][PLAN_ANNOTATION]
+    changed = json.loads(admitted)
+    changed["resources"]["limits"] = {"nvidia.com/gpu": "8"}
+    fixed = (
+        denied_by(ENGINE_HOOK) + f"the {PLAN_ANNOTATION} annotation is fixed when the Pod is "
+        "admitted; it cannot be changed or removed"
+    )
+    for value in (json.dumps(changed), None):
+        with pytest.raises(ApiError) as denied:
+            installer.request(
+                "PATCH",
+                pod_path(name),
+                body={"metadata": {"annotations": {PLAN_ANNOTATION: value}}},
+                content_type=MERGE_PATCH,
+            )
+        assert denied.value.status == 403, denied.value
+        assert denied.value.message == fixed
+    # Metadata that is not the plan may change.
+    updated = installer.request(
+        "PATCH",
+        pod_path(name),
+        body={"metadata": {"labels": {"rollout": "2"}}},
+        content_type=MERGE_PATCH,
+    )
+    assert updated["metadata"]["labels"]["rollout"] == "2"
+    assert updated["metadata"]["annotations"][PLAN_ANNOTATION] == admitted
+
+
+def test_debug_container_with_devices_is_refused_403(
+    control_plane: ControlPlane, installer: Kube, kamiwaza_pods: Callable[[str], str]
+) -> None:
+    name = kamiwaza_pods("tenant")
+    installer.create(_named(plain_pod(), name))
+    # The namespace admin may not add debug containers at all (the admin ClusterRole leaves
+    # pods/ephemeralcontainers out); a cluster admin may, and is still refused the devices.
+    with pytest.raises(ApiError) as forbidden:
+        installer.request(
+            "PATCH",
+            pod_path(name) + "/ephemeralcontainers",
+            body={"spec": {"ephemeralContainers": [{"name": "x", "image": "busybox:1.37"}]}},
+            content_type="application/strategic-merge-patch+json",
+        )
+    assert forbidden.value.status == 403 and "admission webhook" not in forbidden.value.message
+    admin = control_plane.kube("admin")
+    path = pod_path(name) + "/ephemeralcontainers"
+    debug = {"name": "dbg", "image": "busybox:1.37", "stdin": True, "tty": True}
+    forged = {
+        **debug,
+        "name": "dbg-gpu",
+        "env": [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}],
+    }
+    with pytest.raises(ApiError) as denied:
+        admin.request(
+            "PATCH",
+            path,
+            body={"spec": {"ephemeralContainers": [forged]}},
+            content_type="application/strategic-merge-patch+json",
+        )
+    assert denied.value.status == 403, denied.value
+    assert denied.value.message.startswith(denied_by(GUARD_HOOK) + FORGERY_PREFIX)
+    assert "spec.ephemeralContainers[dbg-gpu].env[NVIDIA_VISIBLE_DEVICES]" in denied.value.message
+    # An ordinary debug container is not the webhook's business.
+    patched = admin.request(
+        "PATCH",
+        path,
+        body={"spec": {"ephemeralContainers": [debug]}},
+        content_type="application/strategic-merge-patch+json",
+    )
+    assert [c["name"] for c in patched["spec"]["ephemeralContainers"]] == ["dbg"]
+
+
+# -- a certificate rotated under load -----------------------------------------------------------
+
+
+def test_certificate_rotation_fails_no_request(webhook: Deployed, installer: Kube) -> None:
+    hook = webhook.hook
+    first = hook.served_serial()
+    stop = threading.Event()
+    results: list[tuple[float, str | None]] = []
+
+    def load() -> None:
+        while not stop.is_set():
+            pod = engine_pod(request(), name=_name("rotation"))
+            try:
+                stored = installer.create(pod, dry_run=True)
+                outcome = None if is_planned(stored) else "admitted without a plan"
+            except Exception as exc:
+                outcome = repr(exc)
+            results.append((time.monotonic(), outcome))
+
+    thread = threading.Thread(target=load, name="pod-create-load", daemon=True)
+    thread.start()
+    try:
+        wait_until(lambda: len(results) >= 20, timeout=60, what="20 creates before the rotation")
+        rotated = hook.rotate_certificate()
+        assert rotated != first
+        hook.wait_serving(rotated, timeout=30)
+        served = time.monotonic()
+        wait_until(
+            lambda: sum(1 for at, _ in results if at > served) >= 50,
+            timeout=60,
+            what="50 creates after the new certificate is served",
+        )
+    finally:
+        stop.set()
+        thread.join(timeout=30)
+    failures = [outcome for _, outcome in results if outcome is not None]
+    assert failures == [], f"{len(failures)} of {len(results)} creates failed: {failures[:3]}"
+    assert hook.served_serial() == rotated
+
+
+# -- the readiness gate ---------------------------------------------------------------------------
+
+
+def test_planned_pod_is_not_ready_until_allocation_verified(
+    control_plane: ControlPlane,
+    webhook: Deployed,
+    installer: Kube,
+    kamiwaza_pods: Callable[[str], str],
+    fake_nodes: Callable[..., list[dict[str, object]]],
+) -> None:
+    node = FakeNode(
+        _name("a100-mig"),
+        gpu_product="NVIDIA-A100-SXM4-80GB",
+        compute_capability="8.0",
+        mig={"3g.40gb": 2},
+    )
+    fake_nodes(node)
+    # The webhook hands engine Pods to the owner's scheduler; a plain profile under that name
+    # stands in for it (the extender has its own e2e tests).
+    scheduler = webhook.hook.settings.scheduler_name
+    assert scheduler
+    control_plane.start_scheduler({"profiles": [{"schedulerName": scheduler}]}, name="webhook-e2e")
+    admin = control_plane.kube("admin")
+    name = kamiwaza_pods("gated")
+    try:
+        installer.create(engine_pod(request(), name=name))
+        running = admin.wait_for(
+            "v1",
+            "Pod",
+            name,
+            NAMESPACE,
+            lambda p: (
+                p.get("status", {}).get("phase") == "Running"
+                and pod_condition(p, "Ready") is not None
+            ),
+            timeout=60,
+            what=f"Pod {name} to run",
+        )
+        assert running["spec"]["nodeName"] == node.name
+        assert running["spec"]["readinessGates"] == [{"conditionType": GATE}]
+        assert pod_condition(running, GATE) is None
+        ready = next(c for c in running["status"]["conditions"] if c["type"] == "Ready")
+        assert (ready["status"], ready["reason"]) == ("False", "ReadinessGatesNotReady")
+
+        admin.patch_status(
+            "v1",
+            "Pod",
+            name,
+            NAMESPACE,
+            {
+                "status": {
+                    "conditions": [
+                        {
+                            "type": GATE,
+                            "status": "True",
+                            "reason": "Verified",
+                            "message": "allocation matches the plan",
+                        }
+                    ]
+                }
+            },
+        )
+        verified = admin.wait_for(
+            "v1",
+            "Pod",
+            name,
+            NAMESPACE,
+            lambda p: pod_condition(p, "Ready") == "True",
+            timeout=60,
+            what=f"Pod {name} to become Ready",
+        )
+        assert pod_condition(verified, GATE) == "True"
+    finally:
+        control_plane.stop_scheduler("webhook-e2e")

@@ -7,21 +7,21 @@ setting or the Kubernetes client configuration cannot be used.
 
 from __future__ import annotations
 
-import asyncio
 import logging
-import signal
-import sys
-from collections.abc import Sequence
+from collections.abc import Coroutine, Sequence
+from typing import Any
 
-import uvloop
 from aiohttp import web
 
 from allocation_controller.app import create_app
-from allocation_controller.config import ConfigError, ControllerSettings, settings_from_args
+from allocation_controller.config import ControllerSettings, settings_from_args
 from allocation_controller.controller import Controller
-from allocation_controller.kubeapi import ClientConfigError, HttpKube
+from allocation_controller.kubeapi import HttpKube
+from serving import process
 
 log = logging.getLogger("allocation_controller")
+# Only probes and scrapes are in flight at a stop, and each is answered at once.
+SHUTDOWN_TIMEOUT = 2.0
 
 
 async def serve(settings: ControllerSettings, api: HttpKube) -> None:
@@ -30,49 +30,38 @@ async def serve(settings: ControllerSettings, api: HttpKube) -> None:
         log.error("owner public key unusable: %s", controller.policy.state.trust_error)
     if controller.policy.state.catalog_refusal:
         log.error("engine catalog: %s", controller.policy.state.catalog_refusal)
-    runner = web.AppRunner(create_app(controller), access_log=None, shutdown_timeout=2.0)
-    await runner.setup()
-    site = web.TCPSite(runner, settings.host, settings.port, reuse_address=True)
-    await site.start()
-    log.info(
-        "serving /healthz, /readyz, /metrics on port %d; namespace %s; identity %s",
-        settings.port,
-        settings.namespace,
-        settings.leader.identity,
-    )
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
+
+    def started(runner: web.AppRunner) -> None:
+        log.info(
+            "serving /healthz, /readyz, /metrics on port %d; namespace %s; identity %s",
+            settings.port,
+            settings.namespace,
+            settings.leader.identity,
+        )
+
     try:
-        await controller.run(stop)
+        await process.serve(
+            create_app(controller),
+            settings.host,
+            settings.port,
+            shutdown_timeout=SHUTDOWN_TIMEOUT,
+            started=started,
+            until=controller.run,
+        )
     finally:
-        await runner.cleanup()
         await api.close()
     log.info("stopped")
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    try:
-        settings = settings_from_args(argv)
-    except ConfigError as exc:
-        sys.stderr.write(f"error: {exc}\n")
-        return 2
-    logging.basicConfig(
-        level=settings.log_level,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
+def prepare(settings: ControllerSettings) -> Coroutine[Any, Any, None]:
+    api = HttpKube.from_kubeconfig(
+        settings.kubeconfig, settings.namespace, timeout=settings.api_timeout
     )
-    try:
-        api = HttpKube.from_kubeconfig(
-            settings.kubeconfig, settings.namespace, timeout=settings.api_timeout
-        )
-    except ClientConfigError as exc:
-        sys.stderr.write(f"error: {exc}\n")
-        return 2
-    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
-        runner.run(serve(settings, api))
-    return 0
+    return serve(settings, api)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    return process.main(argv, settings_from_args, prepare)
 
 
 if __name__ == "__main__":

@@ -9,9 +9,9 @@ which the loops themselves never allow for an ordinary error; a restart is the r
 from __future__ import annotations
 
 from aiohttp import web
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from allocation_controller.controller import Controller
+from serving.probes import exposition, ok
 
 CONTROLLER = web.AppKey("controller", Controller)
 
@@ -19,7 +19,7 @@ CONTROLLER = web.AppKey("controller", Controller)
 async def healthz(request: web.Request) -> web.Response:
     controller = request.app[CONTROLLER]
     if controller.healthy:
-        return web.Response(text="ok\n")
+        return ok()
     return web.Response(status=503, text="a background loop has stopped\n")
 
 
@@ -34,8 +34,7 @@ async def readyz(request: web.Request) -> web.Response:
 async def metrics(request: web.Request) -> web.Response:
     controller = request.app[CONTROLLER]
     controller.metrics.queue_depth.set(len(controller.queue))
-    body = generate_latest(controller.metrics.registry)
-    return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+    return exposition(controller.metrics.registry)
 
 
 def create_app(controller: Controller) -> web.Application:

@@ -21,6 +21,7 @@ from collections.abc import Callable
 from typing import Any
 
 from allocation_controller.ports import JSON, ApiError, Gone, Resource, WatchPort
+from serving.kube import Backoff
 
 log = logging.getLogger(__name__)
 
@@ -184,7 +185,7 @@ class Informer:
 
     async def run(self) -> None:
         """List and watch until cancelled."""
-        delay = self.backoff
+        backoff = Backoff(self.backoff, self.max_backoff)
         need_list = True
         while True:
             try:
@@ -192,7 +193,7 @@ class Informer:
                     await self.relist()
                     need_list = False
                 await self.watch_once()
-                delay = self.backoff
+                backoff.reset()
             except asyncio.CancelledError:
                 raise
             except Gone:
@@ -207,9 +208,8 @@ class Informer:
                     "watching %s failed (%s); retrying in %.1fs",
                     self.what,
                     f"HTTP {status}" if status else f"{type(exc).__name__}: {exc}",
-                    delay,
+                    backoff.delay,
                 )
-                await asyncio.sleep(delay * (0.5 + random.random()))  # noqa: S311
-                delay = min(delay * 2, self.max_backoff)
+                await asyncio.sleep(backoff.next())
                 # Without a version to resume from (the list itself failed) only a list helps.
                 need_list = need_list or not self.version

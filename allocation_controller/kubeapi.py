@@ -4,7 +4,8 @@ The official client is synchronous; at 100 Pods a second a thread per call would
 thread hand-offs than on the calls, and a watch would pin a thread each. So the requests are made
 here on the event loop, and the official client is used for what it is good at: reading a
 kubeconfig or the in-cluster service account (CA, client certificate, bearer token, and the
-token's periodic re-read) into a `Configuration`, whose token is asked for on every request.
+token's periodic re-read) into a `Configuration` (`serving.kube`, as for the other servers),
+whose token is asked for on every request.
 
 Every request has a timeout (`timeout`, kept below the leader election margin by the settings),
 watches excepted: a watch is bounded by its `timeoutSeconds` plus a read timeout instead. A watch
@@ -20,42 +21,17 @@ from typing import Any
 from urllib.parse import quote
 
 import aiohttp
-import kubernetes.client
-import kubernetes.config
 import orjson
 
 from allocation_controller.ports import JSON, NotFound, Resource, WatchEvent, api_error
+from serving.kube import load_configuration
 
-# The official client is only partly typed; it is used through this one untyped handle.
-_kube: Any = kubernetes
 MAX_LINE_BYTES = 32 * 1024 * 1024
 MAX_BODY_BYTES = 64 * 1024 * 1024
 CONTENT_TYPES = {
     "json": "application/json",
     "strategic": "application/strategic-merge-patch+json",
 }
-
-
-class ClientConfigError(ValueError):
-    """The kubeconfig or the in-cluster service account cannot be used."""
-
-
-def load_configuration(kubeconfig: str | None) -> Any:
-    """A `kubernetes.client.Configuration` from a kubeconfig file, or the in-cluster account."""
-    configuration = _kube.client.Configuration()
-    try:
-        if kubeconfig:
-            _kube.config.load_kube_config(
-                config_file=kubeconfig, client_configuration=configuration
-            )
-        else:
-            _kube.config.load_incluster_config(client_configuration=configuration)
-    except (_kube.config.ConfigException, OSError, TypeError, ValueError) as exc:
-        where = kubeconfig or "the in-cluster service account"
-        raise ClientConfigError(
-            f"cannot load the Kubernetes client configuration from {where}: {exc}"
-        ) from None
-    return configuration
 
 
 def ssl_context(configuration: Any) -> ssl.SSLContext:
@@ -99,7 +75,10 @@ class HttpKube:
             configuration.host,
             namespace,
             ssl_context=context,
-            authorization=lambda: configuration.get_api_key_with_prefix("authorization"),
+            # The client files a kubeconfig or service-account token under "BearerToken".
+            authorization=lambda: configuration.get_api_key_with_prefix(
+                "BearerToken", alias="authorization"
+            ),
             timeout=timeout,
         )
 

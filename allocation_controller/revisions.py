@@ -34,7 +34,7 @@ from inference_policy.signing import (
     verify_configmap_content,
 )
 from policy_io.catalog import packaged_catalog
-from policy_io.state import PolicySettings, PolicyState
+from policy_io.state import PolicySettings, PolicyState, revision_of
 
 log = logging.getLogger(__name__)
 
@@ -43,12 +43,6 @@ PROFILE_SELECTOR = f"{PROFILE_LABEL}=true"
 RECIPE_CATALOG_UNAVAILABLE = "RecipeCatalogUnavailable"
 
 Revision = VerifiedProfile | Lapse
-
-
-def _revision_key(configmap: Mapping[str, Any]) -> str | None:
-    metadata = configmap.get("metadata") or {}
-    uid, version = metadata.get("uid"), metadata.get("resourceVersion")
-    return f"{uid}/{version}" if uid and version else None
 
 
 class PolicyView:
@@ -85,7 +79,7 @@ class PolicyView:
         if not isinstance(digest, str) or not digest:
             log.warning("profile ConfigMap %s has no %s; ignored", name, DIGEST_KEY)
             return self.remove_configmap(name)
-        key = _revision_key(configmap)
+        key = revision_of(configmap)
         previous = self._entries.get(name)
         if previous is not None and key is not None and previous[0] == key:
             return set()
@@ -145,7 +139,7 @@ class PolicyView:
             changed = self._recipe_problems.get(capability) != problem
             self._recipe_problems[capability] = problem
             return changed
-        key = _revision_key(configmap)
+        key = revision_of(configmap)
         if key is not None and self._recipe_revisions.get(capability) == key:
             return False
         self._recipe_revisions[capability] = key

@@ -118,7 +118,7 @@ def serve(kind: str, cert: str, key: str, cpu: int | None) -> None:
         app = _our_app() if kind == "webhook" else _constant_app()
         context = None
         if cert:
-            from webhook.tlsreload import CertificateReloader
+            from serving.tls import CertificateReloader
 
             context = CertificateReloader(cert, key).context
         runner = web.AppRunner(app, access_log=None)

@@ -8,19 +8,18 @@ Exit status: 0 after a clean shutdown, 2 for a setting or certificate that canno
 
 from __future__ import annotations
 
-import asyncio
 import logging
-import signal
-import sys
-from collections.abc import Sequence
+from collections.abc import Coroutine, Sequence
+from typing import Any
 
-import uvloop
 from aiohttp import web
 
 from extender.app import RUNTIME, create_app
-from extender.config import ConfigError, ExtenderSettings, settings_from_args
-from extender.sources import ClientConfigError, KubernetesSource, kubernetes_api
-from extender.tls import CertificateError, CertificateReloader
+from extender.config import ExtenderSettings, settings_from_args
+from extender.sources import KubernetesSource
+from serving import process
+from serving.kube import kubernetes_api
+from serving.tls import CertificateReloader
 
 log = logging.getLogger("extender")
 
@@ -28,66 +27,36 @@ log = logging.getLogger("extender")
 async def serve(
     app: web.Application, settings: ExtenderSettings, reloader: CertificateReloader | None
 ) -> None:
-    runner = web.AppRunner(app, access_log=None, shutdown_timeout=settings.shutdown_timeout)
-    await runner.setup()
-    site = web.TCPSite(
-        runner,
-        settings.host,
-        settings.port,
-        ssl_context=reloader.context if reloader else None,
-        backlog=1024,
-        reuse_address=True,
-    )
-    await site.start()
-    log.info(
-        "serving %s on %s; profile %s/%s; accounting pods in %s",
-        "HTTPS" if reloader else "plain HTTP",
-        ", ".join(f"{a[0]}:{a[1]}" for a in runner.addresses),
-        settings.namespace,
-        settings.policy.bundle_configmap,
-        ", ".join(settings.pod_namespaces),
-    )
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    try:
-        await stop.wait()
-        log.info("stopping: unready for %.1fs, then draining", settings.drain_seconds)
-        app[RUNTIME].draining = True
-        await asyncio.sleep(settings.drain_seconds)
-    finally:
-        await runner.cleanup()
-    log.info("stopped")
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    try:
-        settings = settings_from_args(argv)
-    except ConfigError as exc:
-        sys.stderr.write(f"error: {exc}\n")
-        return 2
-    logging.basicConfig(
-        level=settings.log_level,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
-    try:
-        reloader = (
-            None
-            if settings.plain_http
-            else CertificateReloader(settings.cert_file, settings.key_file)
+    def started(runner: web.AppRunner) -> None:
+        log.info(
+            "serving %s on %s; profile %s/%s; accounting pods in %s",
+            "HTTPS" if reloader else "plain HTTP",
+            process.addresses(runner),
+            settings.namespace,
+            settings.policy.bundle_configmap,
+            ", ".join(settings.pod_namespaces),
         )
-        factory = kubernetes_api(settings.kubeconfig)
-    except (CertificateError, ClientConfigError) as exc:
-        sys.stderr.write(f"error: {exc}\n")
-        return 2
+
+    await process.serve_draining(
+        app,
+        settings,
+        app[RUNTIME],
+        log,
+        started=started,
+        ssl_context=reloader.context if reloader else None,
+    )
+
+
+def prepare(settings: ExtenderSettings) -> Coroutine[Any, Any, None]:
+    reloader = (
+        None if settings.plain_http else CertificateReloader(settings.cert_file, settings.key_file)
+    )
     source = KubernetesSource(
         settings.pod_namespaces,
         settings.kubeconfig,
         resync_seconds=settings.resync_seconds,
         watch_seconds=settings.watch_seconds,
-        api_factory=factory,
+        api_factory=kubernetes_api(settings.kubeconfig),
     )
     app = create_app(
         settings.policy,
@@ -102,9 +71,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         log.error(
             "owner public key unusable (%s): every GPU Pod will be refused", view.policy.trust_error
         )
-    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
-        runner.run(serve(app, settings, reloader))
-    return 0
+    return serve(app, settings, reloader)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    return process.main(argv, settings_from_args, prepare)
 
 
 if __name__ == "__main__":

@@ -14,7 +14,6 @@ for the extender's own trouble (caches not synced, a bug), so the scheduler retr
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 import time
@@ -25,14 +24,14 @@ from typing import Any
 
 import orjson
 from aiohttp import web
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from extender.config import DEFAULT_MAX_BODY_BYTES
 from extender.metrics import ExtenderMetrics
 from extender.sources import ClusterSource, MemorySource
-from extender.tls import CertificateReloader
 from extender.view import ArgsError, ClusterView, Outcome, filter_nodes, prioritize_nodes
 from policy_io.state import PolicySettings
+from serving.probes import add_probes, json_response
+from serving.tls import CertificateReloader, reloading
 
 log = logging.getLogger(__name__)
 
@@ -51,10 +50,6 @@ class Runtime:
 
 
 RUNTIME = web.AppKey("runtime", Runtime)
-
-
-def _json(document: Any, status: int = 200) -> web.Response:
-    return web.Response(body=orjson.dumps(document), status=status, content_type="application/json")
 
 
 def _filter_error(message: str) -> dict[str, Any]:
@@ -93,7 +88,7 @@ async def _args(request: web.Request, runtime: Runtime, verb: str) -> Any:
 
 def _bad_args(runtime: Runtime, verb: str, exc: ArgsError) -> web.Response:
     runtime.metrics.requests.labels(verb, "bad-request").inc()
-    return _json({"Error": f"malformed ExtenderArgs: {exc}"}, 400)
+    return json_response({"Error": f"malformed ExtenderArgs: {exc}"}, 400)
 
 
 def _pod_name(args: Any) -> str:
@@ -117,7 +112,7 @@ async def filter_handler(request: web.Request) -> web.Response:
         outcome = Outcome(
             _filter_error("tmi extender internal error (see the extender's log)"), "error"
         )
-    response = _json(outcome.body)
+    response = json_response(outcome.body)
     runtime.metrics.call("filter", outcome.outcome, time.perf_counter() - started)
     for code, count in outcome.codes.items():
         runtime.metrics.verdicts.labels(code).inc(count)
@@ -157,50 +152,32 @@ async def prioritize_handler(request: web.Request) -> web.Response:
         # The scheduler ignores a failed prioritize call and scores on its own plugins alone.
         log.exception("prioritize for %s failed", _pod_name(args))
         runtime.metrics.requests.labels("prioritize", "error").inc()
-        return _json({"Error": "tmi extender internal error (see the extender's log)"}, 500)
-    response = _json(outcome.body)
+        return json_response({"Error": "tmi extender internal error (see the extender's log)"}, 500)
+    response = json_response(outcome.body)
     runtime.metrics.call("prioritize", outcome.outcome, time.perf_counter() - started)
     return response
 
 
-async def healthz(request: web.Request) -> web.Response:
-    return web.Response(text="ok\n")
-
-
-async def readyz(request: web.Request) -> web.Response:
-    runtime = request.app[RUNTIME]
+def _unready(app: web.Application) -> str | None:
+    runtime = app[RUNTIME]
     if runtime.draining:
-        return _json({"status": 503, "detail": "shutting down"}, 503)
+        return "shutting down"
     view = runtime.view
     if not view.ready:
-        pending = ", ".join(sorted(view.pending))
-        return _json({"status": 503, "detail": f"not read yet: {pending}"}, 503)
+        return "not read yet: " + ", ".join(sorted(view.pending))
     # Ready even while the profile is refused: refusing GPU Pods with the reason is this
     # server's job, and leaving the Service would turn it into a failed call instead.
-    return web.Response(text="ok\n")
-
-
-async def metrics_handler(request: web.Request) -> web.Response:
-    registry = request.app[RUNTIME].metrics.registry
-    return web.Response(
-        body=generate_latest(registry), headers={"Content-Type": CONTENT_TYPE_LATEST}
-    )
+    return None
 
 
 @contextlib.asynccontextmanager
 async def _lifecycle(app: web.Application) -> AsyncIterator[None]:
     runtime = app[RUNTIME]
     await runtime.source.start(runtime.view)
-    task: asyncio.Task[None] | None = None
-    if runtime.reloader is not None and runtime.cert_reload_seconds > 0:
-        task = asyncio.create_task(runtime.reloader.watch(runtime.cert_reload_seconds))
     try:
-        yield
+        async with reloading(runtime.reloader, runtime.cert_reload_seconds):
+            yield
     finally:
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
         await runtime.source.stop()
 
 
@@ -230,8 +207,6 @@ def create_app(
     app[RUNTIME] = runtime
     app.router.add_post("/filter", filter_handler)
     app.router.add_post("/prioritize", prioritize_handler)
-    app.router.add_get("/healthz", healthz)
-    app.router.add_get("/readyz", readyz)
-    app.router.add_get("/metrics", metrics_handler)
+    add_probes(app, unready=_unready, registry=lambda app: app[RUNTIME].metrics.registry)
     app.cleanup_ctx.append(_lifecycle)
     return app

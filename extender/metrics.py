@@ -16,6 +16,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from extender.view import ClusterView
+from serving.metrics import profile_gauges
 
 LATENCY_BUCKETS = (
     0.0002,
@@ -57,24 +58,7 @@ class _ViewCollector(Collector):
         )
         events.add_metric([], float(view.events))
         yield events
-        profile = view.policy.profile
-        version = GaugeMetricFamily(
-            "tmi_extender_profile_version",
-            "Version of the verified owner profile in use (0: none verified).",
-        )
-        version.add_metric([], float(profile.version) if profile else 0.0)
-        yield version
-        valid = GaugeMetricFamily(
-            "tmi_extender_profile_valid",
-            "1 when a verified profile inside its window is in use, else 0.",
-        )
-        ok = (
-            profile is not None
-            and view.policy.profile_refusal is None
-            and profile.seconds_until_expiry(datetime.now(UTC)) > 0
-        )
-        valid.add_metric([], 1.0 if ok else 0.0)
-        yield valid
+        yield from profile_gauges("tmi_extender", view.policy, datetime.now(UTC), expiry=False)
         verifications = CounterMetricFamily(
             "tmi_extender_profile_verifications",
             "Full verifications of a profile ConfigMap revision.",

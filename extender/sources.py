@@ -13,24 +13,22 @@ nothing needs to be, because every accounted fact is in the API.
 
 `MemorySource` feeds the same view from dicts, for tests and benchmarks.
 
-The profile part repeats what `webhook.profile_source` does for the webhook (read one named
-ConfigMap, verify once per revision). The two servers may not import one another, and the
-webhook's store also carries the recipe catalogs and the plan decision, which the extender has
-no use for; the shared core (`PolicyState.set_profile`) is used by both.
+The profile informer reads one named ConfigMap, as the webhook's source does, and the view
+verifies it once per revision with the same `PolicyState`; the client configuration, list items,
+error descriptions and retry delays are `serving.kube`'s. The two read loops stay apart: the
+webhook's watches a few ConfigMaps by name and turns a forbidden read into a profile that did
+not arrive, where these informers follow whole collections with periodic re-lists.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import random
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Protocol
 
-import kubernetes.client
-import kubernetes.config
 import kubernetes.watch.watch
 import orjson
 
@@ -43,6 +41,7 @@ from inference_policy.placement import (
     node_facts,
     pod_key,
 )
+from serving.kube import Backoff, as_configmap, describe_error, kubernetes_api
 
 log = logging.getLogger(__name__)
 # The official client is only partly typed; it is used through this one untyped handle.
@@ -61,15 +60,6 @@ class ClusterSource(Protocol):
 
 
 # -- in memory ----------------------------------------------------------------------------------
-
-
-def _as_configmap(item: Any) -> dict[str, Any] | None:
-    # Items of a List come without kind and apiVersion, and the verifier insists on them.
-    if not isinstance(item, dict):
-        return None
-    item.setdefault("apiVersion", "v1")
-    item.setdefault("kind", "ConfigMap")
-    return item
 
 
 def _in_scope(pod: Mapping[str, Any], scopes: tuple[str, ...]) -> bool:
@@ -146,28 +136,6 @@ class MemorySource:
 # -- the API server -----------------------------------------------------------------------------
 
 
-class ClientConfigError(ValueError):
-    """The Kubernetes client configuration (kubeconfig or in-cluster) cannot be loaded."""
-
-
-def kubernetes_api(kubeconfig: str | None) -> Callable[[], Any]:
-    """Load the client configuration now, so a bad kubeconfig fails the start, not a thread."""
-    configuration = _kube.client.Configuration()
-    try:
-        if kubeconfig:
-            _kube.config.load_kube_config(
-                config_file=kubeconfig, client_configuration=configuration
-            )
-        else:
-            _kube.config.load_incluster_config(client_configuration=configuration)
-    except (_kube.config.ConfigException, OSError, TypeError, ValueError) as exc:
-        where = kubeconfig or "the in-cluster service account"
-        raise ClientConfigError(
-            f"cannot load the Kubernetes client configuration from {where}: {exc}"
-        ) from None
-    return lambda: _kube.client.CoreV1Api(_kube.client.ApiClient(configuration))
-
-
 class _Gone(Exception):
     """The watch's resource version is too old (HTTP 410): list again."""
 
@@ -193,14 +161,14 @@ class _Informer:
 
     def run(self, deliver: Deliver) -> None:
         source = self.source
-        delay = source.backoff_seconds
+        backoff = Backoff(source.backoff_seconds, 30.0 * source.backoff_seconds)
         api: Any = None
         while not source.stopping.is_set():
             try:
                 if api is None:
                     api = source.api_factory()
                 version = self._list(api, deliver)
-                delay = source.backoff_seconds
+                backoff.reset()
                 listed = time.monotonic()
                 while not source.stopping.is_set():
                     if time.monotonic() - listed >= source.resync_seconds:
@@ -213,12 +181,11 @@ class _Informer:
                 log.warning(
                     "informer %s failed (%s); listing again in %.0fs",
                     self.name,
-                    _describe(exc),
-                    delay,
+                    describe_error(exc),
+                    backoff.delay,
                 )
-                if source.stopping.wait(delay * (0.5 + random.random())):  # noqa: S311 - jitter
+                if source.stopping.wait(backoff.next()):
                     return
-                delay = min(delay * 2, 30.0 * source.backoff_seconds)
 
     def _list(self, api: Any, deliver: Deliver) -> str:
         response = self.call(api)(**self.kwargs, _preload_content=False, _request_timeout=60)
@@ -300,11 +267,11 @@ class KubernetesSource:
 
         def profile_list(items: list[dict[str, Any]]) -> Callable[[], None]:
             found = next((i for i in items if (i.get("metadata") or {}).get("name") == name), None)
-            configmap = _as_configmap(found)
+            configmap = as_configmap(found)
             return lambda: view.set_profile(configmap)
 
         def profile_event(kind: str, obj: dict[str, Any]) -> Callable[[], None]:
-            configmap = None if kind == "DELETED" else _as_configmap(obj)
+            configmap = None if kind == "DELETED" else as_configmap(obj)
             return lambda: view.set_profile(configmap)
 
         def nodes_list(items: list[dict[str, Any]]) -> Callable[[], None]:
@@ -382,10 +349,3 @@ def _bind(function: Callable[..., Any], namespace: str) -> Callable[..., Any]:
         return function(namespace, **kwargs)
 
     return call
-
-
-def _describe(exc: BaseException) -> str:
-    status, reason = getattr(exc, "status", None), getattr(exc, "reason", None)
-    if status is not None:
-        return f"HTTP {status} {reason or ''}".strip()
-    return f"{type(exc).__name__}: {exc}"

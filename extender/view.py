@@ -81,17 +81,6 @@ class Outcome:
     codes: dict[str, int] = field(default_factory=dict)
 
 
-def revision_of(configmap: Mapping[str, Any]) -> str | None:
-    """uid + resourceVersion: a new object or any write gives a new key; a re-read does not."""
-    metadata = configmap.get("metadata")
-    if not isinstance(metadata, Mapping):
-        return None
-    uid, version = metadata.get("uid"), metadata.get("resourceVersion")
-    if not isinstance(uid, str) or not isinstance(version, str) or not uid or not version:
-        return None
-    return f"{uid}/{version}"
-
-
 class ClusterView:
     """Nodes, accounted Pods and the verified profile, as last read from the API."""
 
@@ -161,9 +150,7 @@ class ClusterView:
                     f"ConfigMap {name!r} was not found in namespace {namespace!r}"
                 )
                 return
-            before = self.policy.verifications
-            self.policy.set_profile(dict(configmap), revision_of(configmap), self.clock())
-            if self.policy.verifications != before:
+            if self.policy.read_profile(dict(configmap), self.clock()):
                 refusal = self.policy.profile_refusal
                 if refusal is None and self.policy.profile is not None:
                     log.info(

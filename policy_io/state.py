@@ -26,6 +26,17 @@ from inference_policy.signing import (
 )
 
 
+def revision_of(configmap: Mapping[str, Any]) -> str | None:
+    """uid + resourceVersion: a new object or any write gives a new key; a re-read does not."""
+    metadata = configmap.get("metadata")
+    if not isinstance(metadata, Mapping):
+        return None
+    uid, version = metadata.get("uid"), metadata.get("resourceVersion")
+    if not isinstance(uid, str) or not isinstance(version, str) or not uid or not version:
+        return None
+    return f"{uid}/{version}"
+
+
 @dataclass(frozen=True)
 class PolicySettings:
     """The Helm values of the seed, as the servers and `tmi plan` take them."""
@@ -109,6 +120,13 @@ class PolicyState:
         except ProfileRefused as refusal:
             self.profile = None
             self.profile_refusal = refusal
+
+    def read_profile(self, configmap: Mapping[str, Any], now: datetime) -> bool:
+        """A profile ConfigMap as read from the API server, verified unless its revision was;
+        True when it was verified now (so a server logs each revision's verdict once)."""
+        before = self.verifications
+        self.set_profile(configmap, revision_of(configmap), now)
+        return self.verifications != before
 
     def profile_missing(self, check: str) -> None:
         self.profile = None

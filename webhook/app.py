@@ -12,25 +12,23 @@ for the client; only a body that is not a review at all gets 400, and one over t
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
 
 import orjson
 from aiohttp import web
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from policy_io.state import PolicySettings
+from serving.probes import add_probes, json_response, problem
+from serving.tls import CertificateReloader, reloading
 from webhook.admission import MalformedReview, Outcome, Reviewer, deny, envelope, parse_review
 from webhook.config import DEFAULT_MAX_BODY_BYTES
 from webhook.metrics import WebhookMetrics, refusal_class
 from webhook.profile_source import ConfigMapSource, MemorySource, PolicyStore
-from webhook.tlsreload import CertificateReloader
 
 log = logging.getLogger(__name__)
 
@@ -51,14 +49,6 @@ class Runtime:
 
 
 RUNTIME = web.AppKey("runtime", Runtime)
-
-
-def _json(document: Any, status: int = 200) -> web.Response:
-    return web.Response(body=orjson.dumps(document), status=status, content_type="application/json")
-
-
-def _problem(status: int, detail: str) -> web.Response:
-    return _json({"status": status, "detail": detail}, status)
 
 
 async def _read_body(request: web.Request, runtime: Runtime) -> bytes:
@@ -93,7 +83,7 @@ async def mutate(request: web.Request) -> web.Response:
         outcome = runtime.reviewer.answer(body, runtime.max_body_bytes, runtime.clock())
     except MalformedReview as exc:
         metrics.decision("mutate", "error", 400, "malformed-review")
-        return _problem(400, f"malformed AdmissionReview: {exc}")
+        return problem(400, f"malformed AdmissionReview: {exc}")
     except Exception:
         # Fail closed: a bug must deny the Pod, with a message, rather than break the call.
         log.exception("reviewing an AdmissionReview failed")
@@ -105,7 +95,7 @@ async def mutate(request: web.Request) -> web.Response:
             "webhook's log)",
             "invalid",
         )
-    response = _json(envelope(outcome))
+    response = json_response(envelope(outcome))
     metrics.observe("mutate", time.perf_counter() - started)
     metrics.decision("mutate", outcome.outcome, outcome.status, outcome.reason)
     if not outcome.allowed or log.isEnabledFor(logging.DEBUG):
@@ -148,10 +138,10 @@ async def plan(request: web.Request) -> web.Response:
     )
     if planned.error is not None:
         metrics.decision("plan", "error", 400, "request-invalid")
-        return _problem(400, planned.error)
+        return problem(400, planned.error)
     decision = planned.decision
     assert decision is not None
-    response = _json(decision.body, decision.status)
+    response = json_response(decision.body, decision.status)
     metrics.observe("plan", time.perf_counter() - started)
     if decision.allowed:
         metrics.decision("plan", "planned", 200, "planned")
@@ -162,44 +152,27 @@ async def plan(request: web.Request) -> web.Response:
     return response
 
 
-async def healthz(request: web.Request) -> web.Response:
-    return web.Response(text="ok\n")
-
-
-async def readyz(request: web.Request) -> web.Response:
-    runtime = request.app[RUNTIME]
+def _unready(app: web.Application) -> str | None:
+    runtime = app[RUNTIME]
     store = runtime.store
     if runtime.draining:
-        return _problem(503, "shutting down")
+        return "shutting down"
     if not store.ready:
         missing = sorted(set(store.names) - store.synced)
-        return _problem(503, "not read yet: " + ", ".join(f"ConfigMap {n}" for n in missing))
+        return "not read yet: " + ", ".join(f"ConfigMap {n}" for n in missing)
     # Ready even while the profile is refused: refusing with the seed's 503 reason is this
     # server's job, and taking it out of the Service would turn that into a call failure.
-    return web.Response(text="ok\n")
-
-
-async def metrics_handler(request: web.Request) -> web.Response:
-    registry = request.app[RUNTIME].metrics.registry
-    return web.Response(
-        body=generate_latest(registry), headers={"Content-Type": CONTENT_TYPE_LATEST}
-    )
+    return None
 
 
 @contextlib.asynccontextmanager
 async def _lifecycle(app: web.Application) -> AsyncIterator[None]:
     runtime = app[RUNTIME]
     await runtime.source.start(runtime.store)
-    task: asyncio.Task[None] | None = None
-    if runtime.reloader is not None and runtime.cert_reload_seconds > 0:
-        task = asyncio.create_task(runtime.reloader.watch(runtime.cert_reload_seconds))
     try:
-        yield
+        async with reloading(runtime.reloader, runtime.cert_reload_seconds):
+            yield
     finally:
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
         await runtime.source.stop()
 
 
@@ -235,8 +208,6 @@ def create_app(
     app[RUNTIME] = runtime
     app.router.add_post("/mutate", mutate)
     app.router.add_post("/v1/plan", plan)
-    app.router.add_get("/healthz", healthz)
-    app.router.add_get("/readyz", readyz)
-    app.router.add_get("/metrics", metrics_handler)
+    add_probes(app, unready=_unready, registry=lambda app: app[RUNTIME].metrics.registry)
     app.cleanup_ctx.append(_lifecycle)
     return app

@@ -17,8 +17,9 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from inference_policy.planner import DERIVE_PREFIX, EXTERNAL_ALLOCATION, EXTERNAL_BLOCK, NO_GPU
+from serving.metrics import profile_gauges
+from serving.tls import CertificateReloader
 from webhook.profile_source import Memo, PolicyStore
-from webhook.tlsreload import CertificateReloader
 
 # Reason classes, matched against a refusal's detail in order. Anything else is `invalid`.
 _REFUSAL_CLASSES: tuple[tuple[str, str], ...] = (
@@ -88,29 +89,7 @@ class _ProfileCollector(Collector):
 
     def collect(self) -> Iterator[Metric]:
         state = self.store.state
-        profile = state.profile
-        version = GaugeMetricFamily(
-            "tmi_webhook_profile_version",
-            "Version of the verified owner profile in use (0: none verified).",
-        )
-        version.add_metric([], float(profile.version) if profile else 0.0)
-        yield version
-        valid = GaugeMetricFamily(
-            "tmi_webhook_profile_valid",
-            "1 when a verified profile inside its window is in use, else 0.",
-        )
-        expiry = GaugeMetricFamily(
-            "tmi_webhook_profile_expiry_seconds",
-            "Seconds until the verified profile expires (negative: expired; absent: none).",
-        )
-        if profile is not None:
-            remaining = profile.seconds_until_expiry(datetime.now(UTC))
-            expiry.add_metric([], remaining)
-            valid.add_metric([], 1.0 if remaining > 0 and state.profile_refusal is None else 0.0)
-        else:
-            valid.add_metric([], 0.0)
-        yield valid
-        yield expiry
+        yield from profile_gauges("tmi_webhook", state, datetime.now(UTC))
         verifications = CounterMetricFamily(
             "tmi_webhook_profile_verifications",
             "Full verifications of a profile ConfigMap revision (one per revision).",

@@ -20,15 +20,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import random
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Generic, Protocol, TypeVar
 
-import kubernetes.client
-import kubernetes.config
 import kubernetes.watch
 import orjson
 
@@ -38,7 +35,8 @@ from inference_policy.planner import Decision
 from inference_policy.recipes import RecipeCatalogError, load_catalog
 from inference_policy.signing import DEFAULT_SKEW
 from policy_io.catalog import packaged_catalog
-from policy_io.state import PolicySettings, PolicyState
+from policy_io.state import PolicySettings, PolicyState, revision_of
+from serving.kube import Backoff, as_configmap, describe_error, kubernetes_api
 
 log = logging.getLogger(__name__)
 # The official client is only partly typed; it is used through this one untyped handle.
@@ -52,17 +50,6 @@ MEMO_ENTRIES = 1024
 MEMO_MAX_TEXT = 16 * 1024
 K = TypeVar("K", str, bytes, str | bytes)
 V = TypeVar("V")
-
-
-def revision_of(configmap: Mapping[str, Any]) -> str | None:
-    """uid + resourceVersion: a new object or any write gives a new key; a re-read does not."""
-    metadata = configmap.get("metadata")
-    if not isinstance(metadata, Mapping):
-        return None
-    uid, version = metadata.get("uid"), metadata.get("resourceVersion")
-    if not isinstance(uid, str) or not isinstance(version, str) or not uid or not version:
-        return None
-    return f"{uid}/{version}"
 
 
 @dataclass(frozen=True)
@@ -161,11 +148,8 @@ class PolicyStore:
         if role == PROFILE:
             if configmap is None:
                 self.state.profile_missing(where)
-            else:
-                before = self.state.verifications
-                self.state.set_profile(configmap, revision_of(configmap), self.clock())
-                if self.state.verifications != before:
-                    self._log_profile(name)
+            elif self.state.read_profile(configmap, self.clock()):
+                self._log_profile(name)
             return
         self._apply_catalog(role, name, configmap, where)
 
@@ -332,41 +316,10 @@ class MemorySource:
         self.store = None
 
 
-def _as_configmap(item: Any) -> dict[str, Any] | None:
-    # Items of a List come without kind and apiVersion, and the verifier insists on them.
-    if not isinstance(item, dict):
-        return None
-    item.setdefault("apiVersion", "v1")
-    item.setdefault("kind", "ConfigMap")
-    return item
-
-
 class Deliver(Protocol):
     def __call__(
         self, name: str, configmap: dict[str, Any] | None, why: str | None = None
     ) -> None: ...
-
-
-class ClientConfigError(ValueError):
-    """The Kubernetes client configuration (kubeconfig or in-cluster) cannot be loaded."""
-
-
-def kubernetes_api(kubeconfig: str | None) -> Callable[[], Any]:
-    """Load the client configuration now, so a bad kubeconfig fails the start, not a thread."""
-    configuration = _kube.client.Configuration()
-    try:
-        if kubeconfig:
-            _kube.config.load_kube_config(
-                config_file=kubeconfig, client_configuration=configuration
-            )
-        else:
-            _kube.config.load_incluster_config(client_configuration=configuration)
-    except (_kube.config.ConfigException, OSError, TypeError, ValueError) as exc:
-        where = kubeconfig or "the in-cluster service account"
-        raise ClientConfigError(
-            f"cannot load the Kubernetes client configuration from {where}: {exc}"
-        ) from None
-    return lambda: _kube.client.CoreV1Api(_kube.client.ApiClient(configuration))
 
 
 class KubernetesSource:
@@ -413,14 +366,14 @@ class KubernetesSource:
         self._stop.set()
 
     def _run(self, name: str, deliver: Deliver) -> None:
-        delay = self.backoff_seconds
+        backoff = Backoff(self.backoff_seconds, 30.0 * self.backoff_seconds)
         api: Any = None
         while not self._stop.is_set():
             try:
                 if api is None:
                     api = self.api_factory()
                 version = self._list(api, name, deliver)
-                delay = self.backoff_seconds
+                backoff.reset()
                 self._watch(api, name, version, deliver)
             except Exception as exc:
                 self.errors += 1
@@ -435,12 +388,11 @@ class KubernetesSource:
                     "reading ConfigMap %s/%s failed (%s); retrying in %.0fs",
                     self.namespace,
                     name,
-                    _describe(exc),
-                    delay,
+                    describe_error(exc),
+                    backoff.delay,
                 )
-                if self._stop.wait(delay * (0.5 + random.random())):  # noqa: S311 - jitter
+                if self._stop.wait(backoff.next()):
                     return
-                delay = min(delay * 2, 30.0 * self.backoff_seconds)
 
     def _list(self, api: Any, name: str, deliver: Deliver) -> str:
         response = api.list_namespaced_config_map(
@@ -457,7 +409,7 @@ class KubernetesSource:
             response.release_conn()
         if not isinstance(document, dict) or not isinstance(document.get("items"), list):
             raise ValueError(f"the API server answered the ConfigMap list for {name} oddly")
-        items = [_as_configmap(item) for item in document["items"]]
+        items = [as_configmap(item) for item in document["items"]]
         found = next((i for i in items if i and i.get("metadata", {}).get("name") == name), None)
         deliver(name, found)
         version = document.get("metadata", {}).get("resourceVersion")
@@ -486,15 +438,8 @@ class KubernetesSource:
                 watcher.stop()
                 return
             kind = event.get("type")
-            obj = _as_configmap(event.get("object"))
+            obj = as_configmap(event.get("object"))
             if kind in ("ADDED", "MODIFIED") and obj is not None:
                 deliver(name, obj)
             elif kind == "DELETED":
                 deliver(name, None)
-
-
-def _describe(exc: BaseException) -> str:
-    status, reason = getattr(exc, "status", None), getattr(exc, "reason", None)
-    if status is not None:
-        return f"HTTP {status} {reason or ''}".strip()
-    return f"{type(exc).__name__}: {exc}"

@@ -19,10 +19,11 @@ from typing import Any
 import pytest
 from aiohttp import web
 
-from extender.sources import KubernetesSource, kubernetes_api
+from extender.sources import KubernetesSource
 from extender.view import ClusterView
 from inference_policy.placement import DEPLOYMENT_LABEL
 from localcluster.nodes import FakeNode
+from serving.kube import kubernetes_api
 from tests.integration.extenderkit import (
     block,
     bound,

@@ -13,9 +13,10 @@ from pathlib import Path
 import pytest
 
 from inference_policy.signing import DEFAULT_CONFIGMAP_NAME, Reason
+from serving.kube import ClientConfigError, kubernetes_api
 from tests.integration.fakeapi import FakeApiServer
 from tests.profilekit import NAMESPACE, NOW, Owner, request
-from webhook.profile_source import ClientConfigError, KubernetesSource, PolicyStore, kubernetes_api
+from webhook.profile_source import KubernetesSource, PolicyStore
 
 
 @pytest.fixture

@@ -22,10 +22,10 @@ import trustme
 from aiohttp import web
 from cryptography import x509
 
+from serving.tls import CertificateError, CertificateReloader
 from tests.integration.webhookkit import engine_pod, review, webhook_app
 from tests.profilekit import Owner, request
 from webhook.app import RUNTIME
-from webhook.tlsreload import CertificateError, CertificateReloader
 
 
 def _write(path: Path, data: bytes) -> None:

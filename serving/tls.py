@@ -1,10 +1,11 @@
 """The serving certificate, reloaded when its files change, without a restart or a dropped request.
 
 cert-manager renews the serving certificate in place: the kubelet swaps the Secret volume's files
-atomically and nothing restarts the process. The listening socket keeps one `SSLContext` for its
-whole life; its `sni_callback` runs at the start of every handshake (with or without SNI) and
-moves the new connection onto the newest context. A connection already established keeps the
-certificate it was made with, and a new one gets the new certificate.
+atomically and nothing restarts the process, and the callers (the API server for the webhook,
+kube-scheduler for the extender) keep trusting the same CA. The listening socket keeps one
+`SSLContext` for its whole life; its `sni_callback` runs at the start of every handshake (with or
+without SNI) and moves the new connection onto the newest context. A connection already
+established keeps the certificate it was made with, and a new one gets the new certificate.
 
 A new context is built whole, and only swapped in once it loaded without error, so a half-written
 file (key of the new pair, certificate of the old) keeps the previous pair in service and is
@@ -14,10 +15,11 @@ tried again at the next check, instead of leaving a context that fails every han
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import logging
 import ssl
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from datetime import datetime
 from pathlib import Path
 
@@ -104,6 +106,22 @@ class CertificateReloader:
         while True:
             await asyncio.sleep(interval)
             await asyncio.to_thread(self.reload)
+
+
+@contextlib.asynccontextmanager
+async def reloading(reloader: CertificateReloader | None, interval: float) -> AsyncIterator[None]:
+    """Look for a new certificate every `interval` seconds while inside; without a reloader
+    (plain HTTP) or with an interval of 0, never."""
+    task: asyncio.Task[None] | None = None
+    if reloader is not None and interval > 0:
+        task = asyncio.create_task(reloader.watch(interval))
+    try:
+        yield
+    finally:
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
 
 
 def _describe(cert_pem: bytes) -> tuple[int, datetime]:

@@ -1,0 +1,145 @@
+"""A server as a process: refusing unusable settings, logging, uvloop, and serving until a signal.
+
+Every server exits 2 with `error: ...` on standard error for a setting, certificate or client
+configuration it cannot use, logs one line format to standard error, and runs its app on
+uvloop. On SIGTERM or SIGINT it stops the way its Pods need: the webhook and the extender first
+report unready for the drain period, so their Service stops sending new calls while they still
+answer them, then stop listening and give calls in flight the shutdown timeout; the controller
+stops its loops instead. Either way the stop fits inside the Pod's grace period.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import ssl
+import sys
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from typing import Any, Protocol, TypeVar
+
+import uvloop
+from aiohttp import web
+
+from serving.kube import ClientConfigError
+from serving.settings import ConfigError, ServingSettings
+from serving.tls import CertificateError
+
+EXIT_UNUSABLE = 2
+LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+# The webhook and the extender are called in bursts (a Deployment scaled up, a scheduling wave):
+# an accept queue deeper than aiohttp's 128 keeps a burst from being refused while the loop is busy.
+BURST_BACKLOG = 1024
+
+
+class Logged(Protocol):
+    """Settings that name the log level."""
+
+    @property
+    def log_level(self) -> str: ...
+
+
+S = TypeVar("S", bound=Logged)
+
+
+class Phase(Protocol):
+    """What the readiness probe reads: set once a stop has begun."""
+
+    draining: bool
+
+
+def main(
+    argv: Sequence[str] | None,
+    settings_from_args: Callable[[Sequence[str] | None], S],
+    prepare: Callable[[S], Coroutine[Any, Any, None]],
+) -> int:
+    """A server's entry point: its settings, then logging, then `prepare` (which loads the
+    certificate and the client configuration and builds the app), then the coroutine it returns,
+    on uvloop. The exit status: 0 after a clean stop, 2 when a setting, the certificate or the
+    client configuration cannot be used, said as `error: ...` on standard error."""
+    try:
+        settings = settings_from_args(argv)
+    except ConfigError as exc:
+        return _refuse(exc)
+    logging.basicConfig(level=settings.log_level, format=LOG_FORMAT, stream=sys.stderr)
+    try:
+        serving = prepare(settings)
+    except (CertificateError, ClientConfigError) as exc:
+        return _refuse(exc)
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        runner.run(serving)
+    return 0
+
+
+def _refuse(problem: Exception) -> int:
+    sys.stderr.write(f"error: {problem}\n")
+    return EXIT_UNUSABLE
+
+
+def addresses(runner: web.AppRunner) -> str:
+    """Where the runner listens, as `host:port, ...`, for the log."""
+    return ", ".join(f"{address[0]}:{address[1]}" for address in runner.addresses)
+
+
+async def serve(
+    app: web.Application,
+    host: str | None,
+    port: int,
+    *,
+    shutdown_timeout: float,
+    started: Callable[[web.AppRunner], None],
+    until: Callable[[asyncio.Event], Awaitable[None]],
+    ssl_context: ssl.SSLContext | None = None,
+    backlog: int = 128,
+) -> None:
+    """Listen, call `started`, and serve until `until` returns; `until` gets an event that
+    SIGTERM and SIGINT set. Then stop listening and give requests in flight `shutdown_timeout`
+    seconds before they are cancelled."""
+    runner = web.AppRunner(app, access_log=None, shutdown_timeout=shutdown_timeout)
+    await runner.setup()
+    site = web.TCPSite(
+        runner, host, port, ssl_context=ssl_context, backlog=backlog, reuse_address=True
+    )
+    await site.start()
+    started(runner)
+    # Installed only now: a signal before the server listens ends the process at once, which is
+    # all a stop needs then.
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        await until(stop)
+    finally:
+        await runner.cleanup()
+
+
+async def serve_draining(
+    app: web.Application,
+    settings: ServingSettings,
+    phase: Phase,
+    log: logging.Logger,
+    *,
+    started: Callable[[web.AppRunner], None],
+    ssl_context: ssl.SSLContext | None = None,
+) -> None:
+    """Serve until a signal, then report unready (`phase.draining`) for the drain period while
+    still answering, then stop."""
+
+    async def drain(stop: asyncio.Event) -> None:
+        await stop.wait()
+        log.info("stopping: unready for %.1fs, then draining", settings.drain_seconds)
+        phase.draining = True
+        await asyncio.sleep(settings.drain_seconds)
+
+    await serve(
+        app,
+        settings.host,
+        settings.port,
+        shutdown_timeout=settings.shutdown_timeout,
+        started=started,
+        until=drain,
+        ssl_context=ssl_context,
+        backlog=BURST_BACKLOG,
+    )
+    log.info("stopped")

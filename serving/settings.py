@@ -1,0 +1,279 @@
+"""Settings from flags with `TMI_*` environment fallbacks, each value checked once, at start.
+
+The charts set environment variables and a person debugging runs a server with flags, so every
+setting accepts both and a flag wins over its variable. The options the servers have in common
+are defined once here, so that one values block names a setting by the same flag, variable and
+help text in every server; each server lists the options it takes in its own order.
+
+A setting that cannot be used raises `ConfigError` naming the flag (and its variable), which a
+server's entry point turns into `error: ...` and exit status 2, the status argparse itself uses
+for an unknown flag.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import NamedTuple, NoReturn
+
+from inference_policy import strictjson
+from policy_io.files import InputError, read_json
+from policy_io.state import PolicySettings
+
+HTTPS_PORT = 8443
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+_TRUE = frozenset({"1", "true", "yes", "on"})
+_FALSE = frozenset({"0", "false", "no", "off", ""})
+_EPILOG = "Every flag may instead be given as the environment variable in brackets."
+
+
+class ConfigError(ValueError):
+    """A setting that cannot be used; the message names the flag and its variable."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class ServingSettings:
+    """What a server that answers calls over HTTPS takes besides its own settings: the policy
+    it serves, where it listens and with which certificate, and how it stops."""
+
+    policy: PolicySettings
+    cert_file: str = ""
+    key_file: str = ""
+    host: str | None = None
+    port: int = HTTPS_PORT
+    kubeconfig: str | None = None
+    cert_reload_seconds: float = 10.0
+    shutdown_timeout: float = 15.0
+    drain_seconds: float = 3.0
+    log_level: str = "INFO"
+
+    @property
+    def namespace(self) -> str:
+        return self.policy.namespace
+
+
+class Option(NamedTuple):
+    """A setting given as `flag` or as the variable `env`; `repeated` flags accumulate."""
+
+    flag: str
+    env: str
+    help: str
+    repeated: bool = False
+
+
+NAMESPACE = Option(
+    "--namespace", "TMI_NAMESPACE", "the Kamiwaza namespace (default: $POD_NAMESPACE)"
+)
+BUNDLE_CONFIGMAP = Option(
+    "--bundle-configmap", "TMI_BUNDLE_CONFIGMAP", "name of the signed profile ConfigMap"
+)
+# Repeated and comma-separated both, so a key rotation can trust two keys at once.
+OWNER_PUBLIC_KEY = Option(
+    "--owner-public-key", "TMI_OWNER_PUBLIC_KEY", "trusted owner key(s), comma-separated", True
+)
+CLUSTER_BINDING_ID = Option(
+    "--cluster-binding-id", "TMI_CLUSTER_BINDING_ID", "this cluster's binding id"
+)
+MINIMUM_BUNDLE_VERSION = Option(
+    "--minimum-bundle-version", "TMI_MINIMUM_BUNDLE_VERSION", "lowest profile version accepted"
+)
+ENGINE_IMAGE_MAP = Option(
+    "--engine-image-map", "TMI_ENGINE_IMAGE_MAP", "engine image map: a JSON file or inline JSON"
+)
+IMAGE_REGISTRY_PREFIX = Option(
+    "--image-registry-prefix", "TMI_IMAGE_REGISTRY_PREFIX", "global.imageRegistryPrefix"
+)
+AIRGAP_REGISTRY = Option("--airgap-registry", "TMI_AIRGAP_REGISTRY", "global.airgap.registry.url")
+GPU_RECIPE_CATALOG_CONFIGMAP = Option(
+    "--gpu-recipe-catalog-configmap", "TMI_GPU_RECIPE_CATALOG_CONFIGMAP", "GPU recipe catalog"
+)
+CPU_RECIPE_CATALOG_CONFIGMAP = Option(
+    "--cpu-recipe-catalog-configmap", "TMI_CPU_RECIPE_CATALOG_CONFIGMAP", "CPU recipe catalog"
+)
+CERT = Option("--cert", "TMI_TLS_CERT", "serving certificate chain (PEM)")
+KEY = Option("--key", "TMI_TLS_KEY", "serving private key (PEM)")
+HOST = Option("--host", "TMI_HOST", "address to listen on (default: every address)")
+KUBECONFIG = Option(
+    "--kubeconfig", "TMI_KUBECONFIG", "kubeconfig file (default: in-cluster service account)"
+)
+CERT_RELOAD_SECONDS = Option(
+    "--cert-reload-seconds", "TMI_CERT_RELOAD_SECONDS", "how often to look for a new cert"
+)
+SHUTDOWN_TIMEOUT = Option(
+    "--shutdown-timeout", "TMI_SHUTDOWN_TIMEOUT", "seconds in-flight requests get on SIGTERM"
+)
+DRAIN_SECONDS = Option(
+    "--drain-seconds", "TMI_DRAIN_SECONDS", "seconds to keep serving, unready, after SIGTERM"
+)
+MAX_BODY_BYTES = Option("--max-body-bytes", "TMI_MAX_BODY_BYTES", "largest request body accepted")
+LOG_LEVEL = Option("--log-level", "TMI_LOG_LEVEL", "DEBUG, INFO, WARNING or ERROR")
+
+# The trust a profile is verified with: every server takes the same three, so that all of them
+# accept exactly the same profile revisions.
+TRUST = (OWNER_PUBLIC_KEY, CLUSTER_BINDING_ID, MINIMUM_BUNDLE_VERSION)
+# What a plan depends on besides the profile: the webhook plans with these and the controller
+# re-derives the webhook's plans with them.
+PLANNING = (
+    ENGINE_IMAGE_MAP,
+    IMAGE_REGISTRY_PREFIX,
+    AIRGAP_REGISTRY,
+    GPU_RECIPE_CATALOG_CONFIGMAP,
+    CPU_RECIPE_CATALOG_CONFIGMAP,
+)
+
+
+class Parser(argparse.ArgumentParser):
+    """An argument parser whose refusal reads like a refused setting: `error: ...`, status 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.print_usage(sys.stderr)
+        sys.stderr.write(f"error: {message}\n")
+        raise SystemExit(2)
+
+
+def new_parser(prog: str, description: str) -> Parser:
+    return Parser(prog=prog, description=description, epilog=_EPILOG)
+
+
+def add_options(parser: argparse.ArgumentParser, options: Sequence[Option]) -> None:
+    """One flag per option, its variable named in its help. No defaults: an absent flag must
+    stay distinguishable from a given one, so that it can fall back to its variable."""
+    for option in options:
+        parser.add_argument(
+            option.flag,
+            action="append" if option.repeated else "store",
+            help=f"{option.help} [{option.env}]",
+        )
+
+
+def parse_bool(text: str, where: str) -> bool:
+    lowered = text.strip().lower()
+    if lowered in _TRUE:
+        return True
+    if lowered in _FALSE:
+        return False
+    raise ConfigError(f"{where}: {text!r} is not true or false")
+
+
+def parse_whole(text: str, where: str, minimum: int, maximum: int) -> int:
+    try:
+        value = int(text, 10)
+    except ValueError:
+        raise ConfigError(f"{where}: {text!r} is not a whole number") from None
+    if not minimum <= value <= maximum:
+        raise ConfigError(f"{where}: {value} is outside {minimum}..{maximum}")
+    return value
+
+
+def parse_seconds(text: str, where: str) -> float:
+    """A duration of less than a day; 0 turns off what it paces."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise ConfigError(f"{where}: {text!r} is not a number") from None
+    if not 0 <= value < 86400:
+        raise ConfigError(f"{where}: {value} is outside 0..86400 seconds")
+    return value
+
+
+def parse_number(text: str, where: str, minimum: float, maximum: float) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise ConfigError(f"{where}: {text!r} is not a number") from None
+    if not minimum <= value <= maximum:
+        raise ConfigError(f"{where}: {value} is outside {minimum:g}..{maximum:g}")
+    return value
+
+
+def split_list(text: str) -> tuple[str, ...]:
+    """A comma-separated list, blanks dropped."""
+    return tuple(part.strip() for part in text.split(",") if part.strip())
+
+
+def parse_image_map(
+    value: str,
+    where: str = ENGINE_IMAGE_MAP.flag,
+    expected: str = "the engine image map must be a JSON object from each catalog image to "
+    "the reference it was imported as",
+) -> dict[str, str]:
+    """An engine image map given inline (a JSON object) or as the path of a JSON file;
+    `expected` says what it must be when it is JSON of another shape."""
+    try:
+        if value.lstrip().startswith(("{", "[")):
+            document = strictjson.loads(value, what=f"{where} (inline JSON)")
+        else:
+            document = read_json(value, "engine image map")
+    except (strictjson.StrictJSONError, InputError) as exc:
+        raise ConfigError(f"{where}: {exc}") from None
+    if not isinstance(document, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in document.items()
+    ):
+        raise ConfigError(f"{where}: {expected}")
+    return document
+
+
+class Given:
+    """What was given for each option: its flag, else its variable when that is not empty."""
+
+    def __init__(
+        self,
+        args: argparse.Namespace,
+        options: Sequence[Option],
+        environ: Mapping[str, str] | None = None,
+    ) -> None:
+        self.args = args
+        self.env = dict(os.environ if environ is None else environ)
+        self._variables = {option.flag: option.env for option in options}
+
+    @classmethod
+    def parse(
+        cls,
+        parser: argparse.ArgumentParser,
+        options: Sequence[Option],
+        argv: Sequence[str] | None = None,
+        environ: Mapping[str, str] | None = None,
+    ) -> Given:
+        return cls(parser.parse_args(argv), options, environ)
+
+    def get(self, flag: str) -> str | None:
+        """The text given for `flag`; a repeated flag's values joined by commas."""
+        value = getattr(self.args, flag.lstrip("-").replace("-", "_"))
+        if value is not None and value != []:
+            return ",".join(value) if isinstance(value, list) else str(value)
+        found = self.env.get(self._variables[flag])
+        return found if found not in (None, "") else None
+
+    def switch(self, dest: str, variable: str, default: bool) -> bool:
+        """An on/off flag (`--x`/`--no-x`), else its variable, else `default`."""
+        value = getattr(self.args, dest)
+        if value is not None:
+            return bool(value)
+        text = self.env.get(variable, "")
+        return default if not text.strip() else parse_bool(text, variable)
+
+    def whole(self, flag: str, default: int, minimum: int, maximum: int) -> int:
+        value = self.get(flag)
+        return parse_whole(value, flag, minimum, maximum) if value else default
+
+    def seconds(self, flag: str, default: float) -> float:
+        value = self.get(flag)
+        return parse_seconds(value, flag) if value else default
+
+    def number(self, flag: str, default: float, minimum: float, maximum: float) -> float:
+        value = self.get(flag)
+        return parse_number(value, flag, minimum, maximum) if value else default
+
+    def kubeconfig(self) -> str | None:
+        """The kubeconfig flag or variable, else `KUBECONFIG` as kubectl reads it; None for the
+        in-cluster service account."""
+        return self.get(KUBECONFIG.flag) or self.env.get("KUBECONFIG") or None
+
+    def log_level(self) -> str:
+        level = (self.get(LOG_LEVEL.flag) or "INFO").upper()
+        if level not in LOG_LEVELS:
+            raise ConfigError(f"--log-level: {level!r} is not DEBUG, INFO, WARNING or ERROR")
+        return level

@@ -1,0 +1,202 @@
+"""The shared serving machinery on its own: probes, the entry point's exit statuses, the serving
+loop with its signal and drain, and the certificate watch an app runs while it serves.
+
+The servers' own tests run this code through their apps and processes; these pin down the
+contract each of them relies on, without a server's settings or sources.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+import trustme
+from aiohttp import web
+from prometheus_client import CollectorRegistry, Counter
+from pytest_aiohttp import AiohttpClient
+
+from policy_io.state import PolicySettings
+from serving import process
+from serving.kube import ClientConfigError
+from serving.probes import add_probes
+from serving.settings import ConfigError, ServingSettings
+from serving.tls import CertificateError, CertificateReloader, reloading
+
+log = logging.getLogger("serving-test")
+
+
+@dataclass
+class Phase:
+    draining: bool = False
+    missing: str | None = None
+
+
+SETTINGS = ServingSettings(
+    policy=PolicySettings(), host="127.0.0.1", port=0, shutdown_timeout=1.0, drain_seconds=0.5
+)
+PHASE = web.AppKey("phase", Phase)
+REGISTRY = web.AppKey("registry", CollectorRegistry)
+
+
+def _app(phase: Phase) -> web.Application:
+    app = web.Application()
+    app[PHASE] = phase
+    app[REGISTRY] = CollectorRegistry()
+    Counter("tmi_test_things", "Things.", registry=app[REGISTRY]).inc()
+
+    def unready(app: web.Application) -> str | None:
+        phase = app[PHASE]
+        return "shutting down" if phase.draining else phase.missing
+
+    add_probes(app, unready=unready, registry=lambda app: app[REGISTRY])
+    return app
+
+
+async def test_probes_answer_from_what_the_app_says_at_each_request(
+    aiohttp_client: AiohttpClient,
+) -> None:
+    phase = Phase(missing="not read yet: ConfigMap p")
+    client = await aiohttp_client(_app(phase))
+    resp = await client.get("/healthz")
+    assert (resp.status, await resp.text()) == (200, "ok\n")
+    resp = await client.get("/readyz")
+    assert resp.status == 503 and resp.content_type == "application/json"
+    assert await resp.json() == {"status": 503, "detail": "not read yet: ConfigMap p"}
+    phase.missing = None
+    resp = await client.get("/readyz")
+    assert (resp.status, await resp.text()) == (200, "ok\n")
+    resp = await client.get("/metrics")
+    assert resp.status == 200 and resp.content_type == "text/plain"
+    assert "tmi_test_things_total 1.0" in await resp.text()
+
+
+def _settings(argv: Sequence[str] | None) -> ServingSettings:
+    if argv:
+        raise ConfigError(f"{argv[0]}: refused")
+    return SETTINGS
+
+
+@pytest.mark.parametrize(
+    ("argv", "problem", "message"),
+    [
+        (["--port"], None, "error: --port: refused\n"),
+        ([], CertificateError("cannot read the certificate or key"), "error: cannot read the"),
+        ([], ClientConfigError("cannot load the Kubernetes client"), "error: cannot load the"),
+    ],
+)
+def test_an_unusable_start_exits_2_with_the_reason(
+    argv: list[str],
+    problem: Exception | None,
+    message: str,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    def prepare(settings: ServingSettings) -> Any:
+        assert problem is not None
+        raise problem
+
+    assert process.main(argv, _settings, prepare) == process.EXIT_UNUSABLE
+    assert capsys.readouterr().err.startswith(message)
+
+
+def test_a_clean_run_exits_0() -> None:
+    ran: list[str] = []
+
+    async def serve(settings: ServingSettings) -> None:
+        ran.append(type(asyncio.get_running_loop()).__module__)
+
+    assert process.main([], _settings, serve) == 0
+    assert ran == ["uvloop"]
+
+
+async def test_serve_listens_until_told_and_then_closes() -> None:
+    ports: list[int] = []
+
+    async def until(stop: asyncio.Event) -> None:
+        async with (
+            aiohttp.ClientSession() as session,
+            session.get(f"http://127.0.0.1:{ports[0]}/healthz") as resp,
+        ):
+            assert resp.status == 200
+
+    await process.serve(
+        _app(Phase()),
+        "127.0.0.1",
+        0,
+        shutdown_timeout=1.0,
+        started=lambda runner: ports.append(runner.addresses[0][1]),
+        until=until,
+    )
+    with pytest.raises(OSError):
+        await asyncio.open_connection("127.0.0.1", ports[0])
+
+
+async def test_sigterm_drains_unready_then_stops(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, "serving-test")
+    phase = Phase()
+    ports: list[int] = []
+    loop = asyncio.get_running_loop()
+
+    def started(runner: web.AppRunner) -> None:
+        ports.append(runner.addresses[0][1])
+        # Runs once the serving loop waits, when its signal handlers are in place.
+        loop.call_soon(os.kill, os.getpid(), signal.SIGTERM)
+
+    task = asyncio.create_task(
+        process.serve_draining(_app(phase), SETTINGS, phase, log, started=started)
+    )
+    for _ in range(100):
+        if phase.draining:
+            break
+        await asyncio.sleep(0.01)
+    assert phase.draining
+    async with aiohttp.ClientSession() as session:
+        async with session.get(f"http://127.0.0.1:{ports[0]}/readyz") as resp:
+            assert resp.status == 503
+            assert await resp.json() == {"status": 503, "detail": "shutting down"}
+        async with session.get(f"http://127.0.0.1:{ports[0]}/healthz") as resp:
+            assert resp.status == 200
+    await asyncio.wait_for(task, 5)
+    messages = [record.getMessage() for record in caplog.records]
+    assert messages == ["stopping: unready for 0.5s, then draining", "stopped"]
+
+
+def _issue(ca: trustme.CA, cert: Path, key: Path) -> int:
+    leaf = ca.issue_cert("127.0.0.1")
+    for path, data in (
+        (key, leaf.private_key_pem.bytes()),
+        (cert, b"".join(pem.bytes() for pem in leaf.cert_chain_pems)),
+    ):
+        path.with_suffix(".tmp").write_bytes(data)
+        os.replace(path.with_suffix(".tmp"), path)
+    return CertificateReloader(str(cert), str(key)).serial
+
+
+async def test_the_certificate_is_watched_only_while_serving(tmp_path: Path) -> None:
+    ca = trustme.CA()
+    cert, key = tmp_path / "tls.crt", tmp_path / "tls.key"
+    _issue(ca, cert, key)
+    results: list[str] = []
+    reloader = CertificateReloader(str(cert), str(key), on_reload=results.append)
+    async with reloading(reloader, 0.02):
+        serial = _issue(ca, cert, key)
+        for _ in range(200):
+            if reloader.reloads:
+                break
+            await asyncio.sleep(0.01)
+    assert (reloader.reloads, reloader.serial, results) == (1, serial, ["loaded"])
+    _issue(ca, cert, key)
+    await asyncio.sleep(0.1)
+    assert reloader.reloads == 1
+    async with reloading(reloader, 0):
+        await asyncio.sleep(0.05)
+    async with reloading(None, 0.02):
+        pass
+    assert reloader.reloads == 1

@@ -37,8 +37,9 @@ from allocation_controller.ports import JSON, KubePort, PodPort
 from allocation_controller.reconciler import NotLeader, Reconciler, ReconcileSettings, Result
 from allocation_controller.revisions import PROFILE_SELECTOR, PolicyView
 from allocation_controller.workqueue import ShutDown, WorkQueue
-from inference_policy.grant import ENGINE_LABEL, PLAN_ANNOTATION, node_name, plan_revision
+from inference_policy.grant import node_name, plan_revision
 from inference_policy.signing import VerifiedProfile
+from inference_policy.wire import ENGINE_LABEL, PLAN_ANNOTATION
 
 log = logging.getLogger(__name__)
 # Queue keys are Pod names; a Pod that left the watch is queued under this prefix, which no Pod

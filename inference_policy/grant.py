@@ -44,12 +44,16 @@ from inference_policy import strictjson
 from inference_policy.planner import PlanContext, decide
 from inference_policy.profile import ARCH_KEY, format_timestamp
 from inference_policy.signing import ProfileRefused, VerifiedProfile
+from inference_policy.wire import (
+    ALLOCATION_VERIFIED,
+    ENGINE_CONTAINER_ANNOTATION,
+    ENGINE_LABEL,
+    PLAN_ANNOTATION,
+    REQUEST_ANNOTATION,
+)
 
-CONDITION_TYPE = "kamiwaza.ai/AllocationVerified"
-ENGINE_LABEL = "kamiwaza.ai/deployment-id"
-REQUEST_ANNOTATION = "kamiwaza.ai/deployment-request"
-PLAN_ANNOTATION = "kamiwaza.ai/plan"
-ENGINE_CONTAINER_ANNOTATION = "kamiwaza.ai/engine-container"
+CONDITION_TYPE = ALLOCATION_VERIFIED
+
 ACCELERATOR_PREFIXES = ("nvidia.com/", "amd.com/", "kamiwaza.ai/vram-gb-")
 DEVICE_ENV = "NVIDIA_VISIBLE_DEVICES"
 CONTAINER_LISTS = ("containers", "initContainers", "ephemeralContainers")

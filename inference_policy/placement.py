@@ -35,9 +35,9 @@ from inference_policy.profile import (
     ExtendedResourceBinding,
     VramPluginBinding,
 )
+from inference_policy.wire import ENGINE_LABEL, PLAN_ANNOTATION
 
-PLAN_ANNOTATION: Final = "kamiwaza.ai/plan"
-DEPLOYMENT_LABEL: Final = "kamiwaza.ai/deployment-id"
+DEPLOYMENT_LABEL: Final = ENGINE_LABEL
 MAX_PLAN_BYTES: Final = 64 * 1024
 MAX_SCORE: Final = 10
 MAX_MEMO: Final = 256

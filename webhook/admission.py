@@ -33,16 +33,20 @@ from typing import Any
 
 import orjson
 
+from inference_policy.wire import (
+    ALLOCATION_VERIFIED,
+    ENGINE_CONTAINER_ANNOTATION,
+    ENGINE_LABEL,
+    PLAN_ANNOTATION,
+    REQUEST_ANNOTATION,
+)
 from webhook.jsonpatch import diff
 from webhook.metrics import refusal_class
 from webhook.profile_source import Memo, PolicyStore
 
 API_VERSION = "admission.k8s.io/v1"
-ENGINE_LABEL = "kamiwaza.ai/deployment-id"
-REQUEST_ANNOTATION = "kamiwaza.ai/deployment-request"
-PLAN_ANNOTATION = "kamiwaza.ai/plan"
-ENGINE_CONTAINER_ANNOTATION = "kamiwaza.ai/engine-container"
-READINESS_GATE = "kamiwaza.ai/AllocationVerified"
+
+READINESS_GATE = ALLOCATION_VERIFIED
 ACCELERATOR_PREFIXES = ("nvidia.com/", "amd.com/", "kamiwaza.ai/vram-gb-")
 DEVICE_ENV = "NVIDIA_VISIBLE_DEVICES"
 CONTAINER_LISTS = ("containers", "initContainers", "ephemeralContainers")

@@ -1,0 +1,17 @@
+"""The names on the wire (contract section 1), defined once for every component.
+
+The webhook writes them, the extender and the controller read them, and the owner and tenant
+tooling matches on them; a typo in any one copy would silently break the chain, so there is
+only this copy.
+"""
+
+from typing import Final
+
+ENGINE_LABEL: Final = "kamiwaza.ai/deployment-id"
+OPT_IN_LABEL: Final = "kamiwaza.ai/tenant-inference"
+OPT_IN_VALUE: Final = "enabled"
+REQUEST_ANNOTATION: Final = "kamiwaza.ai/deployment-request"
+PLAN_ANNOTATION: Final = "kamiwaza.ai/plan"
+ENGINE_CONTAINER_ANNOTATION: Final = "kamiwaza.ai/engine-container"
+ALLOCATION_VERIFIED: Final = "kamiwaza.ai/AllocationVerified"
+VRAM_RESOURCE_PREFIX: Final = "kamiwaza.ai/vram-gb-"

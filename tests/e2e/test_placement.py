@@ -1,0 +1,395 @@
+"""Engine Pods placed by the owner's second scheduler and the tmi extender, end to end.
+
+The whole stack runs behind the real API server (``localcluster.stack``): the webhook plans each
+Pod, kube-scheduler ``kamiwaza-inference-scheduler`` runs the configuration ``tmi
+render-scheduler-config`` renders for the profile (the extender over HTTPS, not ignorable), the
+extender judges KWOK nodes by their GPU Feature Discovery labels and its own accounting, and the
+controller writes AllocationVerified. Pods are created by ``tmi-installer``, the namespace admin.
+
+The profile is built for the fake fleet: a whole-H100 binding (compute capability 9.0, CUDA 13,
+79Gi of an 80 GiB card, p2p for tensor parallelism) and an A100 ``3g.40gb`` MIG binding (8.0,
+CUDA 13, 38Gi of a 40 GiB slice), so every refusal a test sees comes from the node the test made
+contradict the binding, never from the fleet at large. Each test creates its own nodes and Pods
+and removes them, so the module's tests do not depend on one another's leftovers.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from localcluster import ApiError, ControlPlane, FakeNode, Kube, create_fake_nodes
+from localcluster.nodes import delete_fake_nodes
+from localcluster.stack import (
+    CONDITION,
+    StackSettings,
+    TenantStack,
+    condition,
+    deploy_stack,
+    engine_pod,
+    metric,
+)
+from tests.profilekit import CLUSTER, Owner, gpu_binding, gpu_profile, request, with_profiles
+
+pytestmark = pytest.mark.e2e
+
+SCHEDULING_TIMEOUT = 5
+WHOLE = "whole-h100-amd64"
+MIG = "mig-3g40gb-amd64"
+MIG_RESOURCE = "nvidia.com/mig-3g.40gb"
+# qwen2.5-7B GGUF (4.7 GB): the smallest binding that holds it is the MIG slice.
+SMALL = request("llamacpp")
+# A 72B GGUF at Q4 (47 GB) needs more than a 38Gi slice: a whole GPU.
+LARGE = request(
+    "llamacpp",
+    model__name="Qwen/Qwen2.5-72B-Instruct-GGUF",
+    model__weightsBytes=47_000_000_000,
+    model__layers=80,
+    model__kvHeads=8,
+)
+TENSOR_PARALLEL = request("vllm", config__tensor_parallel_size=2)
+
+
+def h100(name: str, gpus: int = 1, **changes: Any) -> FakeNode:
+    return FakeNode(name, gpu_product="NVIDIA-H100-80GB-HBM3", gpus=gpus, vram_gb=80, **changes)
+
+
+def a100_mig(name: str) -> FakeNode:
+    return FakeNode(
+        name,
+        gpu_product="NVIDIA-A100-SXM4-80GB",
+        gpus=1,
+        whole_gpus=0,
+        mig={"3g.40gb": 2},
+        vram_gb=80,
+        compute_capability="8.0",
+    )
+
+
+def fleet_envelope(owner: Owner, namespace: str) -> dict[str, Any]:
+    """The profile the fleet above satisfies, valid from yesterday for a month."""
+    envelope = with_profiles(
+        owner,
+        gpu_profile(
+            "nvidia-whole",
+            "whole-device",
+            [gpu_binding(WHOLE, cc="9.0", memory="79Gi", features=["bf16", "fp8", "p2p"])],
+        ),
+        gpu_profile(
+            "nvidia-mig-3g40gb",
+            "mig",
+            [
+                gpu_binding(
+                    MIG, cc="8.0", memory="38Gi", resource=MIG_RESOURCE, features=["bf16", "mig"]
+                )
+            ],
+        ),
+    )
+    now = datetime.now(UTC)
+    envelope["namespace"] = namespace
+    envelope["issuedAt"] = (now - timedelta(days=1)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    envelope["expiresAt"] = (now + timedelta(days=30)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return envelope
+
+
+@pytest.fixture(scope="module")
+def stack(control_plane: ControlPlane) -> Iterator[TenantStack]:
+    owner = Owner()
+    namespace = f"tmi-place-{uuid.uuid4().hex[:6]}"
+    settings = StackSettings(
+        owner_public_keys=(owner.public_key,),
+        cluster_binding_id=CLUSTER,
+        namespace=namespace,
+        scheduling_timeout_seconds=SCHEDULING_TIMEOUT,
+    )
+    with deploy_stack(control_plane, settings, owner.sign(fleet_envelope(owner, namespace))) as up:
+        control_plane.grant_namespace_admin("tmi-installer", namespace)
+        yield up
+
+
+@pytest.fixture
+def nodes(control_plane: ControlPlane, stack: TenantStack) -> Iterator[Callable[..., list[str]]]:
+    """Creates nodes (unique names), waits until KWOK and the extender have them; deletes them."""
+    kube = control_plane.kube("admin")
+    created: list[str] = []
+    suffix = uuid.uuid4().hex[:4]
+
+    def make(*specs: FakeNode) -> list[str]:
+        named = [replace(spec, name=f"{spec.name}-{suffix}") for spec in specs]
+        created.extend(n.name for n in named)
+        create_fake_nodes(kube, named)
+        assert stack.extender is not None
+        stack.extender.wait_nodes(n.name for n in named)
+        return [n.name for n in named]
+
+    yield make
+    delete_fake_nodes(kube, created)
+
+
+@pytest.fixture
+def pods(control_plane: ControlPlane, stack: TenantStack) -> Iterator[Callable[..., str]]:
+    """Creates engine Pods as the namespace admin; deletes them after the test."""
+    installer = control_plane.kube("tmi-installer")
+    names: list[str] = []
+
+    def make(body: dict[str, Any], prefix: str = "tmi") -> str:
+        name = f"{prefix}-{uuid.uuid4().hex[:6]}"
+        names.append(name)
+        installer.create(engine_pod(stack.settings.namespace, body, name=name))
+        return name
+
+    yield make
+    admin = control_plane.kube("admin")
+    for name in names:
+        with contextlib.suppress(ApiError):
+            admin.delete("v1", "Pod", name, stack.settings.namespace, grace_period_seconds=0)
+
+
+def _ns(stack: TenantStack) -> str:
+    return stack.settings.namespace
+
+
+def bound(kube: Kube, stack: TenantStack, name: str, timeout: float = 60) -> dict[str, Any]:
+    return kube.wait_for(
+        "v1",
+        "Pod",
+        name,
+        _ns(stack),
+        lambda p: bool(p["spec"].get("nodeName")),
+        timeout=timeout,
+        what=f"Pod {name} to be bound",
+    )
+
+
+def verdict(
+    kube: Kube, stack: TenantStack, name: str, status: str, timeout: float = 60
+) -> dict[str, Any]:
+    """The Pod once its AllocationVerified condition reads ``status``; returns the condition."""
+    pod = kube.wait_for(
+        "v1",
+        "Pod",
+        name,
+        _ns(stack),
+        lambda p: (condition(p, CONDITION) or {}).get("status") == status,
+        timeout=timeout,
+        what=f"Pod {name} AllocationVerified={status}",
+    )
+    found = condition(pod, CONDITION)
+    assert found is not None
+    return found
+
+
+def plan_of(pod: dict[str, Any]) -> dict[str, Any]:
+    plan: dict[str, Any] = json.loads(pod["metadata"]["annotations"]["kamiwaza.ai/plan"])
+    return plan
+
+
+def limits(pod: dict[str, Any]) -> dict[str, str]:
+    found: dict[str, str] = pod["spec"]["containers"][0]["resources"].get("limits") or {}
+    return found
+
+
+def scheduled_message(pod: dict[str, Any]) -> str:
+    return str((condition(pod, "PodScheduled") or {}).get("message", ""))
+
+
+def filter_calls(stack: TenantStack) -> float:
+    assert stack.extender is not None
+    return metric(stack.extender.metrics(), "tmi_extender_requests_total", verb="filter")
+
+
+def test_mig_sized_model_lands_on_the_mig_slice_and_a_large_one_on_a_whole_gpu(
+    kube: Kube, stack: TenantStack, nodes: Callable[..., list[str]], pods: Callable[..., str]
+) -> None:
+    mig_node, whole_node = nodes(a100_mig("a100-mig"), h100("h100"))
+    before = filter_calls(stack)
+    small, large = pods(SMALL, "small"), pods(LARGE, "large")
+
+    small_pod, large_pod = bound(kube, stack, small), bound(kube, stack, large)
+    assert (small_pod["spec"]["nodeName"], plan_of(small_pod)["bindingId"]) == (mig_node, MIG)
+    assert limits(small_pod) == {MIG_RESOURCE: "1"}
+    assert (large_pod["spec"]["nodeName"], plan_of(large_pod)["bindingId"]) == (whole_node, WHOLE)
+    assert limits(large_pod) == {"nvidia.com/gpu": "1"}
+    for pod in (small_pod, large_pod):
+        assert pod["spec"]["schedulerName"] == stack.settings.scheduler_name
+        assert pod["spec"]["runtimeClassName"] == "nvidia"
+    # The extender, not only the scheduler's resource fit, judged both Pods.
+    assert filter_calls(stack) >= before + 2
+    for name in (small, large):
+        assert verdict(kube, stack, name, "True")["reason"] == "Verified"
+
+
+def test_tensor_parallel_pod_gets_two_gpus_on_one_node(
+    kube: Kube, stack: TenantStack, nodes: Callable[..., list[str]], pods: Callable[..., str]
+) -> None:
+    _, _, pair = nodes(h100("single-a"), h100("single-b"), h100("pair", gpus=2))
+    name = pods(TENSOR_PARALLEL, "tp")
+
+    pod = bound(kube, stack, name)
+    plan = plan_of(pod)
+    assert pod["spec"]["nodeName"] == pair
+    assert limits(pod) == {"nvidia.com/gpu": "2"}
+    assert (plan["bindingId"], plan["deviceCount"]) == (WHOLE, 2)
+    assert plan["engineArgs"]["tensor_parallel_size"] == 2
+    assert verdict(kube, stack, name, "True")["reason"] == "Verified"
+
+
+def test_best_fit_fills_the_partly_used_node_and_leaves_the_emptier_one_whole(
+    kube: Kube, stack: TenantStack, nodes: Callable[..., list[str]], pods: Callable[..., str]
+) -> None:
+    """Two 2-GPU nodes, one already holding a Pod: a 1-GPU Pod goes to the fuller node, so the
+    other stays whole and a tensor-parallel Pod that needs both of its GPUs still fits.
+
+    The engine containers ask for no CPU or memory, so kube-scheduler's own scores are level
+    between the nodes and the extender's best-fit score decides; spreading would leave no node
+    with two free GPUs and the tensor-parallel Pod Pending.
+    """
+    (fuller,) = nodes(h100("fit-a", gpus=2))
+    first = pods(LARGE, "first")
+    assert bound(kube, stack, first)["spec"]["nodeName"] == fuller
+
+    (emptier,) = nodes(h100("fit-b", gpus=2))
+    second = pods(LARGE, "second")
+    assert bound(kube, stack, second)["spec"]["nodeName"] == fuller
+
+    wide = pods(TENSOR_PARALLEL, "wide")
+    assert bound(kube, stack, wide)["spec"]["nodeName"] == emptier
+
+
+def test_node_whose_labels_contradict_the_binding_is_filtered_with_the_reason(
+    kube: Kube, stack: TenantStack, nodes: Callable[..., list[str]], pods: Callable[..., str]
+) -> None:
+    """Both nodes advertise a free nvidia.com/gpu, so kube-scheduler's own filters pass them;
+    the extender refuses each with what GPU Feature Discovery says against the signed binding,
+    and kube-scheduler reports those reasons on the Pod."""
+    older_card, older_driver = nodes(
+        FakeNode(
+            "a100-whole", gpu_product="NVIDIA-A100-SXM4-80GB", vram_gb=80, compute_capability="8.0"
+        ),
+        h100("h100-r570", cuda_driver_major=12, cuda_driver_minor=8, driver_version="570.86.15"),
+    )
+    assert stack.extender is not None
+    verdicts_before = stack.extender.metrics()
+    name = pods(LARGE, "contradicted")
+
+    pod = kube.wait_for(
+        "v1",
+        "Pod",
+        name,
+        _ns(stack),
+        lambda p: "GPU Feature Discovery" in scheduled_message(p),
+        timeout=60,
+        what=f"Pod {name} to report the extender's reasons",
+    )
+    scheduled = condition(pod, "PodScheduled")
+    assert scheduled is not None
+    assert scheduled["status"] == "False"
+    assert scheduled["reason"] == "Unschedulable"
+    message = scheduled["message"]
+    assert (
+        "GPU Feature Discovery reports compute capability 8.0 "
+        f"(nvidia.com/gpu.compute.major/nvidia.com/gpu.compute.minor); binding {WHOLE} attests 9.0"
+    ) in message
+    assert (
+        "GPU Feature Discovery reports a driver for CUDA 12 "
+        f"(nvidia.com/cuda.runtime-version.major); binding {WHOLE} attests cudaDriverMajor 13"
+    ) in message
+    assert not pod["spec"].get("nodeName")
+    after = stack.extender.metrics()
+    for code in ("compute-capability", "cuda-driver"):
+        name_ = "tmi_extender_node_verdicts_total"
+        assert metric(after, name_, code=code) > metric(verdicts_before, name_, code=code)
+
+    # The same Pod lands as soon as a node that matches the attestation appears, and on it.
+    (matching,) = nodes(h100("h100-r580"))
+    placed = bound(kube, stack, name)
+    assert placed["spec"]["nodeName"] == matching
+    assert placed["spec"]["nodeName"] not in (older_card, older_driver)
+
+
+def test_full_cluster_leaves_the_pod_pending_with_reasons_then_reports_the_deadline(
+    kube: Kube, stack: TenantStack, nodes: Callable[..., list[str]], pods: Callable[..., str]
+) -> None:
+    (node,) = nodes(h100("full"))
+    holder = pods(LARGE, "holder")
+    bound(kube, stack, holder)
+    waiting = pods(LARGE, "waiting")
+
+    pod = kube.wait_for(
+        "v1",
+        "Pod",
+        waiting,
+        _ns(stack),
+        lambda p: (condition(p, "PodScheduled") or {}).get("reason") == "Unschedulable",
+        timeout=60,
+    )
+    scheduled = condition(pod, "PodScheduled")
+    assert scheduled is not None
+    assert "Insufficient nvidia.com/gpu" in scheduled["message"]
+    assert pod["status"]["phase"] == "Pending"
+
+    # The controller's deadline: the Pod says why it is not running, in the scheduler's words.
+    deadline = verdict(kube, stack, waiting, "False", timeout=SCHEDULING_TIMEOUT + 30)
+    assert deadline["reason"] == "SchedulingTimeout"
+    assert f"not scheduled within {SCHEDULING_TIMEOUT}s of creation" in deadline["message"]
+    assert "Insufficient nvidia.com/gpu" in deadline["message"]
+
+    # Stopping the deployment that holds the GPU lets the waiting one run, verified.
+    kube.delete("v1", "Pod", holder, _ns(stack), grace_period_seconds=0)
+    assert bound(kube, stack, waiting)["spec"]["nodeName"] == node
+    assert verdict(kube, stack, waiting, "True")["reason"] == "Verified"
+
+
+def test_extender_restart_loses_nothing(
+    kube: Kube, stack: TenantStack, nodes: Callable[..., list[str]], pods: Callable[..., str]
+) -> None:
+    """A Pod created while the extender is down waits (the extender is not ignorable) and is
+    placed once it is back, by the accounting the new process rebuilt from the API.
+
+    Three Pods fill three of four GPUs on one node before a second, empty 2-GPU node exists.
+    With the earlier Pods counted, best fit sends the new Pod to the last free GPU of the first
+    node (nothing left over beats one GPU left over); a restarted extender that had lost them
+    would see three free GPUs there and choose the 2-GPU node instead.
+    """
+    extender = stack.extender
+    assert extender is not None
+    (busy,) = nodes(h100("acct-4", gpus=4))
+    earlier = [pods(LARGE, "earlier") for _ in range(3)]
+    for name in earlier:
+        assert bound(kube, stack, name)["spec"]["nodeName"] == busy
+    (spare,) = nodes(h100("acct-2", gpus=2))
+
+    extender.stop()
+    try:
+        late = pods(LARGE, "late")
+        pod = kube.wait_for(
+            "v1",
+            "Pod",
+            late,
+            _ns(stack),
+            lambda p: (condition(p, "PodScheduled") or {}).get("reason") == "SchedulerError",
+            timeout=30,
+            what=f"the scheduler to report it cannot reach the extender for {late}",
+        )
+        assert f"{extender.url}/filter" in scheduled_message(pod)
+        # Bounded negative check: nothing places a GPU Pod while its extender is unreachable.
+        deadline = time.monotonic() + 3
+        while time.monotonic() < deadline:
+            assert not kube.get("v1", "Pod", late, _ns(stack))["spec"].get("nodeName")
+            time.sleep(0.5)
+    finally:
+        extender.start()
+
+    placed = bound(kube, stack, late)
+    assert placed["spec"]["nodeName"] == busy, f"placed on {placed['spec']['nodeName']}, not {busy}"
+    assert spare != busy
+    assert metric(extender.metrics(), "tmi_extender_accounted_pods") == 4
+    assert verdict(kube, stack, late, "True")["reason"] == "Verified"

@@ -1,0 +1,1 @@
+"""End-to-end tests against the real control plane the fixtures start."""

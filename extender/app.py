@@ -17,7 +17,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -30,8 +30,9 @@ from extender.metrics import ExtenderMetrics
 from extender.sources import ClusterSource, MemorySource
 from extender.view import ArgsError, ClusterView, Outcome, filter_nodes, prioritize_nodes
 from policy_io.state import PolicySettings
+from serving.app import read_limited, running
 from serving.probes import add_probes, json_response
-from serving.tls import CertificateReloader, reloading
+from serving.tls import CertificateReloader
 
 log = logging.getLogger(__name__)
 
@@ -64,18 +65,14 @@ def _filter_error(message: str) -> dict[str, Any]:
 
 async def _args(request: web.Request, runtime: Runtime, verb: str) -> Any:
     """The decoded body, or an HTTPException carrying a JSON `Error`."""
+    limit = runtime.max_body_bytes
     try:
-        body = await request.read()
+        body = await read_limited(
+            request, limit, {"Error": f"request body is larger than {limit} bytes"}
+        )
     except web.HTTPRequestEntityTooLarge:
         runtime.metrics.requests.labels(verb, "bad-request").inc()
-        raise web.HTTPRequestEntityTooLarge(
-            max_size=runtime.max_body_bytes,
-            actual_size=request.content_length or runtime.max_body_bytes + 1,
-            text=orjson.dumps(
-                {"Error": f"request body is larger than {runtime.max_body_bytes} bytes"}
-            ).decode(),
-            content_type="application/json",
-        ) from None
+        raise
     try:
         return orjson.loads(body)
     except orjson.JSONDecodeError as exc:
@@ -170,15 +167,14 @@ def _unready(app: web.Application) -> str | None:
     return None
 
 
-@contextlib.asynccontextmanager
-async def _lifecycle(app: web.Application) -> AsyncIterator[None]:
+def _lifecycle(app: web.Application) -> contextlib.AbstractAsyncContextManager[None]:
     runtime = app[RUNTIME]
-    await runtime.source.start(runtime.view)
-    try:
-        async with reloading(runtime.reloader, runtime.cert_reload_seconds):
-            yield
-    finally:
-        await runtime.source.stop()
+    return running(
+        lambda: runtime.source.start(runtime.view),
+        runtime.source.stop,
+        runtime.reloader,
+        runtime.cert_reload_seconds,
+    )
 
 
 def create_app(

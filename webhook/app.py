@@ -15,16 +15,16 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-import orjson
 from aiohttp import web
 
 from policy_io.state import PolicySettings
+from serving.app import read_limited, running
 from serving.probes import add_probes, json_response, problem
-from serving.tls import CertificateReloader, reloading
+from serving.tls import CertificateReloader
 from webhook.admission import MalformedReview, Outcome, Reviewer, deny, envelope, parse_review
 from webhook.config import DEFAULT_MAX_BODY_BYTES
 from webhook.metrics import WebhookMetrics, refusal_class
@@ -53,21 +53,9 @@ RUNTIME = web.AppKey("runtime", Runtime)
 
 async def _read_body(request: web.Request, runtime: Runtime) -> bytes:
     """The body, or HTTPException with a JSON problem when it is too large."""
-    try:
-        return await request.read()
-    except web.HTTPRequestEntityTooLarge:
-        raise web.HTTPRequestEntityTooLarge(
-            max_size=runtime.max_body_bytes,
-            actual_size=request.content_length or runtime.max_body_bytes + 1,
-            text=orjson.dumps(
-                {
-                    "status": 413,
-                    "detail": f"request body is larger than the limit of "
-                    f"{runtime.max_body_bytes} bytes",
-                }
-            ).decode(),
-            content_type="application/json",
-        ) from None
+    limit = runtime.max_body_bytes
+    detail = f"request body is larger than the limit of {limit} bytes"
+    return await read_limited(request, limit, {"status": 413, "detail": detail})
 
 
 async def mutate(request: web.Request) -> web.Response:
@@ -165,15 +153,14 @@ def _unready(app: web.Application) -> str | None:
     return None
 
 
-@contextlib.asynccontextmanager
-async def _lifecycle(app: web.Application) -> AsyncIterator[None]:
+def _lifecycle(app: web.Application) -> contextlib.AbstractAsyncContextManager[None]:
     runtime = app[RUNTIME]
-    await runtime.source.start(runtime.store)
-    try:
-        async with reloading(runtime.reloader, runtime.cert_reload_seconds):
-            yield
-    finally:
-        await runtime.source.stop()
+    return running(
+        lambda: runtime.source.start(runtime.store),
+        runtime.source.stop,
+        runtime.reloader,
+        runtime.cert_reload_seconds,
+    )
 
 
 def create_app(

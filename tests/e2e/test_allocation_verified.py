@@ -14,76 +14,40 @@ a controller that was down, or lost its leader, catches up on every Pod when it 
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import json
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 
 from localcluster import ApiError, ControlPlane, FakeNode, Kube, create_fake_nodes, pod_condition
 from localcluster.nodes import delete_fake_nodes
-from localcluster.stack import (
-    CONDITION,
-    StackSettings,
-    TenantStack,
-    condition,
-    deploy_stack,
-    engine_pod,
-)
+from localcluster.stack import CONDITION, TenantStack, condition, engine_pod
 from localcluster.webhook import PLAN_ANNOTATION, REQUEST_ANNOTATION, set_opt_in
-from tests.profilekit import CLUSTER, Owner, gpu_binding, gpu_profile, request, with_profiles
+from tests.e2e.stackkit import LARGE, WHOLE, dated, pod_names, tenant_stack, whole_h100_profile
+from tests.profilekit import Owner, request, with_profiles
 
 pytestmark = pytest.mark.e2e
 
-WHOLE = "whole-h100-amd64"
 # A 72B GGUF at Q4 (47 GB): one whole H100.
-ENGINE = request(
-    "llamacpp",
-    model__name="Qwen/Qwen2.5-72B-Instruct-GGUF",
-    model__weightsBytes=47_000_000_000,
-    model__layers=80,
-    model__kvHeads=8,
-)
+ENGINE = LARGE
 MERGE_PATCH = "application/merge-patch+json"
 GATE_WAIT = 3.0
 
 
 def envelope_for(owner: Owner, namespace: str) -> dict[str, Any]:
     """One whole-H100 binding that the module's node satisfies, valid from yesterday."""
-    envelope = with_profiles(
-        owner,
-        gpu_profile(
-            "nvidia-whole",
-            "whole-device",
-            [gpu_binding(WHOLE, cc="9.0", memory="79Gi", features=["bf16", "fp8", "p2p"])],
-        ),
-    )
-    now = datetime.now(UTC)
-    envelope["namespace"] = namespace
-    envelope["issuedAt"] = (now - timedelta(days=1)).strftime("%Y-%m-%dT%H:%M:%SZ")
-    envelope["expiresAt"] = (now + timedelta(days=30)).strftime("%Y-%m-%dT%H:%M:%SZ")
-    return envelope
+    return dated(with_profiles(owner, whole_h100_profile()), namespace)
 
 
 @pytest.fixture(scope="module")
 def stack(control_plane: ControlPlane) -> Iterator[TenantStack]:
-    owner = Owner()
-    namespace = f"tmi-verify-{uuid.uuid4().hex[:6]}"
-    settings = StackSettings(
-        owner_public_keys=(owner.public_key,),
-        cluster_binding_id=CLUSTER,
-        namespace=namespace,
-        scheduling_timeout_seconds=30,
-    )
     admin = control_plane.kube("admin")
     node = f"verify-h100-{uuid.uuid4().hex[:4]}"
-    with deploy_stack(control_plane, settings, owner.sign(envelope_for(owner, namespace))) as up:
-        control_plane.grant_namespace_admin("tmi-installer", namespace)
+    with tenant_stack(control_plane, "tmi-verify", envelope_for, 30) as up:
         create_fake_nodes(admin, [FakeNode(node, gpus=8, vram_gb=80)])
         assert up.extender is not None
         up.extender.wait_nodes([node])
@@ -101,18 +65,8 @@ def installer(control_plane: ControlPlane, stack: TenantStack) -> Kube:
 @pytest.fixture
 def pods(control_plane: ControlPlane, stack: TenantStack) -> Iterator[Callable[..., str]]:
     """Names for the Pods a test creates; each is deleted after the test."""
-    names: list[str] = []
-
-    def make(prefix: str = "tmi") -> str:
-        name = f"{prefix}-{uuid.uuid4().hex[:6]}"
-        names.append(name)
-        return name
-
-    yield make
-    admin = control_plane.kube("admin")
-    for name in names:
-        with contextlib.suppress(ApiError):
-            admin.delete("v1", "Pod", name, stack.settings.namespace, grace_period_seconds=0)
+    with pod_names(control_plane, stack) as make:
+        yield make
 
 
 def create(installer: Kube, stack: TenantStack, name: str, body: dict[str, Any] = ENGINE) -> None:

@@ -15,46 +15,29 @@ and removes them, so the module's tests do not depend on one another's leftovers
 
 from __future__ import annotations
 
-import contextlib
 import json
 import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import replace
-from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 
-from localcluster import ApiError, ControlPlane, FakeNode, Kube, create_fake_nodes
+from localcluster import ControlPlane, FakeNode, Kube, create_fake_nodes
 from localcluster.nodes import delete_fake_nodes
-from localcluster.stack import (
-    CONDITION,
-    StackSettings,
-    TenantStack,
-    condition,
-    deploy_stack,
-    engine_pod,
-    metric,
-)
-from tests.profilekit import CLUSTER, Owner, gpu_binding, gpu_profile, request, with_profiles
+from localcluster.stack import CONDITION, TenantStack, condition, engine_pod, metric
+from tests.e2e.stackkit import LARGE, WHOLE, dated, pod_names, tenant_stack, whole_h100_profile
+from tests.profilekit import Owner, gpu_binding, gpu_profile, request, with_profiles
 
 pytestmark = pytest.mark.e2e
 
 SCHEDULING_TIMEOUT = 5
-WHOLE = "whole-h100-amd64"
 MIG = "mig-3g40gb-amd64"
 MIG_RESOURCE = "nvidia.com/mig-3g.40gb"
 # qwen2.5-7B GGUF (4.7 GB): the smallest binding that holds it is the MIG slice.
 SMALL = request("llamacpp")
-# A 72B GGUF at Q4 (47 GB) needs more than a 38Gi slice: a whole GPU.
-LARGE = request(
-    "llamacpp",
-    model__name="Qwen/Qwen2.5-72B-Instruct-GGUF",
-    model__weightsBytes=47_000_000_000,
-    model__layers=80,
-    model__kvHeads=8,
-)
+# LARGE, a 72B GGUF at Q4 (47 GB), needs more than a 38Gi slice: a whole GPU.
 TENSOR_PARALLEL = request("vllm", config__tensor_parallel_size=2)
 
 
@@ -78,11 +61,7 @@ def fleet_envelope(owner: Owner, namespace: str) -> dict[str, Any]:
     """The profile the fleet above satisfies, valid from yesterday for a month."""
     envelope = with_profiles(
         owner,
-        gpu_profile(
-            "nvidia-whole",
-            "whole-device",
-            [gpu_binding(WHOLE, cc="9.0", memory="79Gi", features=["bf16", "fp8", "p2p"])],
-        ),
+        whole_h100_profile(),
         gpu_profile(
             "nvidia-mig-3g40gb",
             "mig",
@@ -93,25 +72,12 @@ def fleet_envelope(owner: Owner, namespace: str) -> dict[str, Any]:
             ],
         ),
     )
-    now = datetime.now(UTC)
-    envelope["namespace"] = namespace
-    envelope["issuedAt"] = (now - timedelta(days=1)).strftime("%Y-%m-%dT%H:%M:%SZ")
-    envelope["expiresAt"] = (now + timedelta(days=30)).strftime("%Y-%m-%dT%H:%M:%SZ")
-    return envelope
+    return dated(envelope, namespace)
 
 
 @pytest.fixture(scope="module")
 def stack(control_plane: ControlPlane) -> Iterator[TenantStack]:
-    owner = Owner()
-    namespace = f"tmi-place-{uuid.uuid4().hex[:6]}"
-    settings = StackSettings(
-        owner_public_keys=(owner.public_key,),
-        cluster_binding_id=CLUSTER,
-        namespace=namespace,
-        scheduling_timeout_seconds=SCHEDULING_TIMEOUT,
-    )
-    with deploy_stack(control_plane, settings, owner.sign(fleet_envelope(owner, namespace))) as up:
-        control_plane.grant_namespace_admin("tmi-installer", namespace)
+    with tenant_stack(control_plane, "tmi-place", fleet_envelope, SCHEDULING_TIMEOUT) as up:
         yield up
 
 
@@ -138,19 +104,14 @@ def nodes(control_plane: ControlPlane, stack: TenantStack) -> Iterator[Callable[
 def pods(control_plane: ControlPlane, stack: TenantStack) -> Iterator[Callable[..., str]]:
     """Creates engine Pods as the namespace admin; deletes them after the test."""
     installer = control_plane.kube("tmi-installer")
-    names: list[str] = []
+    with pod_names(control_plane, stack) as unique:
 
-    def make(body: dict[str, Any], prefix: str = "tmi") -> str:
-        name = f"{prefix}-{uuid.uuid4().hex[:6]}"
-        names.append(name)
-        installer.create(engine_pod(stack.settings.namespace, body, name=name))
-        return name
+        def make(body: dict[str, Any], prefix: str = "tmi") -> str:
+            name = unique(prefix)
+            installer.create(engine_pod(stack.settings.namespace, body, name=name))
+            return name
 
-    yield make
-    admin = control_plane.kube("admin")
-    for name in names:
-        with contextlib.suppress(ApiError):
-            admin.delete("v1", "Pod", name, stack.settings.namespace, grace_period_seconds=0)
+        yield make
 
 
 def _ns(stack: TenantStack) -> str:

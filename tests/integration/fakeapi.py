@@ -1,8 +1,9 @@
-"""A fake API server for ConfigMaps: list and watch by name, enough for the webhook's source.
+"""Fake API servers for list and watch: ConfigMaps by name for the webhook, a small cluster for
+the extender.
 
-It speaks the wire protocol the official client uses (a List with `metadata.resourceVersion`,
+They speak the wire protocol the official client uses (a List with `metadata.resourceVersion`,
 then a watch stream of JSON lines that ends after `timeoutSeconds`), so `KubernetesSource` runs
-unmodified against it, threads, client and all. Tests change ConfigMaps with `put`/`delete`,
+unmodified against them, threads, client and all. Tests change objects with `put`/`delete`,
 which bump the resource version and notify open watches, and can make the next requests fail.
 """
 
@@ -12,30 +13,42 @@ import asyncio
 import copy
 import json
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from aiohttp import web
 
+TOKEN = "test-token"
 
-class FakeApiServer:
-    def __init__(self, namespace: str) -> None:
-        self.namespace = namespace
-        self.objects: dict[str, dict[str, Any]] = {}
+# Kind -> (path of the collection, kind of its List).
+KINDS = {
+    "nodes": ("/api/v1/nodes", "NodeList"),
+    "pods": ("/api/v1/namespaces/{ns}/pods", "PodList"),
+    "configmaps": ("/api/v1/namespaces/{ns}/configmaps", "ConfigMapList"),
+}
+
+
+class _FakeApi:
+    """Objects of the kinds in `KINDS`, keyed `namespace/name`, with list and watch.
+
+    Subclasses say which requests fail (`_refusal`), which watches end in 410 Gone (`_gone`),
+    and count lists and watches (`_listed`, `_watched`).
+    """
+
+    def __init__(self, user: str) -> None:
+        self.user = user
+        self.objects: dict[str, dict[str, dict[str, Any]]] = {kind: {} for kind in KINDS}
         self.version = 100
         self.watchers: list[tuple[str, asyncio.Queue[dict[str, Any]]]] = []
         self.history: list[tuple[int, str, dict[str, Any]]] = []
-        self.fail_next = 0
-        self.forbidden: set[str] = set()
-        self.gone_next = 0
-        self.lists = 0
-        self.watches = 0
         self.runner: web.AppRunner | None = None
         self.url = ""
 
     async def start(self) -> None:
         app = web.Application()
-        app.router.add_get("/api/v1/namespaces/{namespace}/configmaps", self._configmaps)
+        for kind, (path, _) in KINDS.items():
+            app.router.add_get(path, self._handler(kind))
         self.runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.5)
         await self.runner.setup()
         site = web.TCPSite(self.runner, "127.0.0.1", 0)
@@ -55,9 +68,9 @@ class FakeApiServer:
                     "apiVersion": "v1",
                     "kind": "Config",
                     "clusters": [{"name": "fake", "cluster": {"server": self.url}}],
-                    "users": [{"name": "webhook", "user": {"token": "test-token"}}],
+                    "users": [{"name": self.user, "user": {"token": TOKEN}}],
                     "contexts": [
-                        {"name": "fake", "context": {"cluster": "fake", "user": "webhook"}}
+                        {"name": "fake", "context": {"cluster": "fake", "user": self.user}}
                     ],
                     "current-context": "fake",
                 }
@@ -69,74 +82,84 @@ class FakeApiServer:
         self.version += 1
         return str(self.version)
 
-    def put(self, configmap: dict[str, Any]) -> None:
-        obj = copy.deepcopy(configmap)
-        name = obj["metadata"]["name"]
-        existing = self.objects.get(name)
-        obj["metadata"]["namespace"] = self.namespace
-        obj["metadata"]["uid"] = existing["metadata"]["uid"] if existing else str(uuid.uuid4())
-        obj["metadata"]["resourceVersion"] = self._bump()
-        self.objects[name] = obj
-        self._notify(name, "MODIFIED" if existing else "ADDED", obj)
-
-    def delete(self, name: str) -> None:
-        obj = self.objects.pop(name)
+    def _put(self, kind: str, obj: dict[str, Any]) -> None:
         obj = copy.deepcopy(obj)
-        obj["metadata"]["resourceVersion"] = self._bump()
-        self._notify(name, "DELETED", obj)
+        meta = obj["metadata"]
+        key = f"{meta.get('namespace', '')}/{meta['name']}"
+        existing = self.objects[kind].get(key)
+        meta.setdefault("uid", existing["metadata"]["uid"] if existing else str(uuid.uuid4()))
+        meta["resourceVersion"] = self._bump()
+        self.objects[kind][key] = obj
+        self._notify(kind, {"type": "MODIFIED" if existing else "ADDED", "object": obj})
 
-    def _notify(self, name: str, kind: str, obj: dict[str, Any]) -> None:
-        event = {"type": kind, "object": obj}
-        self.history.append((self.version, name, event))
+    def _delete(self, kind: str, key: str) -> None:
+        obj = copy.deepcopy(self.objects[kind].pop(key))
+        obj["metadata"]["resourceVersion"] = self._bump()
+        self._notify(kind, {"type": "DELETED", "object": obj})
+
+    def _notify(self, kind: str, event: dict[str, Any]) -> None:
+        self.history.append((self.version, kind, event))
         for watched, queue in self.watchers:
-            if watched == name:
+            if watched == kind:
                 queue.put_nowait(event)
 
-    async def _configmaps(self, request: web.Request) -> web.StreamResponse:
-        if request.headers.get("Authorization") != "Bearer test-token":
-            return web.json_response({"kind": "Status", "code": 401}, status=401)
-        if self.fail_next > 0:
-            self.fail_next -= 1
-            return web.json_response(
-                {"kind": "Status", "status": "Failure", "code": 500, "message": "boom"},
-                status=500,
-            )
-        selector = request.query.get("fieldSelector", "")
-        if not selector.startswith("metadata.name="):
-            return web.json_response({"kind": "Status", "code": 403}, status=403)
-        name = selector.removeprefix("metadata.name=")
-        if name in self.forbidden:
-            # What RBAC answers when the Role's resourceNames do not include the name.
-            return web.json_response(
-                {"kind": "Status", "status": "Failure", "code": 403, "reason": "Forbidden"},
-                status=403,
-            )
-        if request.query.get("watch") in ("true", "1", "True"):
-            return await self._watch(request, name)
-        self.lists += 1
-        items = []
-        if name in self.objects:
-            item = copy.deepcopy(self.objects[name])
-            # Items of a List carry no kind or apiVersion on the wire.
-            item.pop("kind", None)
-            item.pop("apiVersion", None)
-            items.append(item)
-        return web.json_response(
-            {
-                "kind": "ConfigMapList",
-                "apiVersion": "v1",
-                "metadata": {"resourceVersion": str(self.version)},
-                "items": items,
-            }
-        )
+    def _refusal(self, kind: str, request: web.Request) -> web.Response | None:
+        return None
 
-    async def _watch(self, request: web.Request, name: str) -> web.StreamResponse:
-        self.watches += 1
+    def _gone(self, kind: str) -> bool:
+        return False
+
+    def _listed(self, kind: str) -> None:
+        pass
+
+    def _watched(self, kind: str) -> None:
+        pass
+
+    @staticmethod
+    def _matches(obj: dict[str, Any], request: web.Request) -> bool:
+        meta = obj["metadata"]
+        ns = request.match_info.get("ns")
+        if ns is not None and meta.get("namespace") != ns:
+            return False
+        label = request.query.get("labelSelector")
+        if label and label not in (meta.get("labels") or {}):
+            return False
+        field = request.query.get("fieldSelector", "")
+        return not field or meta["name"] == field.removeprefix("metadata.name=")
+
+    def _handler(self, kind: str) -> Callable[[web.Request], Any]:
+        async def handle(request: web.Request) -> web.StreamResponse:
+            refusal = self._refusal(kind, request)
+            if refusal is not None:
+                return refusal
+            if request.query.get("watch") in ("true", "1", "True"):
+                return await self._watch(kind, request)
+            self._listed(kind)
+            items = []
+            for obj in self.objects[kind].values():
+                if self._matches(obj, request):
+                    item = copy.deepcopy(obj)
+                    # Items of a List carry no kind or apiVersion on the wire.
+                    item.pop("kind", None)
+                    item.pop("apiVersion", None)
+                    items.append(item)
+            return web.json_response(
+                {
+                    "kind": KINDS[kind][1],
+                    "apiVersion": "v1",
+                    "metadata": {"resourceVersion": str(self.version)},
+                    "items": items,
+                }
+            )
+
+        return handle
+
+    async def _watch(self, kind: str, request: web.Request) -> web.StreamResponse:
+        self._watched(kind)
         response = web.StreamResponse()
         response.content_type = "application/json"
         await response.prepare(request)
-        if self.gone_next > 0:
-            self.gone_next -= 1
+        if self._gone(kind):
             gone = {
                 "type": "ERROR",
                 "object": {"kind": "Status", "code": 410, "reason": "Expired", "message": "old"},
@@ -147,13 +170,12 @@ class FakeApiServer:
         # Like the real server: replay what happened after the version the client listed at.
         since = int(request.query.get("resourceVersion") or self.version)
         for version, watched, event in self.history:
-            if watched == name and version > since:
+            if watched == kind and version > since:
                 queue.put_nowait(event)
-        entry = (name, queue)
+        entry = (kind, queue)
         self.watchers.append(entry)
-        timeout = float(request.query.get("timeoutSeconds", "30"))
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout
+        deadline = loop.time() + float(request.query.get("timeoutSeconds", "30"))
         try:
             while (left := deadline - loop.time()) > 0:
                 try:
@@ -162,9 +184,98 @@ class FakeApiServer:
                     break
                 if event["type"] == "CLOSE":
                     break
-                await response.write(json.dumps(event).encode() + b"\n")
+                if self._matches(event["object"], request):
+                    await response.write(json.dumps(event).encode() + b"\n")
         except (ConnectionResetError, asyncio.CancelledError):
             pass
         finally:
             self.watchers.remove(entry)
         return response
+
+
+def _failure(code: int, **fields: str) -> web.Response:
+    return web.json_response(
+        {"kind": "Status", "status": "Failure", "code": code, **fields}, status=code
+    )
+
+
+class FakeApiServer(_FakeApi):
+    """The ConfigMaps of one namespace, read by name only (as the webhook's Role allows)."""
+
+    def __init__(self, namespace: str) -> None:
+        super().__init__("webhook")
+        self.namespace = namespace
+        self.fail_next = 0
+        self.forbidden: set[str] = set()
+        self.gone_next = 0
+        self.lists = 0
+        self.watches = 0
+
+    def put(self, configmap: dict[str, Any]) -> None:
+        obj = copy.deepcopy(configmap)
+        obj["metadata"]["namespace"] = self.namespace
+        obj["metadata"].pop("uid", None)  # the server keeps the uid it gave
+        self._put("configmaps", obj)
+
+    def delete(self, name: str) -> None:
+        self._delete("configmaps", f"{self.namespace}/{name}")
+
+    def _refusal(self, kind: str, request: web.Request) -> web.Response | None:
+        if kind != "configmaps":
+            return _failure(404, reason="NotFound")
+        if request.headers.get("Authorization") != f"Bearer {TOKEN}":
+            return web.json_response({"kind": "Status", "code": 401}, status=401)
+        if self.fail_next > 0:
+            self.fail_next -= 1
+            return _failure(500, message="boom")
+        selector = request.query.get("fieldSelector", "")
+        if not selector.startswith("metadata.name="):
+            return web.json_response({"kind": "Status", "code": 403}, status=403)
+        if selector.removeprefix("metadata.name=") in self.forbidden:
+            # What RBAC answers when the Role's resourceNames do not include the name.
+            return _failure(403, reason="Forbidden")
+        return None
+
+    def _gone(self, kind: str) -> bool:
+        if self.gone_next > 0:
+            self.gone_next -= 1
+            return True
+        return False
+
+    def _listed(self, kind: str) -> None:
+        self.lists += 1
+
+    def _watched(self, kind: str) -> None:
+        self.watches += 1
+
+
+class FakeCluster(_FakeApi):
+    """Nodes, Pods (by label selector) and ConfigMaps (by field selector), as the extender reads
+    them, with per-kind knobs to make requests fail and watches expire."""
+
+    def __init__(self) -> None:
+        super().__init__("extender")
+        self.fail_next: dict[str, int] = {}
+        self.gone_next: dict[str, int] = {}
+        self.lists: dict[str, int] = dict.fromkeys(KINDS, 0)
+
+    def put(self, kind: str, obj: dict[str, Any]) -> None:
+        self._put(kind, obj)
+
+    def delete(self, kind: str, key: str) -> None:
+        self._delete(kind, key)
+
+    def _refusal(self, kind: str, request: web.Request) -> web.Response | None:
+        if self.fail_next.get(kind, 0) > 0:
+            self.fail_next[kind] -= 1
+            return _failure(500, message="boom")
+        return None
+
+    def _gone(self, kind: str) -> bool:
+        if self.gone_next.get(kind, 0) > 0:
+            self.gone_next[kind] -= 1
+            return True
+        return False
+
+    def _listed(self, kind: str) -> None:
+        self.lists[kind] += 1

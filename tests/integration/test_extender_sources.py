@@ -1,8 +1,7 @@
 """The extender's informers against a fake API server: list, watch, 410 Gone, errors, restart.
 
-The fake speaks the wire protocol the official client uses (a List with
-`metadata.resourceVersion`, then a stream of JSON watch events that ends after
-`timeoutSeconds`), for Nodes, Pods (by label selector) and ConfigMaps (by field selector), so
+The fake (`tests.integration.fakeapi.FakeCluster`) speaks the wire protocol the official client
+uses, for Nodes, Pods (by label selector) and ConfigMaps (by field selector), so
 `KubernetesSource` runs unmodified against it, threads and client and all.
 """
 
@@ -10,14 +9,11 @@ from __future__ import annotations
 
 import asyncio
 import copy
-import json
-import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-from aiohttp import web
 
 from extender.sources import KubernetesSource
 from extender.view import ClusterView
@@ -32,147 +28,10 @@ from tests.integration.extenderkit import (
     planned_pod,
     request,
 )
+from tests.integration.fakeapi import FakeCluster
 from tests.profilekit import NAMESPACE, NOW, Owner
 
 PROFILE = "kamiwaza-inference-profiles"
-
-
-class FakeCluster:
-    """Nodes, Pods and ConfigMaps with list and watch, and knobs to make requests fail."""
-
-    def __init__(self) -> None:
-        self.objects: dict[str, dict[str, dict[str, Any]]] = {"nodes": {}, "pods": {}, "cms": {}}
-        self.history: list[tuple[int, str, dict[str, Any]]] = []
-        self.watchers: list[tuple[str, asyncio.Queue[dict[str, Any]]]] = []
-        self.version = 100
-        self.gone_next: dict[str, int] = {}
-        self.fail_next: dict[str, int] = {}
-        self.lists: dict[str, int] = {"nodes": 0, "pods": 0, "cms": 0}
-        self.runner: web.AppRunner | None = None
-        self.url = ""
-
-    async def start(self) -> None:
-        app = web.Application()
-        app.router.add_get("/api/v1/nodes", self._handler("nodes"))
-        app.router.add_get("/api/v1/namespaces/{ns}/pods", self._handler("pods"))
-        app.router.add_get("/api/v1/namespaces/{ns}/configmaps", self._handler("cms"))
-        self.runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.5)
-        await self.runner.setup()
-        site = web.TCPSite(self.runner, "127.0.0.1", 0)
-        await site.start()
-        self.url = f"http://127.0.0.1:{self.runner.addresses[0][1]}"
-
-    async def stop(self) -> None:
-        for _, queue in self.watchers:
-            queue.put_nowait({"type": "CLOSE"})
-        if self.runner is not None:
-            await self.runner.cleanup()
-
-    def kubeconfig(self, path: Path) -> Path:
-        path.write_text(
-            json.dumps(
-                {
-                    "apiVersion": "v1",
-                    "kind": "Config",
-                    "clusters": [{"name": "fake", "cluster": {"server": self.url}}],
-                    "users": [{"name": "extender", "user": {"token": "t"}}],
-                    "contexts": [
-                        {"name": "fake", "context": {"cluster": "fake", "user": "extender"}}
-                    ],
-                    "current-context": "fake",
-                }
-            )
-        )
-        return path
-
-    def put(self, kind: str, obj: dict[str, Any]) -> None:
-        obj = copy.deepcopy(obj)
-        meta = obj["metadata"]
-        key = f"{meta.get('namespace', '')}/{meta['name']}"
-        existing = self.objects[kind].get(key)
-        meta.setdefault("uid", existing["metadata"]["uid"] if existing else str(uuid.uuid4()))
-        self.version += 1
-        meta["resourceVersion"] = str(self.version)
-        self.objects[kind][key] = obj
-        self._notify(kind, {"type": "MODIFIED" if existing else "ADDED", "object": obj})
-
-    def delete(self, kind: str, key: str) -> None:
-        obj = copy.deepcopy(self.objects[kind].pop(key))
-        self.version += 1
-        obj["metadata"]["resourceVersion"] = str(self.version)
-        self._notify(kind, {"type": "DELETED", "object": obj})
-
-    def _notify(self, kind: str, event: dict[str, Any]) -> None:
-        self.history.append((self.version, kind, event))
-        for watched, queue in self.watchers:
-            if watched == kind:
-                queue.put_nowait(event)
-
-    def _matches(self, kind: str, obj: dict[str, Any], request: web.Request) -> bool:
-        meta = obj["metadata"]
-        ns = request.match_info.get("ns")
-        if ns is not None and meta.get("namespace") != ns:
-            return False
-        label = request.query.get("labelSelector")
-        if label and label not in (meta.get("labels") or {}):
-            return False
-        field = request.query.get("fieldSelector", "")
-        return not field or meta["name"] == field.removeprefix("metadata.name=")
-
-    def _handler(self, kind: str) -> Callable[[web.Request], Any]:
-        async def handle(request: web.Request) -> web.StreamResponse:
-            if self.fail_next.get(kind, 0) > 0:
-                self.fail_next[kind] -= 1
-                return web.json_response({"kind": "Status", "code": 500}, status=500)
-            if request.query.get("watch") in ("true", "1", "True"):
-                return await self._watch(kind, request)
-            self.lists[kind] += 1
-            items = []
-            for obj in self.objects[kind].values():
-                if self._matches(kind, obj, request):
-                    item = copy.deepcopy(obj)
-                    item.pop("kind", None)
-                    item.pop("apiVersion", None)
-                    items.append(item)
-            return web.json_response(
-                {"metadata": {"resourceVersion": str(self.version)}, "items": items}
-            )
-
-        return handle
-
-    async def _watch(self, kind: str, request: web.Request) -> web.StreamResponse:
-        response = web.StreamResponse()
-        response.content_type = "application/json"
-        await response.prepare(request)
-        if self.gone_next.get(kind, 0) > 0:
-            self.gone_next[kind] -= 1
-            gone = {"type": "ERROR", "object": {"kind": "Status", "code": 410, "message": "old"}}
-            await response.write(json.dumps(gone).encode() + b"\n")
-            return response
-        queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
-        since = int(request.query.get("resourceVersion") or self.version)
-        for version, watched, event in self.history:
-            if watched == kind and version > since:
-                queue.put_nowait(event)
-        entry = (kind, queue)
-        self.watchers.append(entry)
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + float(request.query.get("timeoutSeconds", "30"))
-        try:
-            while (left := deadline - loop.time()) > 0:
-                try:
-                    event = await asyncio.wait_for(queue.get(), left)
-                except TimeoutError:
-                    break
-                if event["type"] == "CLOSE":
-                    break
-                if self._matches(kind, event["object"], request):
-                    await response.write(json.dumps(event).encode() + b"\n")
-        except (ConnectionResetError, asyncio.CancelledError):
-            pass
-        finally:
-            self.watchers.remove(entry)
-        return response
 
 
 @pytest.fixture
@@ -214,7 +73,7 @@ async def test_informers_list_then_follow_watch_events(
     plan = plan_for(owner, envelope, request(inferenceResources=block("nvidia-whole")))
     configmap = owner.sign(envelope)
     configmap["metadata"]["namespace"] = NAMESPACE
-    cluster.put("cms", configmap)
+    cluster.put("configmaps", configmap)
     cluster.put("nodes", _node("n1", gpus=2))
     first = bound(planned_pod(plan), "n1")
     cluster.put("pods", first)
@@ -248,7 +107,7 @@ async def test_informers_list_then_follow_watch_events(
         # Re-reading the same profile revision does not verify it again.
         await asyncio.sleep(1.5)
         assert view.policy.verifications == 1
-        cluster.delete("cms", f"{NAMESPACE}/{PROFILE}")
+        cluster.delete("configmaps", f"{NAMESPACE}/{PROFILE}")
         await until(lambda: view.policy.profile is None)
     finally:
         await source.stop()

@@ -1,0 +1,84 @@
+"""What the end-to-end modules that run the whole tenant stack share: the whole-H100 binding and
+the 72B engine that needs it, a signed profile dated around now, the module's stack in its own
+namespace, and Pod names that are cleaned up after each test.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import uuid
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from localcluster import ApiError, ControlPlane
+from localcluster.stack import StackSettings, TenantStack, deploy_stack
+from tests.profilekit import CLUSTER, Owner, gpu_binding, gpu_profile, request
+
+WHOLE = "whole-h100-amd64"
+# A 72B GGUF at Q4 (47 GB): one whole H100.
+LARGE = request(
+    "llamacpp",
+    model__name="Qwen/Qwen2.5-72B-Instruct-GGUF",
+    model__weightsBytes=47_000_000_000,
+    model__layers=80,
+    model__kvHeads=8,
+)
+
+
+def whole_h100_profile() -> dict[str, Any]:
+    """The whole-device profile with the one H100 binding."""
+    return gpu_profile(
+        "nvidia-whole",
+        "whole-device",
+        [gpu_binding(WHOLE, cc="9.0", memory="79Gi", features=["bf16", "fp8", "p2p"])],
+    )
+
+
+def dated(envelope: dict[str, Any], namespace: str) -> dict[str, Any]:
+    """The envelope for `namespace`, valid from yesterday for a month."""
+    now = datetime.now(UTC)
+    envelope["namespace"] = namespace
+    envelope["issuedAt"] = (now - timedelta(days=1)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    envelope["expiresAt"] = (now + timedelta(days=30)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return envelope
+
+
+@contextlib.contextmanager
+def tenant_stack(
+    control_plane: ControlPlane,
+    prefix: str,
+    envelope_for: Callable[[Owner, str], dict[str, Any]],
+    scheduling_timeout_seconds: int,
+) -> Iterator[TenantStack]:
+    """The stack in a fresh namespace `prefix-…`, with the owner's signed `envelope_for` and
+    `tmi-installer` as the namespace's admin."""
+    owner = Owner()
+    namespace = f"{prefix}-{uuid.uuid4().hex[:6]}"
+    settings = StackSettings(
+        owner_public_keys=(owner.public_key,),
+        cluster_binding_id=CLUSTER,
+        namespace=namespace,
+        scheduling_timeout_seconds=scheduling_timeout_seconds,
+    )
+    with deploy_stack(control_plane, settings, owner.sign(envelope_for(owner, namespace))) as up:
+        control_plane.grant_namespace_admin("tmi-installer", namespace)
+        yield up
+
+
+@contextlib.contextmanager
+def pod_names(control_plane: ControlPlane, stack: TenantStack) -> Iterator[Callable[..., str]]:
+    """Unique Pod names `prefix-…`; each Pod named is deleted at the end."""
+    names: list[str] = []
+
+    def name(prefix: str = "tmi") -> str:
+        names.append(f"{prefix}-{uuid.uuid4().hex[:6]}")
+        return names[-1]
+
+    try:
+        yield name
+    finally:
+        admin = control_plane.kube("admin")
+        for each in names:
+            with contextlib.suppress(ApiError):
+                admin.delete("v1", "Pod", each, stack.settings.namespace, grace_period_seconds=0)

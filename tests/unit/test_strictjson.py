@@ -37,3 +37,13 @@ def test_size_cap_names_the_document() -> None:
 
 def test_accepts_plain_json() -> None:
     assert loads('{"a":[1,2.5,"x",null,true]}') == {"a": [1, 2.5, "x", None, True]}
+
+
+def test_surrogate_pair_escape_is_accepted() -> None:
+    assert loads(b'{"a":"\\ud83d\\ude00"}') == {"a": "\U0001f600"}
+
+
+def test_depth_limit_is_exact() -> None:
+    assert loads(b"[" * 64 + b"]" * 64) is not None
+    with pytest.raises(StrictJSONError, match="nesting deeper than 64"):
+        loads(b"[" * 66 + b"]" * 66)

@@ -21,8 +21,9 @@ import shutil
 import ssl
 import tempfile
 import urllib.request
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from importlib import resources
 from pathlib import Path
 from types import TracebackType
@@ -238,32 +239,29 @@ class ControlPlane:
         self._processes[name] = proc
         return proc
 
-    def _start_etcd(self) -> None:
+    def _start_on_free_port(
+        self,
+        name: str,
+        argv: Callable[[int], Sequence[str]],
+        ready_url: Callable[[int], str],
+        *,
+        what: str,
+        context: ssl.SSLContext | None = None,
+        env: Mapping[str, str] | None = None,
+    ) -> tuple[ManagedProcess, int]:
+        """Start a component on a free port and wait until it answers at ``ready_url``.
+
+        A port found free can be taken by someone else before the component binds it, so a
+        start that fails with "address already in use" is retried on another port.
+        """
         for attempt in range(_PORT_RETRIES):
-            client_port, peer_port = free_port(), free_port()
-            client_url, peer_url = f"http://{HOST}:{client_port}", f"http://{HOST}:{peer_port}"
-            data_dir = self.workdir / "etcd"
-            shutil.rmtree(data_dir, ignore_errors=True)
-            proc = self._spawn(
-                "etcd",
-                [
-                    str(self.bin_dir / "etcd"),
-                    "--name=tmi",
-                    f"--data-dir={data_dir}",
-                    f"--listen-client-urls={client_url}",
-                    f"--advertise-client-urls={client_url}",
-                    f"--listen-peer-urls={peer_url}",
-                    f"--initial-advertise-peer-urls={peer_url}",
-                    f"--initial-cluster=tmi={peer_url}",
-                    "--unsafe-no-fsync",
-                    "--log-level=warn",
-                ],
-            )
+            port = free_port()
+            proc = self._spawn(name, argv(port), env=env)
             try:
                 wait_until(
-                    lambda url=client_url: _http_ok(f"{url}/health"),  # type: ignore[misc]
+                    partial(_http_ok, ready_url(port), context),
                     timeout=START_TIMEOUT,
-                    what="etcd /health",
+                    what=what,
                     proc=proc,
                 )
             except ComponentError:
@@ -271,60 +269,77 @@ class ControlPlane:
                     proc.stop()
                     continue
                 raise
-            self.etcd_url = client_url
-            return
+            return proc, port
+        raise AssertionError("unreachable")
+
+    def _start_etcd(self) -> None:
+        data_dir = self.workdir / "etcd"
+
+        def argv(client_port: int) -> list[str]:
+            client_url = f"http://{HOST}:{client_port}"
+            peer_url = f"http://{HOST}:{free_port()}"
+            shutil.rmtree(data_dir, ignore_errors=True)
+            return [
+                str(self.bin_dir / "etcd"),
+                "--name=tmi",
+                f"--data-dir={data_dir}",
+                f"--listen-client-urls={client_url}",
+                f"--advertise-client-urls={client_url}",
+                f"--listen-peer-urls={peer_url}",
+                f"--initial-advertise-peer-urls={peer_url}",
+                f"--initial-cluster=tmi={peer_url}",
+                "--unsafe-no-fsync",
+                "--log-level=warn",
+            ]
+
+        _, port = self._start_on_free_port(
+            "etcd", argv, lambda p: f"http://{HOST}:{p}/health", what="etcd /health"
+        )
+        self.etcd_url = f"http://{HOST}:{port}"
 
     def _start_apiserver(self, extra_args: Sequence[str]) -> None:
         pki = self.ca.directory
         serving = self.ca.issue_serving("apiserver", (HOST, "localhost"))
         sa = write_service_account_key(pki / "sa.key", pki / "sa.pub")
         ca_context = ssl.create_default_context(cafile=str(self.ca.cert_file))
-        for attempt in range(_PORT_RETRIES):
-            port = free_port()
-            proc = self._spawn(
-                "kube-apiserver",
-                [
-                    str(self.bin_dir / "kube-apiserver"),
-                    f"--etcd-servers={self.etcd_url}",
-                    f"--bind-address={HOST}",
-                    f"--advertise-address={HOST}",
-                    f"--secure-port={port}",
-                    f"--cert-dir={pki}",
-                    f"--tls-cert-file={serving.cert_file}",
-                    f"--tls-private-key-file={serving.key_file}",
-                    f"--client-ca-file={self.ca.cert_file}",
-                    "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
-                    f"--service-account-key-file={sa.cert_file}",
-                    f"--service-account-signing-key-file={sa.key_file}",
-                    "--service-cluster-ip-range=10.96.0.0/24",
-                    "--authorization-mode=RBAC",
-                    # No kube-controller-manager: nobody would create the default
-                    # ServiceAccount or remove the not-ready taint from new nodes.
-                    "--disable-admission-plugins=ServiceAccount,TaintNodesByCondition",
-                    # Privileged pods must reach admission so the pod guard (not pod
-                    # validation) is what refuses them.
-                    "--allow-privileged=true",
-                    # A loopback advertise address is invalid in the kubernetes
-                    # Service's EndpointSlice; skip the reconciler and its log noise.
-                    "--endpoint-reconciler-type=none",
-                    "--profiling=false",
-                    *extra_args,
-                ],
-            )
-            try:
-                wait_until(
-                    lambda p=port: _http_ok(f"https://{HOST}:{p}/readyz", ca_context),  # type: ignore[misc]
-                    timeout=START_TIMEOUT,
-                    what="kube-apiserver /readyz",
-                    proc=proc,
-                )
-            except ComponentError:
-                if attempt + 1 < _PORT_RETRIES and _address_in_use(proc):
-                    proc.stop()
-                    continue
-                raise
-            self.server = f"https://{HOST}:{port}"
-            return
+
+        def argv(port: int) -> list[str]:
+            return [
+                str(self.bin_dir / "kube-apiserver"),
+                f"--etcd-servers={self.etcd_url}",
+                f"--bind-address={HOST}",
+                f"--advertise-address={HOST}",
+                f"--secure-port={port}",
+                f"--cert-dir={pki}",
+                f"--tls-cert-file={serving.cert_file}",
+                f"--tls-private-key-file={serving.key_file}",
+                f"--client-ca-file={self.ca.cert_file}",
+                "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+                f"--service-account-key-file={sa.cert_file}",
+                f"--service-account-signing-key-file={sa.key_file}",
+                "--service-cluster-ip-range=10.96.0.0/24",
+                "--authorization-mode=RBAC",
+                # No kube-controller-manager: nobody would create the default
+                # ServiceAccount or remove the not-ready taint from new nodes.
+                "--disable-admission-plugins=ServiceAccount,TaintNodesByCondition",
+                # Privileged pods must reach admission so the pod guard (not pod
+                # validation) is what refuses them.
+                "--allow-privileged=true",
+                # A loopback advertise address is invalid in the kubernetes
+                # Service's EndpointSlice; skip the reconciler and its log noise.
+                "--endpoint-reconciler-type=none",
+                "--profiling=false",
+                *extra_args,
+            ]
+
+        _, port = self._start_on_free_port(
+            "kube-apiserver",
+            argv,
+            lambda p: f"https://{HOST}:{p}/readyz",
+            what="kube-apiserver /readyz",
+            context=ca_context,
+        )
+        self.server = f"https://{HOST}:{port}"
 
     def _bootstrap(self) -> None:
         kube = self.kube("admin")
@@ -363,36 +378,27 @@ class ControlPlane:
         config_file.write_text(text)
         home = self.workdir / "kwok-home"
         home.mkdir(exist_ok=True)
-        for attempt in range(_PORT_RETRIES):
-            port = free_port()
-            proc = self._spawn(
-                "kwok",
-                [
-                    str(self.bin_dir / "kwok"),
-                    f"--kubeconfig={self.kubeconfig('kwok')}",
-                    f"--config={config_file}",
-                    f"--manage-nodes-with-annotation-selector="
-                    f"{KWOK_NODE_ANNOTATION}={KWOK_NODE_ANNOTATION_VALUE}",
-                    f"--server-address={HOST}:{port}",
-                    "--cidr=10.244.0.0/16",
-                    "--node-ip=10.240.0.1",
-                ],
-                # KWOK reads and writes ~/.kwok; keep it inside the work directory.
-                env={"HOME": str(home)},
-            )
-            try:
-                wait_until(
-                    lambda p=port: _http_ok(f"http://{HOST}:{p}/healthz"),  # type: ignore[misc]
-                    timeout=START_TIMEOUT,
-                    what="kwok /healthz",
-                    proc=proc,
-                )
-            except ComponentError:
-                if attempt + 1 < _PORT_RETRIES and _address_in_use(proc):
-                    proc.stop()
-                    continue
-                raise
-            return
+
+        def argv(port: int) -> list[str]:
+            return [
+                str(self.bin_dir / "kwok"),
+                f"--kubeconfig={self.kubeconfig('kwok')}",
+                f"--config={config_file}",
+                f"--manage-nodes-with-annotation-selector="
+                f"{KWOK_NODE_ANNOTATION}={KWOK_NODE_ANNOTATION_VALUE}",
+                f"--server-address={HOST}:{port}",
+                "--cidr=10.244.0.0/16",
+                "--node-ip=10.240.0.1",
+            ]
+
+        self._start_on_free_port(
+            "kwok",
+            argv,
+            lambda p: f"http://{HOST}:{p}/healthz",
+            what="kwok /healthz",
+            # KWOK reads and writes ~/.kwok; keep it inside the work directory.
+            env={"HOME": str(home)},
+        )
 
     # -- schedulers ------------------------------------------------------------
 
@@ -430,37 +436,31 @@ class ControlPlane:
         cfg.setdefault("leaderElection", {"leaderElect": False})
         config_file = self.workdir / f"scheduler-{name}.yaml"
         config_file.write_text(yaml.safe_dump(cfg, sort_keys=False))
-        for attempt in range(_PORT_RETRIES):
-            port = free_port()
-            proc = self._spawn(
-                f"scheduler-{name}",
-                [
+        key = f"scheduler-{name}"
+        try:
+            proc, port = self._start_on_free_port(
+                key,
+                lambda p: [
                     str(self.bin_dir / "kube-scheduler"),
                     f"--config={config_file}",
                     f"--bind-address={HOST}",
-                    f"--secure-port={port}",
+                    f"--secure-port={p}",
                     f"--v={verbosity}",
                 ],
+                lambda p: f"https://{HOST}:{p}/readyz",
+                what=f"kube-scheduler {name} /readyz",
+                context=_insecure_context(),
             )
-            try:
-                wait_until(
-                    lambda p=port: _http_ok(f"https://{HOST}:{p}/readyz", _insecure_context()),  # type: ignore[misc]
-                    timeout=START_TIMEOUT,
-                    what=f"kube-scheduler {name} /readyz",
-                    proc=proc,
-                )
-            except ComponentError:
-                self._processes.pop(f"scheduler-{name}", None)
-                proc.stop()
-                if attempt + 1 < _PORT_RETRIES and _address_in_use(proc):
-                    continue
-                raise
-            # Schedulers are tracked in self.schedulers, not with the core processes.
-            self._processes.pop(f"scheduler-{name}", None)
-            sched = Scheduler(name, cfg, config_file, port, identity, verbosity, proc)
-            self.schedulers[name] = sched
-            return sched
-        raise AssertionError("unreachable")
+        except ComponentError:
+            failed = self._processes.pop(key, None)
+            if failed is not None:
+                failed.stop()
+            raise
+        # Schedulers are tracked in self.schedulers, not with the core processes.
+        self._processes.pop(key, None)
+        sched = Scheduler(name, cfg, config_file, port, identity, verbosity, proc)
+        self.schedulers[name] = sched
+        return sched
 
     def stop_scheduler(self, name: str = DEFAULT_SCHEDULER) -> None:
         """Stop a scheduler started with ``start_scheduler``; unknown names are ignored."""

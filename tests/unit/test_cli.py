@@ -94,6 +94,19 @@ def test_pubkey_refuses_non_ed25519(tmp_path: Path, capsys: Any) -> None:
     assert err == f"error: private key {path} is not an Ed25519 key\n"
 
 
+def render(capsys: Any, catalog: Path, capability: str) -> tuple[int, Any, str]:
+    return run(
+        capsys,
+        "render-catalog",
+        "--catalog",
+        str(catalog),
+        "--namespace",
+        "kamiwaza",
+        "--capability",
+        capability,
+    )
+
+
 def sign(files: dict[str, Any], capsys: Any, *extra: str) -> tuple[int, Any, str]:
     return run(
         capsys,
@@ -350,32 +363,14 @@ RECIPES = {
 def test_render_catalog(tmp_path: Path, capsys: Any) -> None:
     path = tmp_path / "gpu-recipes.json"
     path.write_text(json.dumps(RECIPES, indent=2))
-    code, configmap, _ = run(
-        capsys,
-        "render-catalog",
-        "--catalog",
-        str(path),
-        "--namespace",
-        "kamiwaza",
-        "--capability",
-        "gpu",
-    )
+    code, configmap, _ = render(capsys, path, "gpu")
     assert code == 0
     digest = configmap["data"]["catalog.sha256"]
     assert configmap["metadata"]["name"] == f"kamiwaza-inference-gpu-recipes-{digest[:16]}"
     assert configmap["immutable"] is True
     assert configmap["metadata"]["annotations"]["kamiwaza.ai/catalog-sha256"] == digest
     assert load_catalog(configmap, "gpu").recipes[0].id == "qwen-8k"
-    code, again, _ = run(
-        capsys,
-        "render-catalog",
-        "--catalog",
-        str(path),
-        "--namespace",
-        "kamiwaza",
-        "--capability",
-        "gpu",
-    )
+    code, again, _ = render(capsys, path, "gpu")
     assert again == configmap
 
 
@@ -384,31 +379,13 @@ def test_render_catalog_refuses_wrong_capability_and_bad_recipes(
 ) -> None:
     path = tmp_path / "c.json"
     path.write_text(json.dumps(RECIPES))
-    code, _, err = run(
-        capsys,
-        "render-catalog",
-        "--catalog",
-        str(path),
-        "--namespace",
-        "kamiwaza",
-        "--capability",
-        "cpu",
-    )
+    code, _, err = render(capsys, path, "cpu")
     assert code == 1
     assert "capability is 'gpu', not 'cpu'" in err
     bad = json.loads(json.dumps(RECIPES))
     bad["recipes"][0]["image"] = "ghcr.io/x:latest"
     path.write_text(json.dumps(bad))
-    code, _, err = run(
-        capsys,
-        "render-catalog",
-        "--catalog",
-        str(path),
-        "--namespace",
-        "kamiwaza",
-        "--capability",
-        "gpu",
-    )
+    code, _, err = render(capsys, path, "gpu")
     assert code == 1
     assert "recipes[0].image" in err
 
@@ -416,16 +393,7 @@ def test_render_catalog_refuses_wrong_capability_and_bad_recipes(
 def test_plan_with_rendered_recipe_catalog(owner_files: dict[str, Any], capsys: Any) -> None:
     path = owner_files["dir"] / "gpu-recipes.json"
     path.write_text(json.dumps(RECIPES))
-    _, configmap, _ = run(
-        capsys,
-        "render-catalog",
-        "--catalog",
-        str(path),
-        "--namespace",
-        "kamiwaza",
-        "--capability",
-        "gpu",
-    )
+    _, configmap, _ = render(capsys, path, "gpu")
     rendered = owner_files["dir"] / "gpu-catalog.json"
     rendered.write_text(json.dumps(configmap))
     code, body, _ = run(

@@ -88,6 +88,12 @@ class CertificateReloader:
             if fingerprint == self._fingerprint:
                 return False
             context = build_context(self.cert_file, self.key_file)
+            # The context is loaded from the paths, which may have been replaced since they
+            # were read: keep it only if the files are still the ones fingerprinted, else the
+            # serial and fingerprint recorded here would describe another pair. The next
+            # check picks up the newer files.
+            if self._read()[0] != fingerprint:
+                return False
             serial, not_after = _describe(cert_pem)
         except (CertificateError, ValueError) as exc:
             log.warning("serving certificate not reloaded, keeping the current one: %s", exc)

@@ -56,15 +56,9 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from inference_policy.placement import (  # noqa: E402
-    Demand,
-    NodeFacts,
-    check_nodes,
-    demand_for,
-    node_facts,
-    parse_plan,
-    score_nodes,
-)
+from inference_policy.nodes import NodeFacts, node_facts  # noqa: E402
+from inference_policy.placement import Demand, check_nodes, demand_for, score_nodes  # noqa: E402
+from inference_policy.plan import parse_plan  # noqa: E402
 from inference_policy.profile import ExtendedResourceBinding, VramPluginBinding  # noqa: E402
 from localcluster.nodes import FakeNode  # noqa: E402
 from tests.profilekit import gpu_binding  # noqa: E402

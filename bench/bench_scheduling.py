@@ -33,9 +33,9 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from inference_policy.placement import DEPLOYMENT_LABEL  # noqa: E402
 from inference_policy.profile import parse_envelope  # noqa: E402
 from inference_policy.schedconfig import render_scheduler_config  # noqa: E402
+from inference_policy.wire import ENGINE_LABEL as DEPLOYMENT_LABEL  # noqa: E402
 from localcluster import ApiError, ControlPlane, FakeNode, create_fake_nodes  # noqa: E402
 from localcluster.process import free_port, wait_until  # noqa: E402
 from tests.integration.extenderkit import (  # noqa: E402

@@ -34,13 +34,9 @@ import orjson
 
 from extender.config import ALL_NAMESPACES
 from extender.view import ClusterView
-from inference_policy.placement import (
-    DEPLOYMENT_LABEL,
-    NodeFacts,
-    accounted_pod,
-    node_facts,
-    pod_key,
-)
+from inference_policy.ledger import accounted_pod, pod_key
+from inference_policy.nodes import NodeFacts, node_facts
+from inference_policy.wire import ENGINE_LABEL as DEPLOYMENT_LABEL
 from serving.kube import Backoff, as_configmap, describe_error, kubernetes_api
 
 log = logging.getLogger(__name__)

@@ -34,22 +34,13 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from inference_policy.placement import (
-    FITS,
-    PLAN_ANNOTATION,
-    Demand,
-    NodeFacts,
-    PlanError,
-    UsageLedger,
-    Verdict,
-    check_nodes,
-    demand_for,
-    node_facts,
-    parse_plan,
-    score_nodes,
-)
+from inference_policy.ledger import UsageLedger
+from inference_policy.nodes import FITS, NodeFacts, Verdict, node_facts
+from inference_policy.placement import Demand, check_nodes, demand_for, score_nodes
+from inference_policy.plan import PlanError, parse_plan
 from inference_policy.planner import PROFILE_PREFIX
 from inference_policy.signing import ProfileRefused
+from inference_policy.wire import PLAN_ANNOTATION
 from policy_io.catalog import packaged_catalog
 from policy_io.state import PolicySettings, PolicyState
 
@@ -183,7 +174,7 @@ class ClusterView:
             if plan.path == "cpu":
                 return demand_for(plan, None, pod)
             profile = self._profile()
-            found = profile.envelope.binding(plan.binding_id or "")
+            found = profile.envelope.binding(plan.bindingId or "")
             return demand_for(plan, found[1] if found else None, pod, profile.sha256)
         except PlanError as exc:
             raise Unplaceable(str(exc), "plan-invalid") from None

@@ -33,20 +33,21 @@ revision, the planning context and the clock.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
-from decimal import Decimal, InvalidOperation
 from typing import Any, Literal
 
 from inference_policy import strictjson
+from inference_policy.access import is_accelerator_resource, reaches
+from inference_policy.engine_pod import engine_container_name
+from inference_policy.plan import Plan, PlanError, parse_plan
 from inference_policy.planner import PlanContext, decide
 from inference_policy.profile import ARCH_KEY, format_timestamp
+from inference_policy.quantity import same_quantity
 from inference_policy.signing import ProfileRefused, VerifiedProfile
 from inference_policy.wire import (
     ALLOCATION_VERIFIED,
-    ENGINE_CONTAINER_ANNOTATION,
     ENGINE_LABEL,
     PLAN_ANNOTATION,
     REQUEST_ANNOTATION,
@@ -54,9 +55,6 @@ from inference_policy.wire import (
 
 CONDITION_TYPE = ALLOCATION_VERIFIED
 
-ACCELERATOR_PREFIXES = ("nvidia.com/", "amd.com/", "kamiwaza.ai/vram-gb-")
-DEVICE_ENV = "NVIDIA_VISIBLE_DEVICES"
-CONTAINER_LISTS = ("containers", "initContainers", "ephemeralContainers")
 MAX_ANNOTATION_BYTES = 256 * 1024
 MAX_MESSAGE = 1024
 DEFAULT_SCHEDULING_TIMEOUT = 300.0
@@ -200,8 +198,8 @@ def created_at(pod: Mapping[str, Any]) -> datetime | None:
     return parse_time(_metadata(pod).get("creationTimestamp"))
 
 
-def read_plan(pod: Mapping[str, Any]) -> dict[str, Any] | str:
-    """The plan annotation as a JSON object, or a sentence saying why there is none."""
+def read_plan(pod: Mapping[str, Any]) -> Plan | str:
+    """The Pod's plan, read by the one plan parser, or a sentence saying why there is none."""
     text = pod_annotations(pod).get(PLAN_ANNOTATION)
     if text is None:
         return (
@@ -209,122 +207,32 @@ def read_plan(pod: Mapping[str, Any]) -> dict[str, Any] | str:
             "plan it"
         )
     try:
-        plan = strictjson.loads(text, max_bytes=MAX_ANNOTATION_BYTES, what=PLAN_ANNOTATION)
-    except strictjson.StrictJSONError as exc:
-        return f"the {PLAN_ANNOTATION} annotation cannot be read: {exc}"
-    if not isinstance(plan, dict) or plan.get("status") != 200:
-        return f"the {PLAN_ANNOTATION} annotation is not a plan"
-    return plan
+        return parse_plan(text)
+    except PlanError as exc:
+        return str(exc)
 
 
 def plan_revision(pod: Mapping[str, Any]) -> str | None:
     """The bundle sha256 of the profile revision the Pod's plan was made under, if any."""
-    return _digest(read_plan(pod))
-
-
-def _digest(plan: Mapping[str, Any] | str) -> str | None:
-    if isinstance(plan, str):
-        return None
-    bundle = plan.get("bundle")
-    digest = bundle.get("sha256") if isinstance(bundle, Mapping) else None
-    return digest if isinstance(digest, str) else None
-
-
-def engine_container_name(pod: Mapping[str, Any]) -> str | None:
-    named = pod_annotations(pod).get(ENGINE_CONTAINER_ANNOTATION)
-    if named:
-        return named
-    containers = _spec(pod).get("containers")
-    if isinstance(containers, list) and containers and isinstance(containers[0], Mapping):
-        name = containers[0].get("name")
-        return name if isinstance(name, str) else None
-    return None
-
-
-def _containers(pod: Mapping[str, Any]) -> list[tuple[str, Mapping[str, Any]]]:
-    spec = _spec(pod)
-    out: list[tuple[str, Mapping[str, Any]]] = []
-    for kind in CONTAINER_LISTS:
-        entries = spec.get(kind)
-        if isinstance(entries, list):
-            out.extend((kind, c) for c in entries if isinstance(c, Mapping))
-    return out
-
-
-def is_accelerator(name: str) -> bool:
-    return name.startswith(ACCELERATOR_PREFIXES)
-
-
-# -- quantities ----------------------------------------------------------------------------------
-
-_SUFFIX = {
-    "n": Decimal("1e-9"),
-    "u": Decimal("1e-6"),
-    "m": Decimal("1e-3"),
-    "": Decimal(1),
-    "k": Decimal("1e3"),
-    "M": Decimal("1e6"),
-    "G": Decimal("1e9"),
-    "T": Decimal("1e12"),
-    "P": Decimal("1e15"),
-    "E": Decimal("1e18"),
-    "Ki": Decimal(2**10),
-    "Mi": Decimal(2**20),
-    "Gi": Decimal(2**30),
-    "Ti": Decimal(2**40),
-    "Pi": Decimal(2**50),
-    "Ei": Decimal(2**60),
-}
-_QUANTITY = re.compile(
-    r"(?P<n>[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+))"
-    r"(?:(?P<suffix>Ki|Mi|Gi|Ti|Pi|Ei|n|u|m|k|M|G|T|P|E)|[eE](?P<exp>[+-]?[0-9]{1,3}))?"
-)
-
-
-def quantity_value(value: Any) -> Decimal | None:
-    """A Kubernetes quantity as an exact number, so `1000m` equals `1` and `1Gi` equals `1024Mi`:
-    the API server stores quantities in its canonical spelling, not necessarily the plan's."""
-    if isinstance(value, bool) or not isinstance(value, str | int):
-        return None
-    match = _QUANTITY.fullmatch(str(value))
-    if match is None:
-        return None
-    try:
-        number = Decimal(match["n"])
-    except InvalidOperation:  # pragma: no cover - the pattern admits only decimals
-        return None
-    if match["exp"] is not None:
-        return number.scaleb(int(match["exp"]))
-    return number * _SUFFIX[match["suffix"] or ""]
-
-
-def _same_quantity(a: Any, b: Any) -> bool:
-    left, right = quantity_value(a), quantity_value(b)
-    if left is None or right is None:
-        return bool(a == b)
-    return left == right
+    plan = read_plan(pod)
+    return None if isinstance(plan, str) else plan.bundle_sha256
 
 
 # -- the Pod against its plan --------------------------------------------------------------------
 
 
-def _resource_findings(
-    resources: Mapping[str, Any], plan: Mapping[str, Any], engine: str
-) -> list[str]:
-    planned = plan.get("resources")
-    planned = planned if isinstance(planned, Mapping) else {}
-    names: set[str] = set()
-    for part in ("requests", "limits"):
-        names.update(k for k in _strings_or_values(planned.get(part)))
+def _resource_findings(resources: Mapping[str, Any], plan: Plan, engine: str) -> list[str]:
+    planned = {"requests": plan.requests, "limits": plan.limits}
+    names = set(plan.requests) | set(plan.limits)
     found: list[str] = []
     for part in ("requests", "limits"):
-        want = _strings_or_values(planned.get(part))
+        want = planned[part]
         have = _strings_or_values(resources.get(part))
-        for name in sorted(names | {k for k in have if is_accelerator(k)}):
+        for name in sorted(names | {k for k in have if is_accelerator_resource(k)}):
             wanted, actual = want.get(name), have.get(name)
             if wanted is None and actual is None:
                 continue
-            if wanted is None or actual is None or not _same_quantity(wanted, actual):
+            if wanted is None or actual is None or not same_quantity(wanted, actual):
                 found.append(
                     f"container {engine} {part}[{name}] is {_show(actual)}, the plan says "
                     f"{_show(wanted)}"
@@ -342,24 +250,29 @@ def _show(value: Any) -> str:
     return "absent" if value is None else str(value)
 
 
-def _pod_findings(pod: Mapping[str, Any], plan: Mapping[str, Any]) -> list[tuple[str, str]]:
+def _pod_findings(pod: Mapping[str, Any], plan: Plan) -> list[tuple[str, str]]:
     """Every way the stored Pod differs from its plan, as (reason, sentence), in reason order."""
     spec = _spec(pod)
     engine = engine_container_name(pod)
     found: list[tuple[str, str]] = []
+    containers = spec.get("containers")
     engine_container = next(
-        (c for kind, c in _containers(pod) if kind == "containers" and c.get("name") == engine),
+        (
+            c
+            for c in (containers if isinstance(containers, list) else ())
+            if isinstance(c, Mapping) and c.get("name") == engine
+        ),
         None,
     )
     if engine_container is None:
         found.append((IMAGE_MISMATCH, f"the engine container {engine!r} is not in the Pod"))
     else:
         image = engine_container.get("image")
-        if image != plan.get("image"):
+        if image != plan.image:
             found.append(
                 (
                     IMAGE_MISMATCH,
-                    f"container {engine} runs {_show(image)}, the plan names {plan.get('image')}",
+                    f"container {engine} runs {_show(image)}, the plan names {plan.image}",
                 )
             )
         resources = engine_container.get("resources")
@@ -367,53 +280,35 @@ def _pod_findings(pod: Mapping[str, Any], plan: Mapping[str, Any]) -> list[tuple
         found.extend(
             (RESOURCES_MISMATCH, text) for text in _resource_findings(resources, plan, str(engine))
         )
-    for kind, container in _containers(pod):
-        name = container.get("name")
-        if kind == "containers" and name == engine:
-            continue
-        resources = container.get("resources")
-        resources = resources if isinstance(resources, Mapping) else {}
-        for part in ("requests", "limits"):
-            for key in sorted(_strings_or_values(resources.get(part))):
-                if is_accelerator(key):
-                    found.append(
-                        (
-                            RESOURCES_MISMATCH,
-                            f"{kind}[{name}] asks for {key} in {part}, outside the plan",
-                        )
-                    )
-    for kind, container in _containers(pod):
-        env = container.get("env")
-        for entry in env if isinstance(env, list) else []:
-            if isinstance(entry, Mapping) and entry.get("name") == DEVICE_ENV:
-                found.append(
-                    (
-                        UNPLANNED_DEVICE_ACCESS,
-                        f"{kind}[{container.get('name')}] sets {DEVICE_ENV}, which hands devices "
-                        "to the container outside the device plugin's grant",
-                    )
+    # Everything else that reaches for an accelerator is outside the plan: the one predicate the
+    # webhook refuses with, with the engine container's own asks left to the comparison above.
+    for reach in reaches(pod, engine if engine_container is not None else None):
+        if reach.kind == "resource":
+            found.append(
+                (RESOURCES_MISMATCH, f"{reach.field} asks for an accelerator outside the plan")
+            )
+        elif reach.kind in ("env", "claim"):
+            found.append(
+                (
+                    UNPLANNED_DEVICE_ACCESS,
+                    f"{reach.field} hands devices to the Pod outside the device plugin's grant",
                 )
-    if spec.get("resourceClaims"):
-        found.append(
-            (UNPLANNED_DEVICE_ACCESS, "spec.resourceClaims claims devices outside the plan")
-        )
+            )
     runtime_class = spec.get("runtimeClassName") or None
-    if runtime_class != (plan.get("runtimeClassName") or None):
+    if runtime_class != plan.runtimeClassName:
         found.append(
             (
                 RUNTIME_CLASS_MISMATCH,
                 f"runtimeClassName is {_show(runtime_class)}, the plan says "
-                f"{_show(plan.get('runtimeClassName') or None)}",
+                f"{_show(plan.runtimeClassName)}",
             )
         )
     selector = _strings(spec.get("nodeSelector")).get(ARCH_KEY)
-    planned_selector = plan.get("nodeSelector")
-    wanted_arch = planned_selector.get(ARCH_KEY) if isinstance(planned_selector, Mapping) else None
-    if selector != wanted_arch:
+    if selector != plan.arch:
         found.append(
             (
                 NODE_SELECTOR_MISMATCH,
-                f"nodeSelector {ARCH_KEY} is {_show(selector)}, the plan says {_show(wanted_arch)}",
+                f"nodeSelector {ARCH_KEY} is {_show(selector)}, the plan says {_show(plan.arch)}",
             )
         )
     order = {reason: i for i, reason in enumerate(REASONS)}
@@ -452,6 +347,7 @@ def _request(pod: Mapping[str, Any]) -> Any:
 
 
 def _plan_differences(annotated: Mapping[str, Any], derived: Mapping[str, Any]) -> str:
+    """The first few top-level fields where the annotation and the core's plan differ."""
     keys = sorted(set(annotated) | set(derived))
     parts = [
         f"{key}: annotation {_compact(annotated.get(key))}, core {_compact(derived.get(key))}"
@@ -469,7 +365,7 @@ def _compact(value: Any) -> str:
 
 def _rederive(
     pod: Mapping[str, Any],
-    plan: Mapping[str, Any],
+    plan: Plan,
     profile: VerifiedProfile | None,
     ctx: PlanContext,
     now: datetime,
@@ -489,11 +385,12 @@ def _rederive(
             f"under {under} the core refuses the Pod's deployment request "
             f"({decision.status}: {decision.detail}), yet the Pod carries a plan",
         )
-    if decision.body != dict(plan):
+    annotated = plan.wire()
+    if decision.body != annotated:
         return _false(
             PLAN_MISMATCH,
             f"the plan annotation is not what {under} plans for the Pod's deployment request: "
-            + _plan_differences(plan, decision.body),
+            + _plan_differences(annotated, decision.body),
         )
     return None
 
@@ -511,19 +408,14 @@ def _lapse(pod: Mapping[str, Any], lapse: Lapse, sticky_reason: str) -> Verdict:
     return _false(lapse.reason, lapse.message)
 
 
-def _grant_summary(pod: Mapping[str, Any], plan: Mapping[str, Any]) -> str:
-    resources = plan.get("resources")
-    limits = resources.get("limits") if isinstance(resources, Mapping) else None
-    requests = resources.get("requests") if isinstance(resources, Mapping) else None
-    shown = limits if isinstance(limits, Mapping) and limits else requests
-    granted = ", ".join(f"{k}={v}" for k, v in sorted((shown or {}).items())) or "no resources"
-    selector = plan.get("nodeSelector")
-    arch = selector.get(ARCH_KEY) if isinstance(selector, Mapping) else None
-    runtime = plan.get("runtimeClassName") or "none"
-    binding = plan.get("bindingId") or plan.get("path")
+def _grant_summary(pod: Mapping[str, Any], plan: Plan) -> str:
+    shown = plan.limits or plan.requests
+    granted = ", ".join(f"{k}={v}" for k, v in sorted(shown.items())) or "no resources"
+    runtime = plan.runtimeClassName or "none"
+    binding = plan.bindingId or plan.path
     return (
-        f"binding {binding}: {granted}, RuntimeClass {runtime}, {ARCH_KEY}={arch}, the planned "
-        f"image, on node {node_name(pod)}"
+        f"binding {binding}: {granted}, RuntimeClass {runtime}, {ARCH_KEY}={plan.arch}, the "
+        f"planned image, on node {node_name(pod)}"
     )
 
 
@@ -534,7 +426,7 @@ def check_grant(
     now: datetime,
     *,
     lapse: Lapse | None = None,
-    plan: Mapping[str, Any] | str | None = None,
+    plan: Plan | str | None = None,
 ) -> Verdict:
     """The verdict for a bound engine Pod.
 
@@ -548,16 +440,15 @@ def check_grant(
         plan = read_plan(pod)
     if isinstance(plan, str):
         return _false(PLAN_MISSING, plan)
-    if plan.get("path") not in ("gpu", "cpu"):
+    if not plan.local:
         return _false(
             PLAN_MISMATCH,
-            f"the plan's path is {plan.get('path')!r}; only a gpu or cpu plan creates a workload",
+            f"the plan's path is {plan.path!r}; only a gpu or cpu plan creates a workload",
         )
     findings = _pod_findings(pod, plan)
     if findings:
         return _false(findings[0][0], "; ".join(text for _, text in findings))
-    bundle = plan.get("bundle")
-    digest = bundle.get("sha256") if isinstance(bundle, Mapping) else None
+    digest = plan.bundle_sha256
     if lapse is not None:
         return _lapse(pod, lapse, VERIFIED_REVISION_UNAVAILABLE)
     if digest is not None and profile is None:
@@ -640,7 +531,7 @@ def evaluate(
     if node_name(pod) is None:
         return scheduling_verdict(pod, now, scheduling_timeout)
     plan = read_plan(pod)
-    digest = _digest(plan)
+    digest = None if isinstance(plan, str) else plan.bundle_sha256
     known = revisions.get(digest) if digest is not None else None
     profile = known if isinstance(known, VerifiedProfile) else None
     if lapse is None and isinstance(known, Lapse):

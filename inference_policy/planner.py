@@ -15,9 +15,11 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from datetime import datetime
+from functools import cached_property
 from typing import Any
 
 from inference_policy.catalog import Engine, EngineCatalog, cc_text
+from inference_policy.plan import Plan
 from inference_policy.profile import (
     ARCH_KEY,
     CpuBinding,
@@ -38,6 +40,8 @@ from inference_policy.quantity import (
     parse_millicores,
 )
 from inference_policy.recipes import Recipe, RecipeCatalog
+from inference_policy.refusals import WIRE_NO_FIT, RefusalCode
+from inference_policy.refusals import RefusalCode as C
 from inference_policy.request import DeploymentRequest, RequestError, parse_request
 from inference_policy.signing import ProfileRefused, VerifiedProfile
 from inference_policy.sizing import cpu_memory_bytes, estimate_gpu
@@ -57,32 +61,53 @@ MAX_DEVICES = 8
 
 @dataclass(frozen=True)
 class Decision:
-    """A plan (status 200) or a refusal; `body` is the JSON object every edge returns."""
+    """A plan (status 200) or a refusal with its stable code; `body` is the JSON object every
+    edge returns, the contract's plan or refusal."""
 
     status: int
-    body: dict[str, Any]
+    plan: Plan | None = None
+    detail: str = ""
+    code: RefusalCode | None = None
+    wire_code: str | None = None
 
     @property
     def allowed(self) -> bool:
-        return self.status == 200
+        return self.plan is not None
 
-    @property
-    def detail(self) -> str:
-        return str(self.body.get("detail", ""))
+    @cached_property
+    def body(self) -> dict[str, Any]:
+        if self.plan is not None:
+            return self.plan.wire()
+        body: dict[str, Any] = {"status": self.status, "detail": self.detail}
+        if self.wire_code:
+            body["code"] = self.wire_code
+        return body
+
+    @classmethod
+    def planned(cls, plan: Plan) -> Decision:
+        return cls(200, plan)
+
+    @classmethod
+    def refused(
+        cls, status: int, detail: str, code: RefusalCode, wire_code: str | None = None
+    ) -> Decision:
+        return cls(status, None, detail, code, wire_code)
 
 
 class Refusal(Exception):
-    def __init__(self, status: int, detail: str, code: str | None = None) -> None:
+    """A refusal raised inside the planner: the HTTP status, the exact text and its code."""
+
+    def __init__(
+        self, status: int, detail: str, code: RefusalCode, wire_code: str | None = None
+    ) -> None:
         super().__init__(detail)
         self.status = status
         self.detail = detail
         self.code = code
+        self.wire_code = wire_code
 
     def decision(self) -> Decision:
-        body: dict[str, Any] = {"status": self.status, "detail": self.detail}
-        if self.code:
-            body["code"] = self.code
-        return Decision(self.status, body)
+        return Decision.refused(self.status, self.detail, self.code, self.wire_code)
 
 
 @dataclass(frozen=True)
@@ -105,7 +130,7 @@ def decide(document: Any, ctx: PlanContext) -> Decision:
         request = parse_request(document)
         return _Planner(request, ctx).plan()
     except RequestError as exc:
-        return Refusal(422, str(exc)).decision()
+        return Refusal(422, str(exc), C.REQUEST_INVALID).decision()
     except Refusal as refusal:
         return refusal.decision()
 
@@ -142,8 +167,8 @@ class _Planner:
     def _unservable(self, reason: str) -> Refusal:
         """Card, driver or catalog rule out the request: the seed's derived/NoFit split."""
         if self.derived:
-            return Refusal(422, DERIVE_PREFIX + reason)
-        return Refusal(422, reason, "NoFit")
+            return Refusal(422, DERIVE_PREFIX + reason, C.NO_FIT)
+        return Refusal(422, reason, C.NO_FIT, WIRE_NO_FIT)
 
     # -- entry ----------------------------------------------------------------------------------
 
@@ -154,11 +179,13 @@ class _Planner:
         if not self.ctx.enabled:
             return self._disabled()
         if self.ctx.catalog_refusal:
-            raise Refusal(503, self.ctx.catalog_refusal)
+            raise Refusal(503, self.ctx.catalog_refusal, C.IMAGE_MAP)
         engine = self.ctx.catalog.qualified(req.engine)
         if engine is None:
             reason = f"engine '{req.engine}' is not qualified in this release"
-            raise Refusal(422, DERIVE_PREFIX + reason if self.derived else reason)
+            raise Refusal(
+                422, DERIVE_PREFIX + reason if self.derived else reason, C.ENGINE_NOT_QUALIFIED
+            )
         self._validate(engine)
         profile = self._profile()
         if self._wants_cpu(engine, profile):
@@ -169,29 +196,28 @@ class _Planner:
         req = self.req
         if self.ctx.enabled:
             if self.block is not None:
-                raise Refusal(422, EXTERNAL_BLOCK)
+                raise Refusal(422, EXTERNAL_BLOCK, C.EXTERNAL)
             if req.gpu_allocation or req.vram_allocation:
-                raise Refusal(422, EXTERNAL_ALLOCATION)
-        return Decision(
-            200, {"status": 200, "path": "external", "derived": self.derived, "engine": req.engine}
+                raise Refusal(422, EXTERNAL_ALLOCATION, C.EXTERNAL)
+        return _planned(
+            {"status": 200, "path": "external", "derived": self.derived, "engine": req.engine}
         )
 
     def _disabled(self) -> Decision:
         engine = self.ctx.catalog.engines.get(self.req.engine)
         wants_cpu = self.req.config.force_cpu or (self.block is not None and self.block.cpu)
         if engine is None or not engine.cpu_capable:
-            raise Refusal(422, NO_GPU)
+            raise Refusal(422, NO_GPU, C.TENANT_MODE_OFF)
         if not (wants_cpu or not engine.gpu_capable):
-            raise Refusal(422, NO_GPU)
+            raise Refusal(422, NO_GPU, C.TENANT_MODE_OFF)
         self._validate(engine)
         arch = self.block.cpu.architecture if self.block and self.block.cpu else "amd64"
         image = self.ctx.catalog.cpu_image(engine, arch)
         if image is None:
-            raise Refusal(422, f"no {engine.name} image is published for cpu/{arch}")
+            raise Refusal(422, f"no {engine.name} image is published for cpu/{arch}", C.NO_FIT)
         requests = self._cpu_requests(engine)
-        return Decision(
-            200,
-            self._cpu_body(engine, None, None, image.reference, image.variant_id, arch, requests),
+        return _planned(
+            self._cpu_body(engine, None, None, image.reference, image.variant_id, arch, requests)
         )
 
     def _profile(self) -> VerifiedProfile:
@@ -206,11 +232,13 @@ class _Planner:
                     "bundle did not arrive from the configured ConfigMap"
                 )
             )
-            raise Refusal(503, PROFILE_PREFIX + message)
+            raise Refusal(503, PROFILE_PREFIX + message, C.PROFILE_REFUSED)
         try:
             ctx.profile.check_window(ctx.now)
         except ProfileRefused as refusal:
-            raise Refusal(503, PROFILE_PREFIX + refusal.authorization_message) from None
+            raise Refusal(
+                503, PROFILE_PREFIX + refusal.authorization_message, C.PROFILE_REFUSED
+            ) from None
         return ctx.profile
 
     # -- request rules ----------------------------------------------------------------------------
@@ -220,19 +248,28 @@ class _Planner:
         model = req.model
         if model is None:
             raise Refusal(
-                422, "invalid deployment request: model is required for a local deployment"
+                422,
+                "invalid deployment request: model is required for a local deployment",
+                C.REQUEST_INVALID,
             )
         config = req.config
         if engine.name == "diffusion":
             self._validate_diffusion()
         elif engine.name == "llamacpp" and model.format != "gguf":
-            raise Refusal(422, f"llamacpp serves gguf models; model.format is {model.format}")
+            raise Refusal(
+                422, f"llamacpp serves gguf models; model.format is {model.format}", C.MODEL_FORMAT
+            )
         elif engine.name == "vllm" and model.format != "safetensors":
-            raise Refusal(422, f"vllm serves safetensors models; model.format is {model.format}")
+            raise Refusal(
+                422,
+                f"vllm serves safetensors models; model.format is {model.format}",
+                C.MODEL_FORMAT,
+            )
         elif engine.name == "whispercpp" and model.format not in ("gguf", "checkpoint"):
             raise Refusal(
                 422,
                 f"whispercpp serves a gguf or single-file model; model.format is {model.format}",
+                C.MODEL_FORMAT,
             )
         if config.embedding:
             if "embeddings" not in engine.serves:
@@ -240,18 +277,21 @@ class _Planner:
                     422,
                     f"{engine.name} does not serve embeddings; set config.embedding to false "
                     "or deploy with llamacpp",
+                    C.ENGINE_CAPABILITY,
                 )
             if not config.pooling:
                 raise Refusal(
                     422,
                     "an embedding configuration must state its pooling: set config.pooling "
                     "(for example mean, cls or last)",
+                    C.CONFIG_MISSING,
                 )
         if "text-generation" in engine.serves and self._context() is None:
             raise Refusal(
                 422,
                 "no context length is declared: set config.max_model_len or the model's "
                 "contextLength",
+                C.CONFIG_MISSING,
             )
         self.devices = self._device_count(engine)
 
@@ -263,6 +303,7 @@ class _Planner:
                 422,
                 "diffusion serves a diffusers repository with model_index.json at its top; "
                 f"a single-file {model.format} model is refused",
+                C.MODEL_FORMAT,
             )
         for key in DIFFUSION_KEYS:
             value = getattr(config, key)
@@ -271,17 +312,23 @@ class _Planner:
                     422,
                     f"diffusion in tenant mode does not support {key}; remove {key} from "
                     "the model configuration",
+                    C.CONFIG_UNSUPPORTED,
                 )
         for key in ("tensor_parallel_size", "gpu_count"):
             value = getattr(config, key)
             if _number(value) is not None and _number(value) > 1:  # type: ignore[operator]
-                raise Refusal(422, f"diffusion serves one device per replica; set {key} to 1")
+                raise Refusal(
+                    422,
+                    f"diffusion serves one device per replica; set {key} to 1",
+                    C.CONFIG_UNSUPPORTED,
+                )
         lowered = model.name.lower()
         if "dfloat11" in lowered or "df11" in lowered:
             raise Refusal(
                 422,
                 "DFloat11 models need more than one device; diffusion serves one device "
                 "per replica in tenant mode",
+                C.CONFIG_UNSUPPORTED,
             )
 
     def _context(self) -> int | None:
@@ -304,6 +351,7 @@ class _Planner:
                         f"inferenceResources.accelerator.count {count} and "
                         f"config.tensor_parallel_size {configured} disagree; the request and "
                         "the Pod must agree",
+                        C.DEVICE_COUNT,
                     )
         elif config_value is None:
             count = 1
@@ -314,6 +362,7 @@ class _Planner:
                 422,
                 f"{engine.name} serves at most {engine.max_devices} device per replica; "
                 f"set the device count to {engine.max_devices}",
+                C.ENGINE_CAPABILITY,
             )
         return count
 
@@ -330,7 +379,9 @@ class _Planner:
         if block is not None and block.accelerator is not None:
             if not engine.gpu_capable:
                 raise Refusal(
-                    422, f"{engine.name} runs on CPU only; request cpu instead of an accelerator"
+                    422,
+                    f"{engine.name} runs on CPU only; request cpu instead of an accelerator",
+                    C.ENGINE_CAPABILITY,
                 )
             return False
         reasons = []
@@ -348,12 +399,13 @@ class _Planner:
             detail = f"{engine.name} runs on GPU only and {reasons[0]}"
             if reasons[0].startswith("the profile"):
                 raise self._unservable(detail)
-            raise Refusal(422, detail)
+            raise Refusal(422, detail, C.ENGINE_CAPABILITY)
         if self.devices > 1:
             raise Refusal(
                 422,
                 f"CPU serving runs one process; {self.devices} devices were requested "
                 "(set config.tensor_parallel_size to 1)",
+                C.ENGINE_CAPABILITY,
             )
         return True
 
@@ -372,25 +424,30 @@ class _Planner:
                 asked_mc, asked_mem = parse_millicores(asked.cpu), parse_bytes(asked.memory)
             except QuantityError as exc:
                 raise Refusal(
-                    422, f"invalid deployment request: inferenceResources.cpu.requests: {exc}"
+                    422,
+                    f"invalid deployment request: inferenceResources.cpu.requests: {exc}",
+                    C.REQUEST_INVALID,
                 ) from None
             if asked_mc < floor_mc:
                 raise Refusal(
-                    422, f"cpu request {asked.cpu} is below {engine.name}'s floor {floor.cpu}"
+                    422,
+                    f"cpu request {asked.cpu} is below {engine.name}'s floor {floor.cpu}",
+                    C.CPU_REQUEST,
                 )
             if asked_mem < memory:
                 raise Refusal(
                     422,
                     f"memory request {asked.memory} is below what {engine.name} needs for "
                     f"these weights ({format_bytes(memory)})",
-                    "NoFit",
+                    C.NO_FIT,
+                    WIRE_NO_FIT,
                 )
             return {"cpu": asked.cpu, "memory": asked.memory}
         return {"cpu": format_millicores(floor_mc), "memory": format_bytes(memory)}
 
     def _cpu(self, engine: Engine, profile: VerifiedProfile) -> Decision:
         if not engine.cpu_capable:  # pragma: no cover - _wants_cpu refuses first
-            raise Refusal(422, f"{engine.name} runs on GPU only")
+            raise Refusal(422, f"{engine.name} runs on GPU only", C.ENGINE_CAPABILITY)
         wanted_arch = self.block.cpu.architecture if self.block and self.block.cpu else None
         recipe = self._recipe("cpu")
         requests = self._cpu_requests(engine)
@@ -420,7 +477,7 @@ class _Planner:
             body["bundle"] = _bundle(profile)
             if recipe is not None:
                 body["recipe"] = recipe.id
-            return Decision(200, body)
+            return _planned(body)
         if reasons:
             raise self._unservable(reasons[0])
         where = f" for {wanted_arch}" if wanted_arch else ""
@@ -470,6 +527,7 @@ class _Planner:
                     422,
                     f"invalid deployment request: inferenceResources.accelerator.memory."
                     f"minimum: {exc}",
+                    C.REQUEST_INVALID,
                 ) from None
         model = self.req.model
         assert model is not None
@@ -519,7 +577,7 @@ class _Planner:
         if not candidates:
             raise self._no_fit(engine, need, image_reasons, count_reasons, memory_misses)
         best = min(candidates, key=lambda c: c.sort_key)
-        return Decision(200, self._gpu_body(engine, profile, best, recipe))
+        return _planned(self._gpu_body(engine, profile, best, recipe))
 
     def _binding_image(
         self,
@@ -678,6 +736,12 @@ class _Planner:
         return body
 
 
+def _planned(body: dict[str, Any]) -> Decision:
+    # Every plan goes through the one model, so a body the planner builds wrongly is caught
+    # here, in the tests, rather than by the extender or the controller in a cluster.
+    return Decision.planned(Plan.model_validate(body))
+
+
 def _bundle(profile: VerifiedProfile) -> dict[str, Any]:
     return {"version": profile.version, "sha256": profile.sha256}
 
@@ -693,6 +757,7 @@ def _whole_count(value: Any, where: str) -> int:
         raise Refusal(
             422,
             f"{where} must be a whole number of devices from 1 to {MAX_DEVICES}; got {value!r}",
+            C.DEVICE_COUNT,
         )
     return value
 

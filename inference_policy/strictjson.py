@@ -101,3 +101,9 @@ def loads(data: bytes | str, *, max_bytes: int = DEFAULT_MAX_BYTES, what: str = 
     except StrictJSONError as exc:
         raise StrictJSONError(f"{what} is not strict JSON: {exc}") from None
     return value
+
+
+def dumps_compact(value: Any) -> str:
+    """Compact JSON text for a value this package produced (a plan): no spaces, UTF-8 kept,
+    NaN refused, so the same value is always the same text."""
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)

@@ -11,16 +11,17 @@ Two kinds of Pod reach this code, through two entries of one MutatingWebhookConf
   Secrets; the container's own cpu and memory asks stay. `spec.nodeName` is refused, since it
   would bypass the scheduler that checks the grant.
 * Every other Pod in the namespace (the guard entry): it may not reach for an accelerator on
-  its own. A Pod that requests `nvidia.com/*`, `amd.com/*` or `kamiwaza.ai/vram-gb-*` in any
-  container, sets a RuntimeClass, asks the NVIDIA runtime for devices through
-  `NVIDIA_VISIBLE_DEVICES`, claims devices through `resourceClaims`, or carries a plan
-  annotation it was not given, is refused with 403 naming each field. On UPDATE the plan
-  annotation is frozen, the planned image stays, and nothing new of that list may appear.
+  its own, as `inference_policy.access` defines it; such a Pod is refused with 403 naming each
+  field. On UPDATE the plan annotation is frozen, the planned image stays, and no reach may be
+  added or changed (`inference_policy.engine_pod`).
 
-Everything here is a function of the review and the store, with no I/O, so the same code runs
-under the HTTP server, the tests and the benchmark. Refusals are denials (HTTP 200,
-`allowed: false`, the plan's status in `status.code`), which the API server hands to the client
-unchanged; only a body that is not an AdmissionReview at all gets a non-200 answer.
+The decisions themselves (what a planned Pod looks like, what counts as reaching for an
+accelerator, what an UPDATE may change) live in the core; this module reads the review, applies
+them, and writes the answer. Everything here is a function of the review and the store, with no
+I/O, so the same code runs under the HTTP server, the tests and the benchmark. Refusals are
+denials (HTTP 200, `allowed: false`, the plan's status in `status.code`), which the API server
+hands to the client unchanged; only a body that is not an AdmissionReview at all gets a non-200
+answer.
 """
 
 from __future__ import annotations
@@ -33,23 +34,26 @@ from typing import Any
 
 import orjson
 
+from inference_policy.access import CONTAINER_LISTS
+from inference_policy.engine_pod import (
+    PodRefusal,
+    admission_refusal,
+    engine_container_name,
+    planned_pod,
+    update_refusal,
+)
+from inference_policy.plan import Plan
+from inference_policy.refusals import RefusalCode
 from inference_policy.wire import (
-    ALLOCATION_VERIFIED,
     ENGINE_CONTAINER_ANNOTATION,
     ENGINE_LABEL,
-    PLAN_ANNOTATION,
     REQUEST_ANNOTATION,
 )
 from webhook.jsonpatch import diff
-from webhook.metrics import refusal_class
 from webhook.profile_source import Memo, PolicyStore
 
 API_VERSION = "admission.k8s.io/v1"
 
-READINESS_GATE = ALLOCATION_VERIFIED
-ACCELERATOR_PREFIXES = ("nvidia.com/", "amd.com/", "kamiwaza.ai/vram-gb-")
-DEVICE_ENV = "NVIDIA_VISIBLE_DEVICES"
-CONTAINER_LISTS = ("containers", "initContainers", "ephemeralContainers")
 MAX_REQUEST_ANNOTATION_BYTES = 256 * 1024
 # How the API server's encoder starts every review: TypeMeta inline, then the request's uid.
 _GO_PREFIX = b'{"kind":"AdmissionReview","apiVersion":"admission.k8s.io/v1","request":{"uid":'
@@ -79,7 +83,7 @@ class Outcome:
     outcome: str
     status: int
     reason: str
-    plan: dict[str, Any] | None = None
+    plan: Plan | None = None
     warnings: list[str] = field(default_factory=list)
 
     @property
@@ -98,10 +102,6 @@ class Outcome:
         )
 
 
-def accelerator_key(name: str) -> bool:
-    return name.startswith(ACCELERATOR_PREFIXES)
-
-
 def _allow(uid: str, reason: str, warnings: list[str] | None = None) -> Outcome:
     response: dict[str, Any] = {"uid": uid, "allowed": True}
     if warnings:
@@ -109,7 +109,7 @@ def _allow(uid: str, reason: str, warnings: list[str] | None = None) -> Outcome:
     return Outcome(response, "allowed", 200, reason, warnings=warnings or [])
 
 
-def deny(uid: str, code: int, message: str, reason: str) -> Outcome:
+def deny(uid: str, code: int, message: str, reason: RefusalCode) -> Outcome:
     response = {
         "uid": uid,
         "allowed": False,
@@ -121,6 +121,10 @@ def deny(uid: str, code: int, message: str, reason: str) -> Outcome:
         },
     }
     return Outcome(response, "refused", code, reason)
+
+
+def refuse(uid: str, refusal: PodRefusal) -> Outcome:
+    return deny(uid, refusal.status, refusal.message, refusal.code)
 
 
 def envelope(outcome: Outcome, api_version: str = API_VERSION) -> dict[str, Any]:
@@ -221,50 +225,6 @@ def _annotations(pod: Mapping[str, Any]) -> Mapping[str, str]:
     return (pod.get("metadata") or {}).get("annotations") or {}
 
 
-# -- forgery -----------------------------------------------------------------------------------
-
-
-def findings(
-    pod: Mapping[str, Any], engine: str | None = None, *, plan_annotation: bool = True
-) -> list[str]:
-    """Every way this Pod reaches for an accelerator on its own, each as the field that does.
-
-    `engine` names the container a plan is about to rewrite: its own resource asks are replaced
-    rather than refused, as are the Pod's RuntimeClass and plan annotation.
-    """
-    spec = pod["spec"]
-    found: list[str] = []
-    for kind in CONTAINER_LISTS:
-        for container in spec.get(kind) or []:
-            name = container["name"]
-            at = f"spec.{kind}[{name}]"
-            if not (kind == "containers" and name == engine):
-                resources = container.get("resources") or {}
-                for part in ("requests", "limits"):
-                    for key in resources.get(part) or {}:
-                        if accelerator_key(key):
-                            found.append(f"{at}.resources.{part}[{key}]")
-            for entry in container.get("env") or []:
-                if entry.get("name") == DEVICE_ENV:
-                    found.append(f"{at}.env[{DEVICE_ENV}]")
-    if engine is None and spec.get("runtimeClassName"):
-        found.append(f"spec.runtimeClassName ({spec['runtimeClassName']})")
-    if spec.get("resourceClaims"):
-        found.append("spec.resourceClaims")
-    if plan_annotation and engine is None and PLAN_ANNOTATION in _annotations(pod):
-        found.append(f"metadata.annotations[{PLAN_ANNOTATION}]")
-    return found
-
-
-def forgery_message(found: list[str]) -> str:
-    return (
-        "tenant-mode inference: this Pod asks for accelerator access outside a plan ("
-        + ", ".join(found)
-        + "); only an engine Pod planned by this webhook may, so remove "
-        + ("it" if len(found) == 1 else "them")
-    )
-
-
 # -- the review --------------------------------------------------------------------------------
 
 
@@ -288,14 +248,15 @@ class Reviewer:
         could carry that text inside its Pod and so share a key with a different Pod, and have
         its answer served for that one. The API server writes the uid first, right after the
         envelope's kind and apiVersion; when the body starts exactly so, the rest of it is the
-        key. Any other body is keyed by its decoded request, re-encoded with the uid blanked.
+        key. Any other body (a test's, a replay's) is answered afresh and not remembered:
+        re-encoding it to make a key would fail on values the decoder accepts but the encoder
+        refuses (nesting past 254 levels), and nobody but the API server sends reviews often.
         """
         request, uid = parse_review(body, max_bytes)
         prefix = _GO_PREFIX + orjson.dumps(uid)
-        if body.startswith(prefix):
-            key = body[len(prefix) :]
-        else:
-            key = orjson.dumps({**request, "uid": ""})
+        if not body.startswith(prefix):
+            return self.review(request, uid, now)
+        key = body[len(prefix) :]
         found = self.answers.get(key, now)
         if found is not None:
             return found.for_uid(uid)
@@ -307,7 +268,12 @@ class Reviewer:
         try:
             return self._review(request, uid, now)
         except MalformedPod as exc:
-            return deny(uid, 400, f"the Pod in this review cannot be read: {exc}", "malformed-pod")
+            return deny(
+                uid,
+                400,
+                f"the Pod in this review cannot be read: {exc}",
+                RefusalCode.MALFORMED_POD,
+            )
 
     def _review(self, request: Mapping[str, Any], uid: str, now: datetime) -> Outcome:
         kind = request.get("kind")
@@ -324,7 +290,7 @@ class Reviewer:
                 uid,
                 400,
                 f"this webhook reviews core/v1 Pods; got {kind!r} on {resource!r}",
-                "malformed-review",
+                RefusalCode.MALFORMED_REVIEW,
             )
         operation = request.get("operation")
         if operation not in ("CREATE", "UPDATE"):
@@ -347,52 +313,21 @@ class Reviewer:
             return self._update(uid, pod, old)
         if ENGINE_LABEL in _labels(pod):
             return self._engine(uid, pod, now)
-        found = findings(pod)
-        if found:
-            return deny(uid, 403, forgery_message(found), "forgery")
+        refusal = admission_refusal(pod, None, self.settings.scheduler_name)
+        if refusal is not None:
+            return refuse(uid, refusal)
         return _allow(uid, "not-engine-pod")
 
     def _update(self, uid: str, pod: Mapping[str, Any], old: Mapping[str, Any]) -> Outcome:
-        before = _annotations(old).get(PLAN_ANNOTATION)
-        after = _annotations(pod).get(PLAN_ANNOTATION)
-        if before != after:
-            if before is None:
-                message = (
-                    f"the {PLAN_ANNOTATION} annotation is written by the admission webhook when "
-                    "it plans a Pod; it cannot be added afterwards"
-                )
-            else:
-                message = (
-                    f"the {PLAN_ANNOTATION} annotation is fixed when the Pod is admitted; it "
-                    "cannot be changed or removed"
-                )
-            return deny(uid, 403, message, "plan-annotation")
-        if before is not None:
-            image = _planned_image(before)
-            engine = _engine_container_name(old)
-            now_image = next(
-                (c.get("image") for c in pod["spec"]["containers"] if c["name"] == engine), None
-            )
-            was_image = next(
-                (c.get("image") for c in old["spec"]["containers"] if c["name"] == engine), None
-            )
-            if image is not None and now_image not in (was_image, image):
-                return deny(
-                    uid,
-                    403,
-                    f"container {engine} runs the image its plan names ({image}); it cannot be "
-                    "changed on an admitted Pod",
-                    "plan-annotation",
-                )
-        new = set(findings(pod, plan_annotation=False)) - set(findings(old, plan_annotation=False))
-        if new:
-            return deny(uid, 403, forgery_message(sorted(new)), "forgery")
+        refusal = update_refusal(pod, old)
+        if refusal is not None:
+            return refuse(uid, refusal)
         return _allow(uid, "unchanged")
 
     def _engine(self, uid: str, pod: Mapping[str, Any], now: datetime) -> Outcome:
         annotations = _annotations(pod)
         containers = pod["spec"]["containers"]
-        engine = _engine_container_name(pod)
+        engine = engine_container_name(pod)
         index = next((i for i, c in enumerate(containers) if c["name"] == engine), None)
         if index is None:
             return deny(
@@ -400,15 +335,11 @@ class Reviewer:
                 422,
                 f"annotation {ENGINE_CONTAINER_ANNOTATION} names container {engine!r}, which "
                 "this Pod does not have",
-                "request-invalid",
+                RefusalCode.ENGINE_CONTAINER,
             )
-        found = findings(pod, engine)
-        if pod["spec"].get("nodeName"):
-            found.append(
-                f"spec.nodeName (engine Pods are placed by {self.settings.scheduler_name})"
-            )
-        if found:
-            return deny(uid, 403, forgery_message(found), "forgery")
+        refusal = admission_refusal(pod, engine, self.settings.scheduler_name)
+        if refusal is not None:
+            return refuse(uid, refusal)
         text = annotations.get(REQUEST_ANNOTATION)
         if text is None:
             return deny(
@@ -416,32 +347,33 @@ class Reviewer:
                 422,
                 f"engine Pod (label {ENGINE_LABEL}) carries no {REQUEST_ANNOTATION} annotation; "
                 "the deployment request must be there for the Pod to be planned",
-                "request-missing",
+                RefusalCode.REQUEST_MISSING,
             )
         planned = self.store.plan_text(
             text, f"annotation {REQUEST_ANNOTATION}", now, MAX_REQUEST_ANNOTATION_BYTES
         )
         if planned.error is not None:
-            return deny(uid, 422, f"invalid deployment request: {planned.error}", "request-invalid")
-        decision = planned.decision
-        assert decision is not None
-        if not decision.allowed:
-            code = decision.body.get("code")
             return deny(
                 uid,
-                decision.status,
-                decision.detail,
-                refusal_class(decision.detail, code if isinstance(code, str) else None),
+                422,
+                f"invalid deployment request: {planned.error}",
+                RefusalCode.REQUEST_INVALID,
             )
-        plan = decision.body
-        if plan.get("path") == "external":
+        decision = planned.decision
+        assert decision is not None
+        plan = decision.plan
+        if plan is None:
+            assert decision.code is not None
+            return deny(uid, decision.status, decision.detail, decision.code)
+        if not plan.local:
             return deny(
                 uid,
                 422,
                 "external endpoints allocate no local resources and create no workload in the "
                 "tenant namespace; this engine Pod's deployment request is external",
-                "external",
+                RefusalCode.EXTERNAL,
             )
+        assert planned.plan_json is not None
         wanted = self.planned_pod(pod, index, plan, planned.plan_json)
         ops = diff(pod, wanted)
         outcome = _allow(uid, "planned")
@@ -452,88 +384,25 @@ class Reviewer:
             outcome.response["patchType"] = "JSONPatch"
             outcome.response["patch"] = base64.b64encode(orjson.dumps(ops)).decode("ascii")
         outcome.response["auditAnnotations"] = {
-            "plan-path": str(plan.get("path")),
-            "plan-binding": str(plan.get("bindingId") or ""),
+            "plan-path": plan.path,
+            "plan-binding": plan.bindingId or "",
         }
         return outcome
 
     def planned_pod(
-        self,
-        pod: Mapping[str, Any],
-        index: int,
-        plan: Mapping[str, Any],
-        plan_json: str | None = None,
+        self, pod: Mapping[str, Any], index: int, plan: Plan, plan_json: str
     ) -> dict[str, Any]:
-        """The Pod as the plan wants it, copying only what changes (the rest is shared)."""
-        new = dict(pod)
-        metadata = dict(pod.get("metadata") or {})
-        new["metadata"] = metadata
-        annotations = dict(metadata.get("annotations") or {})
-        annotations[PLAN_ANNOTATION] = plan_json or orjson.dumps(plan).decode("utf-8")
-        metadata["annotations"] = annotations
-
-        spec = dict(pod["spec"])
-        new["spec"] = spec
-        containers = list(spec["containers"])
-        container = dict(containers[index])
-        containers[index] = container
-        spec["containers"] = containers
-        container["image"] = plan["image"]
-        container["resources"] = _planned_resources(container.get("resources") or {}, plan)
-
-        runtime_class = plan.get("runtimeClassName")
-        if runtime_class:
-            spec["runtimeClassName"] = runtime_class
-        else:
-            spec.pop("runtimeClassName", None)
-        spec["nodeSelector"] = dict(plan.get("nodeSelector") or {})
-        spec["schedulerName"] = self.settings.scheduler_name
+        """The Pod as the plan wants it, with this install's scheduler and pull Secret."""
         secret = (
             self.settings.gpu_registry_credentials_secret
-            if plan.get("path") == "gpu"
+            if plan.path == "gpu"
             else self.settings.cpu_registry_credentials_secret
         )
-        if secret:
-            # The seed: engine Pods carry only the staging credential as their pull Secret.
-            spec["imagePullSecrets"] = [{"name": secret}]
-        gates = list(spec.get("readinessGates") or [])
-        if not any(
-            isinstance(g, Mapping) and g.get("conditionType") == READINESS_GATE for g in gates
-        ):
-            gates.append({"conditionType": READINESS_GATE})
-            spec["readinessGates"] = gates
-        return new
-
-
-def _engine_container_name(pod: Mapping[str, Any]) -> str:
-    named = _annotations(pod).get(ENGINE_CONTAINER_ANNOTATION)
-    if named:
-        return named
-    return str(pod["spec"]["containers"][0]["name"])
-
-
-def _planned_image(annotation: str) -> str | None:
-    try:
-        plan = orjson.loads(annotation)
-    except orjson.JSONDecodeError:
-        return None
-    image = plan.get("image") if isinstance(plan, dict) else None
-    return image if isinstance(image, str) else None
-
-
-def _planned_resources(current: Mapping[str, Any], plan: Mapping[str, Any]) -> dict[str, Any]:
-    """The engine container's resources: its own cpu/memory kept, accelerators from the plan.
-
-    A CPU plan sets requests only and the seed says no limits, so limits go: a limit the
-    platform had set below the planned request would otherwise make the Pod invalid.
-    """
-    planned = plan.get("resources") or {}
-    out = {k: v for k, v in current.items() if k not in ("requests", "limits")}
-    for part in ("requests", "limits"):
-        if part == "limits" and plan.get("path") == "cpu":
-            continue
-        kept = {k: v for k, v in (current.get(part) or {}).items() if not accelerator_key(str(k))}
-        kept.update(planned.get(part) or {})
-        if kept:
-            out[part] = kept
-    return out
+        return planned_pod(
+            pod,
+            index,
+            plan,
+            plan_json,
+            scheduler_name=self.settings.scheduler_name,
+            pull_secret=secret or None,
+        )

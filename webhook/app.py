@@ -21,13 +21,14 @@ from datetime import UTC, datetime
 
 from aiohttp import web
 
+from inference_policy.refusals import RefusalCode
 from policy_io.state import PolicySettings
 from serving.app import read_limited, running
 from serving.probes import add_probes, json_response, problem
 from serving.tls import CertificateReloader
 from webhook.admission import MalformedReview, Outcome, Reviewer, deny, envelope, parse_review
 from webhook.config import DEFAULT_MAX_BODY_BYTES
-from webhook.metrics import WebhookMetrics, refusal_class
+from webhook.metrics import WebhookMetrics
 from webhook.profile_source import ConfigMapSource, MemorySource, PolicyStore
 
 log = logging.getLogger(__name__)
@@ -81,7 +82,7 @@ async def mutate(request: web.Request) -> web.Response:
             500,
             "tenant-mode inference webhook could not check this Pod (internal error; see the "
             "webhook's log)",
-            "invalid",
+            RefusalCode.INTERNAL_ERROR,
         )
     response = json_response(envelope(outcome))
     metrics.observe("mutate", time.perf_counter() - started)
@@ -134,9 +135,7 @@ async def plan(request: web.Request) -> web.Response:
     if decision.allowed:
         metrics.decision("plan", "planned", 200, "planned")
     else:
-        code = decision.body.get("code")
-        reason = refusal_class(decision.detail, code if isinstance(code, str) else None)
-        metrics.decision("plan", "refused", decision.status, reason)
+        metrics.decision("plan", "refused", decision.status, str(decision.code))
     return response
 
 

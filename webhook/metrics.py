@@ -1,8 +1,9 @@
 """Prometheus metrics for the webhook, on a registry of the app's own.
 
 Each app gets its own `CollectorRegistry`, so tests and the benchmark can build several apps in
-one process. Label values are bounded on purpose: a decision is counted by its HTTP status and a
-short reason class from a fixed list, never by its free-text detail, which carries model names.
+one process. Label values are bounded on purpose: a decision is counted by its HTTP status and,
+for a refusal, the core's stable refusal code, never by its free-text detail, which carries model
+names.
 The profile gauges are computed at scrape time from the store, so they cannot go stale.
 """
 
@@ -16,42 +17,15 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from inference_policy.planner import DERIVE_PREFIX, EXTERNAL_ALLOCATION, EXTERNAL_BLOCK, NO_GPU
+from inference_policy.refusals import RefusalCode
 from serving.metrics import profile_gauges
 from serving.tls import CertificateReloader
 from webhook.profile_source import Memo, PolicyStore
 
-# Reason classes, matched against a refusal's detail in order. Anything else is `invalid`.
-_REFUSAL_CLASSES: tuple[tuple[str, str], ...] = (
-    ("owner profile bundle: ", "profile-refused"),
-    ("recipe catalog: ", "catalog-unavailable"),
-    ("engine image map", "image-map"),
-    (NO_GPU, "tenant-mode-off"),
-    (EXTERNAL_BLOCK, "external"),
-    (EXTERNAL_ALLOCATION, "external"),
-)
-REASONS = (
-    "planned",
-    "unchanged",
-    "not-engine-pod",
-    "namespace-not-served",
-    "not-checked",
-    "forgery",
-    "plan-annotation",
-    "request-missing",
-    "request-invalid",
-    "profile-refused",
-    "catalog-unavailable",
-    "image-map",
-    "tenant-mode-off",
-    "external",
-    "engine-not-qualified",
-    "no-fit",
-    "invalid",
-    "malformed-review",
-    "malformed-pod",
-    "too-large",
-)
+# What a decision is counted under: an allowed review's reason, or the refusal's stable code
+# from the core. Both lists are closed, so the label never grows with free text.
+ALLOWED_REASONS = ("planned", "unchanged", "not-engine-pod", "namespace-not-served", "not-checked")
+REASONS = ALLOWED_REASONS + tuple(code.value for code in RefusalCode)
 LATENCY_BUCKETS = (
     0.0002,
     0.0005,
@@ -66,20 +40,6 @@ LATENCY_BUCKETS = (
     0.25,
     1.0,
 )
-
-
-def refusal_class(detail: str, code: str | None = None) -> str:
-    """A bounded label for a planner refusal."""
-    if code == "NoFit":
-        return "no-fit"
-    for prefix, name in _REFUSAL_CLASSES:
-        if detail.startswith(prefix):
-            return name
-    if "is not qualified in this release" in detail:
-        return "engine-not-qualified"
-    if detail.startswith(DERIVE_PREFIX):
-        return "no-fit"
-    return "invalid"
 
 
 class _ProfileCollector(Collector):

@@ -27,12 +27,12 @@ from datetime import UTC, datetime
 from typing import Any, Generic, Protocol, TypeVar
 
 import kubernetes.watch
-import orjson
 
 from inference_policy import strictjson
 from inference_policy.catalog import EngineCatalog
 from inference_policy.planner import Decision
 from inference_policy.recipes import RecipeCatalogError, load_catalog
+from inference_policy.refusals import RefusalCode
 from inference_policy.signing import DEFAULT_SKEW
 from policy_io.catalog import packaged_catalog
 from policy_io.state import PolicySettings, PolicyState, revision_of
@@ -225,7 +225,7 @@ class PolicyStore:
             planned = Planned(str(exc), None)
         else:
             decision = self.decide(document, now)
-            plan_json = orjson.dumps(decision.body).decode() if decision.allowed else None
+            plan_json = decision.plan.text() if decision.plan is not None else None
             planned = Planned(None, decision, plan_json)
         self.plans.put(text, planned, now)
         return planned
@@ -233,11 +233,11 @@ class PolicyStore:
     def decide(self, request: Any, now: datetime | None = None) -> Decision:
         """The core's decision, unless a configured recipe catalog is missing or unusable."""
         decision = self.state.decide(request, now or self.clock())
-        if self.settings.enabled and decision.body.get("path") != "external":
+        if self.settings.enabled and (decision.plan is None or decision.plan.local):
             for capability in CAPABILITIES:
                 refusal = self.catalog_refusals.get(capability)
                 if refusal:
-                    return Decision(503, {"status": 503, "detail": refusal})
+                    return Decision.refused(503, refusal, RefusalCode.CATALOG_UNAVAILABLE)
         return decision
 
 

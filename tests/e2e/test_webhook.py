@@ -554,3 +554,38 @@ def test_planned_pod_is_not_ready_until_allocation_verified(
         assert pod_condition(verified, GATE) == "True"
     finally:
         control_plane.stop_scheduler("webhook-e2e")
+
+
+# -- the CEL and the predicate agree ----------------------------------------------------------
+
+
+def test_the_api_server_sends_exactly_the_pods_the_predicate_refuses(
+    webhook: Deployed, installer: Kube
+) -> None:
+    """Every Pod of the shared corpus through the real API server's CEL matchConditions (the
+    shipped configuration, generated from `inference_policy.access`): a Pod that reaches for an
+    accelerator is sent to the webhook and refused; any other is not sent at all."""
+    from tests.podcorpus import CORPUS
+
+    disagreements = []
+    for case, (pod, reaches) in CORPUS.items():
+        sent = _named(pod, _name(case.replace("_", "-")))
+        before = webhook.hook.reviews()
+        try:
+            installer.create(sent, dry_run=True)
+            refused = None
+        except ApiError as exc:
+            refused = exc
+        reviewed = webhook.hook.reviews() - before
+        if reaches:
+            ok = (
+                reviewed == 1
+                and refused is not None
+                and refused.status == 403
+                and str(refused.message).startswith(denied_by(GUARD_HOOK) + FORGERY_PREFIX)
+            )
+        else:
+            ok = reviewed == 0 and refused is None
+        if not ok:
+            disagreements.append((case, reaches, reviewed, refused and refused.message))
+    assert disagreements == []

@@ -18,7 +18,8 @@ from aiohttp import web
 
 from extender.app import create_app
 from extender.sources import MemorySource
-from inference_policy.placement import DEPLOYMENT_LABEL, PLAN_ANNOTATION
+from inference_policy.wire import ENGINE_LABEL as DEPLOYMENT_LABEL
+from inference_policy.wire import PLAN_ANNOTATION
 from localcluster.nodes import FakeNode
 from tests.profilekit import NAMESPACE, NOW, Owner, gpu_binding, gpu_profile, request, with_profiles
 

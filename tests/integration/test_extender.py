@@ -290,7 +290,8 @@ async def test_pod_without_a_plan_passes_every_node_unchanged(
 
 async def test_external_plan_passes_every_node(aiohttp_client: AiohttpClient, owner: Owner) -> None:
     client, _ = await client_for(aiohttp_client, owner)
-    pod = planned_pod({"status": 200, "path": "external", "engine": "llamacpp"}, resources={})
+    external = {"status": 200, "path": "external", "derived": True, "engine": "llamacpp"}
+    pod = planned_pod(external, resources={})
     assert (await filter_names(client, pod, ALL))["NodeNames"] == ALL
 
 
@@ -303,7 +304,7 @@ async def test_malformed_plan_fails_closed_on_every_node(
     reasons = set(result["FailedAndUnresolvableNodes"].values())
     assert len(result["FailedAndUnresolvableNodes"]) == len(ALL)
     assert len(reasons) == 1 and next(iter(reasons)).startswith(
-        "the kamiwaza.ai/plan annotation is unreadable"
+        "the kamiwaza.ai/plan annotation cannot be read"
     )
 
 
@@ -486,3 +487,21 @@ async def test_health_ready_and_metrics(
     assert "tmi_extender_nodes 11.0" in text
     assert "tmi_extender_profile_valid 1.0" in text
     assert "tmi_extender_cache_synced 1.0" in text
+
+
+@pytest.mark.parametrize("containers", ["engine", {"name": "engine"}, 7])
+async def test_a_pod_whose_containers_are_not_a_list_is_answered_not_a_500(
+    aiohttp_client: AiohttpClient, owner: Owner, containers: Any
+) -> None:
+    # pod_requests once iterated spec.containers blindly and raised TypeError, which /prioritize
+    # turned into an HTTP 500. The Pod cannot be placed: every node fails with the reason, and
+    # every node scores 0.
+    client, _ = await client_for(aiohttp_client, owner)
+    pod = planned_pod(plan_for(owner, fleet_envelope(owner), request()))
+    pod["spec"]["containers"] = containers
+    scores = await post(client, "prioritize", cache_args(pod, ALL))
+    assert scores == [{"Host": n, "Score": 0} for n in ALL]
+    result = await filter_names(client, pod, ALL)
+    assert result["NodeNames"] == []
+    reasons = set(result["FailedAndUnresolvableNodes"].values())
+    assert reasons == {"the Pod's resource requests are unreadable: spec.containers is not a list"}

@@ -17,7 +17,7 @@ import pytest
 
 from extender.sources import KubernetesSource
 from extender.view import ClusterView
-from inference_policy.placement import DEPLOYMENT_LABEL
+from inference_policy.wire import ENGINE_LABEL as DEPLOYMENT_LABEL
 from localcluster.nodes import FakeNode
 from serving.kube import kubernetes_api
 from tests.integration.extenderkit import (

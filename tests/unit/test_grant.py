@@ -19,8 +19,11 @@ from typing import Any
 import pytest
 
 from inference_policy import grant
+from inference_policy.engine_pod import planned_pod
 from inference_policy.grant import CONDITION_TYPE, Lapse, check_grant, evaluate
-from inference_policy.planner import PlanContext
+from inference_policy.plan import PlanResources
+from inference_policy.planner import Decision, PlanContext
+from inference_policy.quantity import same_quantity
 from inference_policy.signing import ProfileRefused, Reason, VerifiedProfile
 from policy_io.state import PolicyState
 from tests.profilekit import NOW, Owner, request
@@ -53,27 +56,18 @@ def compact(document: Any) -> str:
     return json.dumps(document, separators=(",", ":"))
 
 
-def apply_plan(pod: dict[str, Any], plan: dict[str, Any]) -> dict[str, Any]:
-    """What the webhook does to an engine Pod, written out independently of the webhook."""
-    pod = copy.deepcopy(pod)
-    pod["metadata"]["annotations"]["kamiwaza.ai/plan"] = compact(plan)
-    spec = pod["spec"]
-    engine = spec["containers"][0]
-    engine["image"] = plan["image"]
-    resources = engine.setdefault("resources", {})
-    for part in ("requests", "limits"):
-        kept = {k: v for k, v in (resources.get(part) or {}).items() if not grant.is_accelerator(k)}
-        if part == "limits" and plan["path"] == "cpu":
-            resources.pop("limits", None)
-            continue
-        kept.update(plan["resources"].get(part) or {})
-        if kept:
-            resources[part] = kept
-    if plan.get("runtimeClassName"):
-        spec["runtimeClassName"] = plan["runtimeClassName"]
-    spec["nodeSelector"] = dict(plan["nodeSelector"])
-    spec["readinessGates"] = [{"conditionType": CONDITION_TYPE}]
-    return pod
+def apply_plan(pod: dict[str, Any], decision: Decision) -> dict[str, Any]:
+    """What the webhook does to an engine Pod: the core's own rewrite, so these tests also prove
+    that a Pod the webhook admits is one the controller verifies."""
+    assert decision.plan is not None
+    return planned_pod(
+        copy.deepcopy(pod),
+        0,
+        decision.plan,
+        decision.plan.text(),
+        scheduler_name="kamiwaza-inference-scheduler",
+        pull_secret=None,
+    )
 
 
 def engine_pod(document: dict[str, Any]) -> dict[str, Any]:
@@ -115,7 +109,7 @@ def planned(state: PolicyState, document: dict[str, Any] | None = None) -> dict[
     document = document if document is not None else request()
     decision = state.decide(document, NOW)
     assert decision.allowed, decision.body
-    return bind(apply_plan(engine_pod(document), decision.body))
+    return bind(apply_plan(engine_pod(document), decision))
 
 
 def mark_verified(pod: dict[str, Any]) -> dict[str, Any]:
@@ -191,7 +185,10 @@ def test_engine_container_annotation_pointing_elsewhere(
     verdict = check_grant(pod, profile, ctx, NOW)
     assert verdict.reason == "ImageMismatch"
     # The real engine container now counts as another container holding an accelerator.
-    assert "containers[engine] asks for nvidia.com/mig-3g.40gb" in verdict.message
+    assert (
+        "spec.containers[engine].resources.limits[nvidia.com/mig-3g.40gb] asks for an accelerator"
+        in verdict.message
+    )
 
 
 def test_resources_mismatch_in_the_engine_container(
@@ -230,7 +227,7 @@ def test_resources_mismatch_other_container_asks_for_accelerator(
     pod["spec"].setdefault(kind, []).append(sidecar)
     verdict = check_grant(pod, profile, ctx, NOW)
     assert (verdict.status, verdict.reason) == ("False", "ResourcesMismatch")
-    assert f"{kind}[sneaky] asks for {key}" in verdict.message
+    assert f"spec.{kind}[sneaky].resources.limits[{key}] asks for an accelerator" in verdict.message
 
 
 def test_cpu_plan_with_limits_is_a_resources_mismatch(
@@ -309,11 +306,17 @@ def test_forged_plan_that_the_pod_follows_is_a_plan_mismatch(
     state: PolicyState, profile: VerifiedProfile, ctx: PlanContext
 ) -> None:
     document = request()
-    plan = state.decide(document, NOW).body
-    forged = copy.deepcopy(plan)
-    forged["resources"] = {"requests": {"nvidia.com/gpu": "1"}, "limits": {"nvidia.com/gpu": "1"}}
-    forged["bindingId"] = "nvidia-whole-amd64"
-    pod = bind(apply_plan(engine_pod(document), forged))
+    plan = state.decide(document, NOW).plan
+    assert plan is not None
+    forged = plan.model_copy(
+        update={
+            "resources": PlanResources(
+                requests={"nvidia.com/gpu": "1"}, limits={"nvidia.com/gpu": "1"}
+            ),
+            "bindingId": "nvidia-whole-amd64",
+        }
+    )
+    pod = bind(apply_plan(engine_pod(document), Decision.planned(forged)))
     verdict = check_grant(pod, profile, ctx, NOW)
     assert (verdict.status, verdict.reason) == ("False", "PlanMismatch")
     assert "bindingId: annotation nvidia-whole-amd64, core nvidia-mig-3g40gb-amd64" in (
@@ -433,7 +436,7 @@ def test_evaluate_passes_a_refused_revision_on(
 
 def unbound(state: PolicyState) -> dict[str, Any]:
     document = request()
-    return apply_plan(engine_pod(document), state.decide(document, NOW).body)
+    return apply_plan(engine_pod(document), state.decide(document, NOW))
 
 
 def test_unbound_pod_waits_for_the_deadline(state: PolicyState, ctx: PlanContext) -> None:
@@ -482,7 +485,7 @@ def test_scheduling_timeout_without_a_scheduler_message(
     ],
 )
 def test_quantity_values(left: str, right: str, same: bool) -> None:
-    assert (grant.quantity_value(left) == grant.quantity_value(right)) is same
+    assert same_quantity(left, right) is same
 
 
 def test_plan_revision_and_times(state: PolicyState, profile: VerifiedProfile) -> None:

@@ -12,26 +12,20 @@ from typing import Any
 
 import pytest
 
+from inference_policy.ledger import UsageLedger, accounted_pod, pod_requests
+from inference_policy.nodes import GFD_CUDA_MAJOR, NodeFacts, Verdict, node_facts
 from inference_policy.placement import (
-    GFD_CUDA_MAJOR,
-    NodeFacts,
-    PlanError,
-    UsageLedger,
-    Verdict,
-    accounted_pod,
     best_fit_scales,
     check,
     check_nodes,
     demand_for,
     fits,
-    node_facts,
-    parse_plan,
-    parse_quantity,
-    pod_requests,
     score,
     score_nodes,
 )
+from inference_policy.plan import PlanError, parse_plan
 from inference_policy.profile import CpuBinding, ExtendedResourceBinding, VramPluginBinding
+from inference_policy.quantity import QuantityError, resource_units
 from localcluster.nodes import FakeNode
 from tests.profilekit import NOW, Owner, gpu_binding, gpu_profile, request, with_profiles
 
@@ -62,26 +56,52 @@ def vram(**changes: Any) -> VramPluginBinding:
 
 
 def plan(binding: Any, quantity: int = 1, arch: str = "amd64") -> dict[str, Any]:
+    """A whole gpu plan, as the planner writes one, for the binding."""
     name = binding.resource.name
     return {
         "status": 200,
         "path": "gpu",
+        "derived": True,
+        "profile": "p",
         "bindingId": binding.id,
+        "engine": "llamacpp",
+        "variantId": "llamacpp-nvidia-amd64",
+        "image": "registry.invalid/llamacpp@sha256:" + "1" * 64,
+        "runtimeClassName": "nvidia",
         "nodeSelector": {"kubernetes.io/arch": arch},
         "resources": {"requests": {name: str(quantity)}, "limits": {name: str(quantity)}},
         "deviceCount": 1,
+        "engineArgs": {},
+        "inferenceResources": {
+            "schemaVersion": 1,
+            "accelerator": {"capability": "gpu", "count": 1, "memory": {"minimum": "7Gi"}},
+            "runtime": {"selection": "automatic"},
+        },
         "bundle": {"version": 1, "sha256": "0" * 64},
     }
 
 
 def cpu_plan(cpu: str = "2", memory: str = "8Gi", arch: str = "amd64") -> dict[str, Any]:
+    """A whole cpu plan, as the planner writes one."""
     return {
         "status": 200,
         "path": "cpu",
+        "derived": True,
+        "profile": "cpu",
         "bindingId": "cpu-amd64",
+        "engine": "llamacpp",
+        "variantId": "llamacpp-cpu-amd64",
+        "image": "registry.invalid/llamacpp-cpu@sha256:" + "2" * 64,
+        "runtimeClassName": None,
         "nodeSelector": {"kubernetes.io/arch": arch},
         "resources": {"requests": {"cpu": cpu, "memory": memory}},
         "deviceCount": 0,
+        "engineArgs": {},
+        "inferenceResources": {
+            "schemaVersion": 1,
+            "cpu": {"architecture": arch, "requests": {"cpu": cpu, "memory": memory}},
+            "runtime": {"selection": "automatic"},
+        },
         "bundle": None,
     }
 
@@ -156,7 +176,7 @@ def test_a_real_plan_from_the_planner_places_on_a_real_looking_node() -> None:
     annotation = json.dumps(decision.body, separators=(",", ":"))
     parsed = parse_plan(annotation)
     assert state.profile is not None
-    found = state.profile.envelope.binding(parsed.binding_id or "")
+    found = state.profile.envelope.binding(parsed.bindingId or "")
     assert found is not None
     assert fits(parsed, found[1], node(A100_MIG), {}) == (True, None)
     assert fits(parsed, found[1], node(H100), {})[0] is False
@@ -479,30 +499,32 @@ def test_cpu_plan_without_binding_in_the_profile_still_places() -> None:
 
 
 def test_external_plan_passes() -> None:
-    assert fits({"path": "external"}, None, node(H100), {}) == (True, None)
+    external = {"status": 200, "path": "external", "derived": True, "engine": "llamacpp"}
+    assert fits(external, None, node(H100), {}) == (True, None)
 
 
 # -- malformed plans and disagreements ----------------------------------------------------------
 
 
+def _broken(change: Any) -> str:
+    document = cpu_plan()
+    change(document)
+    return json.dumps(document)
+
+
 @pytest.mark.parametrize(
     ("annotation", "message"),
     [
-        ("{not json", "annotation is unreadable"),
+        ("{not json", "annotation cannot be read"),
         ("[]", "is not a JSON object"),
         ('{"path":"gpu","path":"cpu"}', "duplicate key"),
-        ('{"path":"tpu"}', "path 'tpu' is not gpu, cpu or external"),
-        ('{"path":"gpu","nodeSelector":{"kubernetes.io/arch":"amd64"}}', "must name its binding"),
-        ('{"path":"cpu","resources":{"requests":{"cpu":"1"}}}', "nodeSelector must name"),
-        (
-            '{"path":"cpu","nodeSelector":{"kubernetes.io/arch":"amd64"},"resources":{}}',
-            "resources.requests is missing",
-        ),
-        (
-            '{"path":"cpu","nodeSelector":{"kubernetes.io/arch":"amd64"},'
-            '"resources":{"requests":{"cpu":"lots"}}}',
-            "'lots' is not a quantity",
-        ),
+        (_broken(lambda d: d.update(path="tpu")), "path: Input should be"),
+        (_broken(lambda d: d.update(path="gpu")), "must name its bindingId and bundle"),
+        (_broken(lambda d: d.update(nodeSelector={})), "nodeSelector must name"),
+        (_broken(lambda d: d.update(resources={"requests": {}})), "resources.requests must"),
+        (_broken(lambda d: d["resources"]["requests"].update(cpu="lots")), "'lots' is not a"),
+        (_broken(lambda d: d.pop("image")), "must carry image"),
+        (_broken(lambda d: d.update(status=422)), "status is not 200"),
     ],
 )
 def test_malformed_plans_are_refused_with_the_reason(annotation: str, message: str) -> None:
@@ -564,13 +586,13 @@ def test_a_cpu_binding_cannot_back_a_gpu_plan() -> None:
     ],
 )
 def test_quantities(name: str, text: Any, value: int) -> None:
-    assert parse_quantity(name, text) == value
+    assert resource_units(name, text) == value
 
 
 @pytest.mark.parametrize("text", ["", "1Gb", "-1", "x", True, None, "1e99"])
 def test_bad_quantities(text: Any) -> None:
-    with pytest.raises(ValueError):
-        parse_quantity("memory", text)
+    with pytest.raises(QuantityError):
+        resource_units("memory", text)
 
 
 def _container(name: str, requests: dict[str, str], **extra: Any) -> dict[str, Any]:

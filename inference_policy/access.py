@@ -1,0 +1,228 @@
+"""What "reaches for an accelerator" means, written once.
+
+Three places need the answer and must never disagree: the admission webhook refuses a Pod that
+reaches for an accelerator outside a plan, the allocation controller flags a running Pod that
+does, and the API server decides from the MutatingWebhookConfiguration's CEL matchConditions
+which Pods to send to the webhook at all. If the CEL missed a field the webhook checks, a Pod
+using that field would never be reviewed, and that is exactly where a hole would hide, so the
+CEL is generated here from the same tables (`cel_condition`) and a test pins the shipped
+manifest to it.
+
+A Pod reaches for an accelerator through any of:
+
+* an accelerator extended resource (a name under one of `RESOURCE_PREFIXES`, whatever the
+  quantity) in the requests or limits of any container, init container, ephemeral container,
+  or the Pod-level `spec.resources`;
+* a dynamic resource claim: `spec.resourceClaims` or a container's `resources.claims`;
+* a device-selecting environment variable (`DEVICE_ENV`) the container runtime obeys, unless it
+  explicitly selects no device (`NVIDIA_VISIBLE_DEVICES=void`);
+* a RuntimeClass (which may be the NVIDIA runtime that honours such variables);
+* a `kamiwaza.ai/plan` annotation it was not given by the webhook.
+
+Each finding is a `Reach`: the field and the value it holds, so an UPDATE that changes a value
+(a granted count raised from 1 to 7) is as visible as one that adds a field.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any, Final, Literal
+
+from inference_policy.wire import PLAN_ANNOTATION, VRAM_RESOURCE_PREFIX
+
+RESOURCE_PREFIXES: Final = (
+    "nvidia.com/",
+    "amd.com/",
+    "gpu.intel.com/",
+    "habana.ai/",
+    # Every accounted-VRAM bucket, not only the whole-GB one the contract names: a plugin that
+    # advertises kamiwaza.ai/vram-mib-* hands out the same memory.
+    VRAM_RESOURCE_PREFIX.removesuffix("gb-"),
+)
+NVIDIA_DEVICE_ENV: Final = "NVIDIA_VISIBLE_DEVICES"
+DEVICE_ENV: Final = (NVIDIA_DEVICE_ENV, "AMD_VISIBLE_DEVICES")
+# NVIDIA's container toolkit treats `void` as "behave like runc": no device, no driver.
+NO_DEVICE: Final = "void"
+CONTAINER_LISTS: Final = ("containers", "initContainers", "ephemeralContainers")
+RESOURCE_PARTS: Final = ("requests", "limits")
+
+
+ReachKind = Literal["resource", "claim", "env", "runtime-class", "plan-annotation", "node"]
+
+
+@dataclass(frozen=True, order=True, slots=True)
+class Reach:
+    """One way a Pod reaches for an accelerator: the field people would point at, its value
+    (the quantity, the variable's value, the class name; empty where presence is the point)
+    and which kind of reach it is."""
+
+    field: str
+    value: str = ""
+    kind: ReachKind = "resource"
+
+
+def is_accelerator_resource(name: str) -> bool:
+    return name.startswith(RESOURCE_PREFIXES)
+
+
+def selects_devices(entry: Mapping[str, Any]) -> bool:
+    """An env entry that makes the container runtime hand devices to the container."""
+    name = entry.get("name")
+    if name not in DEVICE_ENV:
+        return False
+    switched_off = entry.get("value") == NO_DEVICE and "valueFrom" not in entry
+    return not (name == NVIDIA_DEVICE_ENV and switched_off)
+
+
+def _mapping(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
+def _containers(spec: Mapping[str, Any]) -> Iterator[tuple[str, Mapping[str, Any]]]:
+    for kind in CONTAINER_LISTS:
+        entries = spec.get(kind)
+        if isinstance(entries, list):
+            for container in entries:
+                if isinstance(container, Mapping):
+                    yield kind, container
+
+
+def _resource_reaches(at: str, resources: Mapping[str, Any]) -> Iterator[Reach]:
+    for part in RESOURCE_PARTS:
+        for key, value in _mapping(resources.get(part)).items():
+            if isinstance(key, str) and is_accelerator_resource(key):
+                yield Reach(f"{at}.resources.{part}[{key}]", str(value))
+
+
+def container_reaches(
+    kind: str, container: Mapping[str, Any], *, resources: bool = True
+) -> Iterator[Reach]:
+    """The reaches of one container; `resources` False skips its resource asks (the engine
+    container, whose asks the plan replaces or grants)."""
+    at = f"spec.{kind}[{container.get('name')}]"
+    own = _mapping(container.get("resources"))
+    if resources:
+        yield from _resource_reaches(at, own)
+        claims = own.get("claims")
+        if isinstance(claims, list) and claims:
+            yield Reach(f"{at}.resources.claims", str(len(claims)), "claim")
+    env = container.get("env")
+    for entry in env if isinstance(env, list) else ():
+        if isinstance(entry, Mapping) and selects_devices(entry):
+            value = entry.get("value") if "valueFrom" not in entry else "valueFrom"
+            yield Reach(f"{at}.env[{entry.get('name')}]", str(value), "env")
+
+
+def reaches(
+    pod: Mapping[str, Any],
+    engine: str | None = None,
+    *,
+    plan_annotation: bool = True,
+) -> list[Reach]:
+    """Every way this Pod reaches for an accelerator on its own, in field order.
+
+    `engine` names the container a plan governs: its own resource asks, the Pod's RuntimeClass
+    and its plan annotation belong to the plan, so they are not reaches. `plan_annotation`
+    False leaves the annotation out (an UPDATE judges it separately, as frozen).
+    """
+    spec = _mapping(pod.get("spec"))
+    found: list[Reach] = []
+    for kind, container in _containers(spec):
+        governed = kind == "containers" and container.get("name") == engine
+        found.extend(container_reaches(kind, container, resources=not governed))
+    found.extend(_resource_reaches("spec", _mapping(spec.get("resources"))))
+    runtime_class = spec.get("runtimeClassName")
+    if engine is None and runtime_class:
+        found.append(
+            Reach(f"spec.runtimeClassName ({runtime_class})", str(runtime_class), "runtime-class")
+        )
+    claims = spec.get("resourceClaims")
+    if isinstance(claims, list) and claims:
+        found.append(Reach("spec.resourceClaims", str(len(claims)), "claim"))
+    annotations = _mapping(_mapping(pod.get("metadata")).get("annotations"))
+    if plan_annotation and engine is None and PLAN_ANNOTATION in annotations:
+        found.append(Reach(f"metadata.annotations[{PLAN_ANNOTATION}]", "", "plan-annotation"))
+    return found
+
+
+def new_reaches(pod: Mapping[str, Any], old: Mapping[str, Any]) -> list[Reach]:
+    """What an UPDATE adds or changes: reaches of the new Pod that the old one did not have
+    with the same value (so 1 -> 7 GPUs is new, an unchanged grant is not)."""
+    before = set(reaches(old, plan_annotation=False))
+    return sorted(r for r in reaches(pod, plan_annotation=False) if r not in before)
+
+
+# -- the same predicate as CEL, for the webhook configuration's matchConditions -----------------
+
+
+def _cel_string(text: str) -> str:
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def _cel_resource_map(expr: str) -> str:
+    prefixes = " || ".join(f"k.startsWith({_cel_string(p)})" for p in RESOURCE_PREFIXES)
+    return f"{expr}.exists(k, {prefixes})"
+
+
+def _cel_resources(holder: str) -> str:
+    parts = [
+        f"(has({holder}.resources) && has({holder}.resources.{part}) && "
+        f"{_cel_resource_map(f'{holder}.resources.{part}')})"
+        for part in RESOURCE_PARTS
+    ]
+    return " ||\n    ".join(parts)
+
+
+def _cel_env(var: str) -> str:
+    names = " || ".join(f"e.name == {_cel_string(n)}" for n in DEVICE_ENV if n != NVIDIA_DEVICE_ENV)
+    nvidia = (
+        f"(e.name == {_cel_string(NVIDIA_DEVICE_ENV)} && !(has(e.value) && "
+        f"e.value == {_cel_string(NO_DEVICE)} && !has(e.valueFrom)))"
+    )
+    return f"(has({var}.env) && {var}.env.exists(e, {nvidia} || {names}))"
+
+
+def _cel_container() -> str:
+    return (
+        _cel_resources("c")
+        + " ||\n    (has(c.resources) && has(c.resources.claims) && size(c.resources.claims) > 0)"
+        + " ||\n    "
+        + _cel_env("c")
+    )
+
+
+def cel_condition() -> str:
+    """The matchCondition expression that sends the guard entry exactly the Pods for which
+    `reaches(pod)` (or, on UPDATE, the old Pod's plan annotation) is non-empty."""
+    container = _cel_container()
+    lists = [
+        f"(has(object.spec.{kind}) && object.spec.{kind}.exists(c,\n    {container}))"
+        for kind in CONTAINER_LISTS
+    ]
+    plan = _cel_string(PLAN_ANNOTATION)
+    clauses = [
+        "has(object.spec.runtimeClassName)",
+        "(has(object.spec.resourceClaims) && size(object.spec.resourceClaims) > 0)",
+        f"(has(object.metadata.annotations) && {plan} in object.metadata.annotations)",
+        "(request.operation == 'UPDATE' && has(oldObject.metadata.annotations) &&\n  "
+        f"{plan} in oldObject.metadata.annotations)",
+        _cel_resources("object.spec"),
+        *lists,
+    ]
+    return " ||\n".join(clauses)
+
+
+__all__ = [
+    "CONTAINER_LISTS",
+    "DEVICE_ENV",
+    "NO_DEVICE",
+    "RESOURCE_PREFIXES",
+    "Reach",
+    "cel_condition",
+    "container_reaches",
+    "is_accelerator_resource",
+    "new_reaches",
+    "reaches",
+    "selects_devices",
+]

@@ -1,0 +1,215 @@
+"""What a planned engine Pod looks like, and what may change on a Pod once it is admitted.
+
+These are decisions, not wire handling, so they live in the core beside the planner: the
+admission webhook applies them (and turns the difference into a JSON Patch), the allocation
+controller checks a running Pod against the same plan, and the tests state them without a
+server.
+
+* `planned_pod`: the plan replaces what it governs. The engine container gets the plan's image
+  and accelerator asks (its own cpu and memory asks stay; a CPU plan drops its limits, as the
+  seed says); the Pod gets the plan's RuntimeClass (removed for a CPU plan), the whole
+  nodeSelector, the owner's scheduler, the staging pull Secret and the AllocationVerified
+  readiness gate, and carries the plan as its annotation.
+* `admission_refusal`: an engine Pod may not reach for an accelerator outside its engine
+  container's plan, nor name its node (which would bypass the scheduler that checks the
+  grant); any other Pod may not reach for one at all.
+* `update_refusal`: on UPDATE the plan annotation is frozen, the engine container keeps the
+  image its plan names, and no reach may be added or changed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Final
+
+from inference_policy.access import Reach, is_accelerator_resource, new_reaches, reaches
+from inference_policy.plan import Plan, PlanError, parse_plan
+from inference_policy.refusals import RefusalCode
+from inference_policy.wire import (
+    ALLOCATION_VERIFIED,
+    ENGINE_CONTAINER_ANNOTATION,
+    PLAN_ANNOTATION,
+)
+
+READINESS_GATE: Final = ALLOCATION_VERIFIED
+
+
+@dataclass(frozen=True, slots=True)
+class PodRefusal:
+    """A Pod refused by admission policy: HTTP status, stable code and the message."""
+
+    status: int
+    code: RefusalCode
+    message: str
+
+
+def _mapping(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
+def _annotations_of(pod: Mapping[str, Any]) -> Mapping[str, Any]:
+    return _mapping(_mapping(pod.get("metadata")).get("annotations"))
+
+
+def engine_container_name(pod: Mapping[str, Any]) -> str | None:
+    """The container a plan governs: the one the annotation names, else the first."""
+    named = _annotations_of(pod).get(ENGINE_CONTAINER_ANNOTATION)
+    if isinstance(named, str) and named:
+        return named
+    containers = _mapping(pod.get("spec")).get("containers")
+    if isinstance(containers, list) and containers and isinstance(containers[0], Mapping):
+        name = containers[0].get("name")
+        return name if isinstance(name, str) else None
+    return None
+
+
+def forgery_message(found: Sequence[Reach]) -> str:
+    fields = [reach.field for reach in found]
+    return (
+        "tenant-mode inference: this Pod asks for accelerator access outside a plan ("
+        + ", ".join(fields)
+        + "); only an engine Pod planned by this webhook may, so remove "
+        + ("it" if len(fields) == 1 else "them")
+    )
+
+
+def admission_refusal(
+    pod: Mapping[str, Any], engine: str | None, scheduler_name: str
+) -> PodRefusal | None:
+    """A CREATE's forgery check: `engine` is the engine container of an engine Pod, None for
+    any other Pod."""
+    found = reaches(pod, engine)
+    fields = list(found)
+    if engine is not None and _mapping(pod.get("spec")).get("nodeName"):
+        fields.append(
+            Reach(f"spec.nodeName (engine Pods are placed by {scheduler_name})", "", "node")
+        )
+    if fields:
+        return PodRefusal(403, RefusalCode.FORGERY, forgery_message(fields))
+    return None
+
+
+def update_refusal(pod: Mapping[str, Any], old: Mapping[str, Any]) -> PodRefusal | None:
+    """An UPDATE: the plan annotation frozen, the planned image kept, no reach added or raised."""
+    before = _annotations_of(old).get(PLAN_ANNOTATION)
+    after = _annotations_of(pod).get(PLAN_ANNOTATION)
+    if before != after:
+        if before is None:
+            message = (
+                f"the {PLAN_ANNOTATION} annotation is written by the admission webhook when "
+                "it plans a Pod; it cannot be added afterwards"
+            )
+        else:
+            message = (
+                f"the {PLAN_ANNOTATION} annotation is fixed when the Pod is admitted; it "
+                "cannot be changed or removed"
+            )
+        return PodRefusal(403, RefusalCode.PLAN_ANNOTATION, message)
+    if isinstance(before, str):
+        image = _planned_image(before)
+        engine = engine_container_name(old)
+        now_image, was_image = _image(pod, engine), _image(old, engine)
+        if image is not None and now_image not in (was_image, image):
+            return PodRefusal(
+                403,
+                RefusalCode.PLAN_ANNOTATION,
+                f"container {engine} runs the image its plan names ({image}); it cannot be "
+                "changed on an admitted Pod",
+            )
+    added = new_reaches(pod, old)
+    if added:
+        return PodRefusal(403, RefusalCode.FORGERY, forgery_message(added))
+    return None
+
+
+def _image(pod: Mapping[str, Any], container: str | None) -> Any:
+    containers = _mapping(pod.get("spec")).get("containers")
+    for entry in containers if isinstance(containers, list) else ():
+        if isinstance(entry, Mapping) and entry.get("name") == container:
+            return entry.get("image")
+    return None
+
+
+def _planned_image(text: str) -> str | None:
+    try:
+        plan = parse_plan(text)
+    except PlanError:
+        return None
+    return plan.image
+
+
+def planned_pod(
+    pod: Mapping[str, Any],
+    index: int,
+    plan: Plan,
+    plan_text: str,
+    *,
+    scheduler_name: str,
+    pull_secret: str | None,
+) -> dict[str, Any]:
+    """The Pod as the plan wants it, copying only what changes (the rest is shared)."""
+    new = dict(pod)
+    metadata = dict(_mapping(pod.get("metadata")))
+    new["metadata"] = metadata
+    notes = dict(_mapping(metadata.get("annotations")))
+    notes[PLAN_ANNOTATION] = plan_text
+    metadata["annotations"] = notes
+
+    spec = dict(_mapping(pod.get("spec")))
+    new["spec"] = spec
+    containers = list(spec["containers"])
+    container = dict(containers[index])
+    containers[index] = container
+    spec["containers"] = containers
+    container["image"] = plan.image
+    container["resources"] = planned_resources(_mapping(container.get("resources")), plan)
+
+    if plan.runtimeClassName:
+        spec["runtimeClassName"] = plan.runtimeClassName
+    else:
+        spec.pop("runtimeClassName", None)
+    spec["nodeSelector"] = dict(plan.nodeSelector or {})
+    spec["schedulerName"] = scheduler_name
+    if pull_secret:
+        # The seed: engine Pods carry only the staging credential as their pull Secret.
+        spec["imagePullSecrets"] = [{"name": pull_secret}]
+    gates = list(spec.get("readinessGates") or [])
+    if not any(isinstance(g, Mapping) and g.get("conditionType") == READINESS_GATE for g in gates):
+        gates.append({"conditionType": READINESS_GATE})
+        spec["readinessGates"] = gates
+    return new
+
+
+def planned_resources(current: Mapping[str, Any], plan: Plan) -> dict[str, Any]:
+    """The engine container's resources: its own cpu/memory kept, accelerators from the plan.
+
+    A CPU plan sets requests only and the seed says no limits, so limits go: a limit the
+    platform had set below the planned request would otherwise make the Pod invalid.
+    """
+    out = {k: v for k, v in current.items() if k not in ("requests", "limits")}
+    planned = {"requests": plan.requests, "limits": plan.limits}
+    for part in ("requests", "limits"):
+        if part == "limits" and plan.path == "cpu":
+            continue
+        kept = {
+            k: v
+            for k, v in _mapping(current.get(part)).items()
+            if not is_accelerator_resource(str(k))
+        }
+        kept.update(planned[part])
+        if kept:
+            out[part] = kept
+    return out
+
+
+__all__ = [
+    "READINESS_GATE",
+    "PodRefusal",
+    "admission_refusal",
+    "engine_container_name",
+    "forgery_message",
+    "planned_pod",
+    "planned_resources",
+    "update_refusal",
+]

@@ -1,0 +1,173 @@
+"""What each node holds: the Pods bound to it and their effective requests.
+
+The extender judges free capacity from the Pods the API server reports as bound, so it counts a
+Pod the way kube-scheduler does (containers, sidecars, init containers, RuntimeClass overhead)
+and keeps per-node totals that an informer event updates in a few dictionary operations.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from inference_policy.quantity import QuantityError, resource_units
+
+_TERMINATED = frozenset({"Succeeded", "Failed"})
+
+
+def _add(total: dict[str, int], more: Mapping[str, int]) -> None:
+    for key, value in more.items():
+        total[key] = total.get(key, 0) + value
+
+
+def _container_requests(container: Any) -> dict[str, int]:
+    if not isinstance(container, Mapping):
+        raise ValueError("a container is not an object")
+    resources = container.get("resources") or {}
+    if not isinstance(resources, Mapping):
+        raise ValueError(f"container {container.get('name')!r}: resources is not an object")
+    out: dict[str, int] = {}
+    # The API server defaults a missing request to its limit; apply the same rule so a Pod seen
+    # before defaulting (or from a test) counts what the kubelet will grant.
+    for section in ("limits", "requests"):
+        values = resources.get(section) or {}
+        if not isinstance(values, Mapping):
+            raise ValueError(f"container {container.get('name')!r}: {section} is not an object")
+        for name, quantity in values.items():
+            try:
+                out[str(name)] = resource_units(str(name), quantity)
+            except QuantityError as exc:
+                raise ValueError(f"container {container.get('name')!r}: {exc}") from None
+    return out
+
+
+def pod_requests(pod: Mapping[str, Any]) -> dict[str, int]:
+    """The Pod's effective requests as kube-scheduler computes them.
+
+    Containers and restartable init containers (sidecars) add up; an ordinary init container
+    runs alone beside the sidecars declared before it, so the larger of the two totals counts;
+    the RuntimeClass overhead is added on top. Raises ValueError for an unreadable spec.
+    """
+    spec = pod.get("spec") or {}
+    if not isinstance(spec, Mapping):
+        raise ValueError("spec is not an object")
+    total: dict[str, int] = {}
+    for kind in ("containers", "initContainers"):
+        if not isinstance(spec.get(kind) or [], list):
+            raise ValueError(f"spec.{kind} is not a list")
+    for container in spec.get("containers") or ():
+        _add(total, _container_requests(container))
+    sidecars: dict[str, int] = {}
+    init_peak: dict[str, int] = {}
+    for container in spec.get("initContainers") or ():
+        requests = _container_requests(container)
+        if isinstance(container, Mapping) and container.get("restartPolicy") == "Always":
+            _add(sidecars, requests)
+            _add(total, requests)
+            continue
+        running = dict(sidecars)
+        _add(running, requests)
+        for key, value in running.items():
+            init_peak[key] = max(init_peak.get(key, 0), value)
+    for key, value in init_peak.items():
+        total[key] = max(total.get(key, 0), value)
+    overhead = spec.get("overhead") or {}
+    if isinstance(overhead, Mapping):
+        try:
+            _add(total, {str(k): resource_units(str(k), v) for k, v in overhead.items()})
+        except QuantityError as exc:
+            raise ValueError(f"spec.overhead: {exc}") from None
+    return total
+
+
+def accounted_pod(pod: Mapping[str, Any]) -> tuple[str, dict[str, int]] | None:
+    """`(node, requests)` for a Pod that holds resources on a node now, else None.
+
+    A Pod holds its requests from the moment it is bound (`spec.nodeName`) until it has
+    terminated; a Pod being deleted still holds them until it is gone, as the scheduler counts.
+    A Pod whose requests cannot be read counts as holding nothing rather than stopping the
+    informer: the scheduler's own fit check still counts it.
+    """
+    spec = pod.get("spec") or {}
+    status = pod.get("status") or {}
+    if not isinstance(spec, Mapping):
+        return None
+    node = spec.get("nodeName")
+    if not isinstance(node, str) or not node:
+        return None
+    if isinstance(status, Mapping) and status.get("phase") in _TERMINATED:
+        return None
+    try:
+        return node, pod_requests(pod)
+    except ValueError:
+        return None
+
+
+def pod_key(pod: Mapping[str, Any]) -> str:
+    """`namespace/name`: unique among live Pods, and lets one namespace's Pods be re-listed."""
+    meta = pod.get("metadata") or {}
+    if not isinstance(meta, Mapping):
+        return "/"
+    return f"{meta.get('namespace') or ''}/{meta.get('name') or ''}"
+
+
+class UsageLedger:
+    """Requests of the Pods bound to each node, kept as per-node totals.
+
+    Updates are incremental (a Pod's previous contribution is taken back before its new one is
+    added), so an informer event costs a few dictionary operations however many Pods there are.
+    """
+
+    def __init__(self) -> None:
+        self._pods: dict[str, tuple[str, dict[str, int]]] = {}
+        self._nodes: dict[str, dict[str, int]] = {}
+
+    def __len__(self) -> int:
+        return len(self._pods)
+
+    def upsert(self, key: str, node: str, requests: Mapping[str, int]) -> None:
+        self.remove(key)
+        stored = dict(requests)
+        self._pods[key] = (node, stored)
+        _add(self._nodes.setdefault(node, {}), stored)
+
+    def remove(self, key: str) -> None:
+        previous = self._pods.pop(key, None)
+        if previous is None:
+            return
+        node, requests = previous
+        totals = self._nodes.get(node)
+        if totals is None:  # pragma: no cover - the two maps change together
+            return
+        for name, value in requests.items():
+            left = totals.get(name, 0) - value
+            if left > 0:
+                totals[name] = left
+            else:
+                totals.pop(name, None)
+        if not totals:
+            del self._nodes[node]
+
+    def apply(self, key: str, pod: Mapping[str, Any] | None) -> None:
+        """A Pod as an informer sees it now (None: deleted)."""
+        accounted = accounted_pod(pod) if pod is not None else None
+        if accounted is None:
+            self.remove(key)
+        else:
+            self.upsert(key, *accounted)
+
+    def used(self, node: str) -> Mapping[str, int]:
+        return self._nodes.get(node) or _EMPTY
+
+    def pod_keys(self) -> set[str]:
+        return set(self._pods)
+
+    def node_of(self, key: str) -> str | None:
+        entry = self._pods.get(key)
+        return entry[0] if entry else None
+
+
+_EMPTY: Mapping[str, int] = {}
+
+
+__all__ = ["UsageLedger", "accounted_pod", "pod_key", "pod_requests"]

@@ -1,0 +1,205 @@
+"""What a plan is: one typed model, one wire form, one parser.
+
+The planner produces a `Plan`; the webhook writes `Plan.text()` into the Pod's
+`kamiwaza.ai/plan` annotation; the extender, the allocation controller and `tmi plan` read it
+back through `parse_plan` and nothing else. Keeping every reader on this one function is what
+keeps them agreeing on what a valid plan is (its status, its size cap, which fields each path
+must and must not carry, that every quantity is a quantity), so a plan one component accepts is
+never one another refuses.
+
+The wire form is the contract's (section 3) and does not change: fields appear in the contract's
+order, an external plan carries only `status`, `path`, `derived` and `engine`, a CPU plan has no
+`limits`, and `recipe` appears only when a recipe pinned the plan. Serialisation therefore dumps
+exactly the fields that were set, and parsing records exactly the fields that were present.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from functools import lru_cache
+from typing import Annotated, Any, Final, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import model_validator as _model_validator
+
+from inference_policy import strictjson
+from inference_policy.errors import describe
+from inference_policy.profile import ARCH_KEY
+from inference_policy.quantity import QuantityError, resource_units
+from inference_policy.request import InferenceResources
+from inference_policy.wire import PLAN_ANNOTATION
+
+MAX_PLAN_BYTES: Final = 64 * 1024
+LOCAL_FIELDS: Final = (
+    "profile",
+    "bindingId",
+    "variantId",
+    "image",
+    "runtimeClassName",
+    "nodeSelector",
+    "resources",
+    "deviceCount",
+    "engineArgs",
+    "inferenceResources",
+    "bundle",
+)
+_PARSE_MEMO: Final = 1024
+
+Name = Annotated[str, Field(min_length=1, max_length=253)]
+Quantities = dict[Name, Annotated[str, Field(min_length=1, max_length=64)]]
+
+
+class PlanError(ValueError):
+    """A plan annotation that is not a plan; the message names what is wrong."""
+
+
+class _Wire(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True, allow_inf_nan=False)
+
+
+class PlanResources(_Wire):
+    requests: Quantities
+    limits: Quantities | None = None
+
+    @field_validator("requests", "limits")
+    @classmethod
+    def _quantities(cls, value: dict[str, str] | None) -> dict[str, str] | None:
+        for name, quantity in (value or {}).items():
+            try:
+                resource_units(name, quantity)
+            except QuantityError as exc:
+                raise ValueError(str(exc)) from None
+        return value
+
+
+class PlanBundle(_Wire):
+    version: Annotated[int, Field(ge=1)]
+    sha256: Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]
+
+
+class Plan(_Wire):
+    """A plan (HTTP 200): the binding, image and resources a deployment request is granted."""
+
+    status: Literal[200]
+    path: Literal["gpu", "cpu", "external"]
+    derived: bool
+    profile: Name | None = None
+    bindingId: Name | None = None
+    engine: Annotated[str, Field(min_length=1, max_length=64)]
+    variantId: Name | None = None
+    image: Annotated[str, Field(min_length=1, max_length=1024)] | None = None
+    runtimeClassName: Name | None = None
+    nodeSelector: dict[Name, Annotated[str, Field(max_length=63)]] | None = None
+    resources: PlanResources | None = None
+    deviceCount: Annotated[int, Field(ge=0, le=8)] | None = None
+    engineArgs: dict[Name, int | float] | None = None
+    inferenceResources: InferenceResources | None = None
+    bundle: PlanBundle | None = None
+    recipe: Name | None = None
+
+    @_model_validator(mode="after")
+    def _shape(self) -> Plan:
+        present = self.model_fields_set
+        if self.path == "external":
+            extra = [name for name in (*LOCAL_FIELDS, "recipe") if name in present]
+            if extra:
+                raise ValueError(
+                    "an external plan carries no local fields; found " + ", ".join(extra)
+                )
+            return self
+        missing = [name for name in LOCAL_FIELDS if name not in present]
+        if missing:
+            raise ValueError(f"a {self.path} plan must carry " + ", ".join(missing))
+        if not (self.nodeSelector or {}).get(ARCH_KEY):
+            raise ValueError(f"nodeSelector must name {ARCH_KEY}")
+        if self.resources is None or not self.resources.requests:
+            raise ValueError("resources.requests must name what the Pod is granted")
+        if not self.image or not self.variantId:
+            raise ValueError(f"a {self.path} plan must name its image and variantId")
+        if self.path == "gpu":
+            if not self.bindingId or self.bundle is None:
+                raise ValueError("a gpu plan must name its bindingId and bundle")
+            if self.resources.limits != self.resources.requests:
+                raise ValueError("a gpu plan's limits must equal its requests")
+        elif self.resources.limits is not None or self.runtimeClassName is not None:
+            raise ValueError("a cpu plan has no limits and no runtimeClassName")
+        return self
+
+    # -- reading -------------------------------------------------------------------------------
+
+    @property
+    def local(self) -> bool:
+        """The plan creates a workload (a gpu or cpu plan)."""
+        return self.path != "external"
+
+    @property
+    def arch(self) -> str | None:
+        return (self.nodeSelector or {}).get(ARCH_KEY)
+
+    @property
+    def bundle_sha256(self) -> str | None:
+        return self.bundle.sha256 if self.bundle is not None else None
+
+    @property
+    def requests(self) -> Mapping[str, str]:
+        return self.resources.requests if self.resources is not None else {}
+
+    @property
+    def limits(self) -> Mapping[str, str]:
+        limits = self.resources.limits if self.resources is not None else None
+        return limits or {}
+
+    def request_units(self) -> dict[str, int]:
+        """The granted requests in the scheduler's units (millicores for cpu)."""
+        return {name: resource_units(name, value) for name, value in self.requests.items()}
+
+    # -- writing -------------------------------------------------------------------------------
+
+    def wire(self) -> dict[str, Any]:
+        """The plan as the contract's JSON object: exactly the fields that were set."""
+        return self.model_dump(mode="json", exclude_unset=True)
+
+    def text(self) -> str:
+        """The annotation's text: compact JSON, the same bytes for the same plan."""
+        return strictjson.dumps_compact(self.wire())
+
+
+def parse_plan(annotation: str | bytes | Mapping[str, Any]) -> Plan:
+    """The one reader of a plan: strict JSON, the size cap, the model. PlanError says why not."""
+    if isinstance(annotation, Mapping):
+        return _validate(annotation)
+    if isinstance(annotation, bytes):
+        try:
+            annotation = annotation.decode("utf-8")
+        except UnicodeDecodeError:
+            raise PlanError(f"the {PLAN_ANNOTATION} annotation is not UTF-8") from None
+    if not isinstance(annotation, str):
+        raise PlanError(f"the {PLAN_ANNOTATION} annotation is not a string")
+    return _parse_text(annotation)
+
+
+@lru_cache(maxsize=_PARSE_MEMO)
+def _parse_text(text: str) -> Plan:
+    # Replicas of one deployment carry the same plan text and every informer event re-reads it;
+    # the result is immutable, so the same text is validated once.
+    try:
+        document = strictjson.loads(text, max_bytes=MAX_PLAN_BYTES, what=PLAN_ANNOTATION)
+    except strictjson.StrictJSONError as exc:
+        raise PlanError(f"the {PLAN_ANNOTATION} annotation cannot be read: {exc}") from None
+    return _validate(document)
+
+
+def _validate(document: Any) -> Plan:
+    if not isinstance(document, Mapping):
+        raise PlanError(f"the {PLAN_ANNOTATION} annotation is not a JSON object")
+    if document.get("status") != 200:
+        raise PlanError(f"the {PLAN_ANNOTATION} annotation is not a plan (status is not 200)")
+    try:
+        return Plan.model_validate(document)
+    except ValidationError as exc:
+        raise PlanError(
+            f"the {PLAN_ANNOTATION} annotation is not a plan: {describe(exc)}"
+        ) from None
+
+
+__all__ = ["MAX_PLAN_BYTES", "Plan", "PlanBundle", "PlanError", "PlanResources", "parse_plan"]

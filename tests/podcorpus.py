@@ -1,0 +1,101 @@
+"""A shared corpus of non-engine Pods, each with whether it reaches for an accelerator.
+
+The unit tests hold `inference_policy.access.reaches` to these expectations, and the end-to-end
+test sends every Pod through the real API server, whose CEL matchConditions (generated from the
+same predicate) must send exactly the reaching ones to the webhook. Every way of reaching the
+predicate knows is here, together with near misses that must not count.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from tests.integration.webhookkit import plain_pod
+
+
+def _with_container(kind: str, **container: Any) -> dict[str, Any]:
+    pod = plain_pod()
+    entry = {"name": f"extra-{kind.lower()}", "image": "registry.invalid/tool:1", **container}
+    if kind == "containers":
+        pod["spec"]["containers"].append(entry)
+    else:
+        pod["spec"].setdefault(kind, []).append(entry)
+    return pod
+
+
+def _resources(kind: str, part: str, key: str, value: str = "1") -> dict[str, Any]:
+    resources: dict[str, Any] = {part: {key: value}}
+    if part == "limits" or key.startswith(("nvidia.com/", "amd.com/", "kamiwaza.ai/")):
+        # Extended resources must have requests equal to limits; set both where the API server
+        # would refuse the Pod otherwise, so each case tests the webhook, not validation.
+        resources = {"requests": {key: value}, "limits": {key: value}}
+    return _with_container(kind, resources=resources)
+
+
+def _env(kind: str, **entry: Any) -> dict[str, Any]:
+    return _with_container(kind, env=[entry])
+
+
+def _spec(**fields: Any) -> dict[str, Any]:
+    pod = plain_pod()
+    pod["spec"].update(copy.deepcopy(fields))
+    return pod
+
+
+def _annotated(key: str, value: str) -> dict[str, Any]:
+    pod = plain_pod()
+    pod["metadata"].setdefault("annotations", {})[key] = value
+    return pod
+
+
+# (Pod, reaches) by case name. Ephemeral containers cannot be set on CREATE, so they appear in
+# the unit corpus only (`EPHEMERAL`); the CEL handles them through the same clause.
+CORPUS: dict[str, tuple[dict[str, Any], bool]] = {
+    "plain": (plain_pod(), False),
+    "cpu-and-memory": (_resources("containers", "requests", "memory", "1Gi"), False),
+    "lookalike-resource": (_resources("containers", "limits", "example.com/nvidia-gpu"), False),
+    "nvidia-gpu-limit": (_resources("containers", "limits", "nvidia.com/gpu"), True),
+    "nvidia-mig-request": (_resources("containers", "requests", "nvidia.com/mig-3g.40gb"), True),
+    "amd-gpu": (_resources("containers", "limits", "amd.com/gpu"), True),
+    "intel-gpu": (_resources("containers", "limits", "gpu.intel.com/i915"), True),
+    "vram-gb": (_resources("containers", "limits", "kamiwaza.ai/vram-gb-gpu-0", "20"), True),
+    "vram-mib": (_resources("containers", "limits", "kamiwaza.ai/vram-mib-gpu-0", "2048"), True),
+    "init-container-gpu": (_resources("initContainers", "limits", "nvidia.com/gpu"), True),
+    "nvidia-env-all": (_env("containers", name="NVIDIA_VISIBLE_DEVICES", value="all"), True),
+    "nvidia-env-index": (_env("initContainers", name="NVIDIA_VISIBLE_DEVICES", value="0"), True),
+    "nvidia-env-void": (_env("containers", name="NVIDIA_VISIBLE_DEVICES", value="void"), False),
+    "nvidia-env-from-configmap": (
+        _env(
+            "containers",
+            name="NVIDIA_VISIBLE_DEVICES",
+            valueFrom={"configMapKeyRef": {"name": "gpus", "key": "devices"}},
+        ),
+        True,
+    ),
+    "amd-env": (_env("containers", name="AMD_VISIBLE_DEVICES", value="0"), True),
+    "cuda-env-only": (_env("containers", name="CUDA_VISIBLE_DEVICES", value="0"), False),
+    "runtime-class": (_spec(runtimeClassName="nvidia"), True),
+    "resource-claims": (
+        _spec(resourceClaims=[{"name": "gpu", "resourceClaimName": "shared-gpu"}]),
+        True,
+    ),
+    "plan-annotation": (_annotated("kamiwaza.ai/plan", '{"status":200}'), True),
+    "container-claim": (
+        _with_container("containers", resources={"claims": [{"name": "gpu"}]}),
+        True,
+    ),
+    "other-annotation": (_annotated("kamiwaza.ai/note", "hello"), False),
+}
+
+EPHEMERAL: dict[str, tuple[dict[str, Any], bool]] = {
+    "ephemeral-gpu": (
+        _resources("ephemeralContainers", "limits", "nvidia.com/gpu"),
+        True,
+    ),
+    "ephemeral-env": (
+        _env("ephemeralContainers", name="NVIDIA_VISIBLE_DEVICES", value="all"),
+        True,
+    ),
+    "pod-level-resources": (_spec(resources={"limits": {"nvidia.com/gpu": "1"}}), True),
+}

@@ -16,22 +16,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from extender.view import ClusterView
-from serving.metrics import profile_gauges
-
-LATENCY_BUCKETS = (
-    0.0002,
-    0.0005,
-    0.001,
-    0.002,
-    0.005,
-    0.01,
-    0.025,
-    0.05,
-    0.1,
-    0.25,
-    1.0,
-    2.5,
-)
+from serving.metrics import LATENCY_BUCKETS, profile_gauges
 
 
 class _ViewCollector(Collector):

@@ -123,26 +123,24 @@ def parse_whole_binary(text: str) -> int:
     return int(parse_quantity(text))
 
 
-def parse_bytes(text: Any) -> int:
-    """A memory quantity in bytes, rounded up; zero or more, never a fraction of a byte."""
+def _non_negative(text: Any, example: str) -> Decimal:
     try:
         value = parse_quantity(text)
     except QuantityError:
-        raise QuantityError(f"{text!r} is not a memory quantity such as 8Gi or 512Mi") from None
+        value = Decimal(-1)
     if value < 0:
-        raise QuantityError(f"{text!r} is not a memory quantity such as 8Gi or 512Mi")
-    return ceil_units(value)
+        raise QuantityError(f"{text!r} is not a {example}")
+    return value
+
+
+def parse_bytes(text: Any) -> int:
+    """A memory quantity in bytes, rounded up; zero or more, never a fraction of a byte."""
+    return ceil_units(_non_negative(text, "memory quantity such as 8Gi or 512Mi"))
 
 
 def parse_millicores(text: Any) -> int:
     """A CPU quantity ("2", "500m", "0.5") in millicores, rounded up."""
-    try:
-        value = parse_quantity(text)
-    except QuantityError:
-        raise QuantityError(f"{text!r} is not a CPU quantity such as 2 or 500m") from None
-    if value < 0:
-        raise QuantityError(f"{text!r} is not a CPU quantity such as 2 or 500m")
-    return ceil_units(value * 1000)
+    return ceil_units(_non_negative(text, "CPU quantity such as 2 or 500m") * 1000)
 
 
 def ceil_div(numerator: int, denominator: int) -> int:

@@ -1,4 +1,5 @@
-"""The profile gauges every server that holds a verified profile exports, computed at scrape time.
+"""What the servers' metrics share: one set of latency buckets, and the profile gauges every
+server that holds a verified profile exports, computed at scrape time.
 
 Read from the `PolicyState` when Prometheus scrapes, so they cannot go stale between profile
 revisions: a profile expires by the clock, not by an event. Each server names them with its own
@@ -13,6 +14,24 @@ from datetime import datetime
 from prometheus_client.core import GaugeMetricFamily, Metric
 
 from policy_io.state import PolicyState
+
+# Request-latency buckets every server uses, from 0.2 ms (a memoised admission answer) to 2.5 s
+# (past every caller's timeout), so dashboards can compare the servers bucket for bucket.
+LATENCY_BUCKETS = (
+    0.0002,
+    0.0005,
+    0.001,
+    0.002,
+    0.003,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    1.0,
+    2.5,
+)
 
 
 def profile_gauges(

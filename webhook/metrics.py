@@ -18,7 +18,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from inference_policy.refusals import RefusalCode
-from serving.metrics import profile_gauges
+from serving.metrics import LATENCY_BUCKETS, profile_gauges
 from serving.tls import CertificateReloader
 from webhook.profile_source import Memo, PolicyStore
 
@@ -26,20 +26,6 @@ from webhook.profile_source import Memo, PolicyStore
 # from the core. Both lists are closed, so the label never grows with free text.
 ALLOWED_REASONS = ("planned", "unchanged", "not-engine-pod", "namespace-not-served", "not-checked")
 REASONS = ALLOWED_REASONS + tuple(code.value for code in RefusalCode)
-LATENCY_BUCKETS = (
-    0.0002,
-    0.0005,
-    0.001,
-    0.002,
-    0.003,
-    0.005,
-    0.01,
-    0.025,
-    0.05,
-    0.1,
-    0.25,
-    1.0,
-)
 
 
 class _ProfileCollector(Collector):

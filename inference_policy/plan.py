@@ -19,7 +19,13 @@ from collections.abc import Mapping
 from functools import lru_cache
 from typing import Annotated, Any, Final, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+)
 from pydantic import model_validator as _model_validator
 
 from inference_policy import strictjson
@@ -44,6 +50,8 @@ LOCAL_FIELDS: Final = (
     "bundle",
 )
 _PARSE_MEMO: Final = 1024
+_WIRE: Final = "_wire_form"
+_TEXT: Final = "_wire_text"
 
 Name = Annotated[str, Field(min_length=1, max_length=253)]
 Quantities = dict[Name, Annotated[str, Field(min_length=1, max_length=64)]]
@@ -155,13 +163,45 @@ class Plan(_Wire):
 
     # -- writing -------------------------------------------------------------------------------
 
+    # The wire object and its text are kept in the instance's dict once made: a plan is written
+    # into every replica's annotation and compared by the controller, and a frozen plan's wire
+    # form cannot change. (Pydantic's private attributes would cost a microsecond per read.)
+
     def wire(self) -> dict[str, Any]:
-        """The plan as the contract's JSON object: exactly the fields that were set."""
-        return self.model_dump(mode="json", exclude_unset=True)
+        """The plan as the contract's JSON object: exactly the fields that were set. Shared,
+        not copied: treat it as read-only."""
+        cached: dict[str, Any] | None = self.__dict__.get(_WIRE)
+        if cached is None:
+            cached = self.__dict__[_WIRE] = self.model_dump(mode="json", exclude_unset=True)
+        return cached
 
     def text(self) -> str:
         """The annotation's text: compact JSON, the same bytes for the same plan."""
-        return strictjson.dumps_compact(self.wire())
+        cached: str | None = self.__dict__.get(_TEXT)
+        if cached is None:
+            cached = self.__dict__[_TEXT] = strictjson.dumps_compact(self.wire())
+        return cached
+
+    def __eq__(self, other: object) -> bool:
+        # Two plans are the same plan when their wire forms are: that is what a Pod carries.
+        return isinstance(other, Plan) and self.wire() == other.wire()
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> Plan:
+        # A copy with changes is another plan: its wire form is made afresh.
+        copied = super().model_copy(update=update, deep=deep)
+        copied.__dict__.pop(_WIRE, None)
+        copied.__dict__.pop(_TEXT, None)
+        return copied
+
+    @classmethod
+    def from_planner(cls, body: Mapping[str, Any]) -> Plan:
+        """A plan the planner built, validated like any other, keeping the planner's object as
+        its wire form (the same fields in the same order) instead of dumping it again."""
+        plan = cls.model_validate(body)
+        plan.__dict__[_WIRE] = dict(body)
+        return plan
 
 
 def parse_plan(annotation: str | bytes | Mapping[str, Any]) -> Plan:

@@ -738,8 +738,8 @@ class _Planner:
 
 def _planned(body: dict[str, Any]) -> Decision:
     # Every plan goes through the one model, so a body the planner builds wrongly is caught
-    # here, in the tests, rather than by the extender or the controller in a cluster.
-    return Decision.planned(Plan.model_validate(body))
+    # here rather than by the extender or the controller in a cluster.
+    return Decision.planned(Plan.from_planner(body))
 
 
 def _bundle(profile: VerifiedProfile) -> dict[str, Any]:

@@ -12,6 +12,8 @@ import json
 import re
 from typing import Any
 
+import orjson
+
 DEFAULT_MAX_BYTES = 1024 * 1024
 MAX_DEPTH = 64
 # A lone surrogate can only arrive as a \u escape (strict UTF-8 decoding refuses encoded ones),
@@ -106,4 +108,7 @@ def loads(data: bytes | str, *, max_bytes: int = DEFAULT_MAX_BYTES, what: str = 
 def dumps_compact(value: Any) -> str:
     """Compact JSON text for a value this package produced (a plan): no spaces, UTF-8 kept,
     NaN refused, so the same value is always the same text."""
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    try:
+        return orjson.dumps(value).decode("utf-8")
+    except orjson.JSONEncodeError as exc:
+        raise StrictJSONError(f"cannot encode: {exc}") from None

@@ -9,6 +9,7 @@ for the extender, the controller and `tmi plan`.
 
 from __future__ import annotations
 
+import copy
 import json
 from typing import Any
 
@@ -102,6 +103,7 @@ def test_every_plan_round_trips_byte_for_byte(owner: Owner, document: dict[str, 
     assert json.loads(text) == decision.body
     parsed = parse_plan(text)
     assert parsed == decision.plan
+    assert Plan.model_validate(decision.body) == decision.plan
     assert parsed.text() == text
     assert parse_plan(text.encode()) == parsed
 
@@ -118,7 +120,7 @@ def test_the_controller_reads_a_pod_plan_with_the_same_parser(owner: Owner) -> N
 
 def _mutated(owner: Owner, change: Any) -> str:
     decision = _decide(owner, request())
-    document = decision.body
+    document = copy.deepcopy(decision.body)
     change(document)
     return json.dumps(document)
 

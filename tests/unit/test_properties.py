@@ -10,6 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from inference_policy import strictjson
+from inference_policy.plan import Plan, parse_plan
 from inference_policy.planner import decide
 from inference_policy.profile import ProfileSchemaError, parse_envelope
 from inference_policy.signing import ProfileRefused, canonical, verify_configmap
@@ -88,6 +89,13 @@ def test_planner_never_crashes_on_requests(document: Any) -> None:
     assert decision.body["status"] == decision.status
     if decision.status != 200:
         assert isinstance(decision.body["detail"], str) and decision.body["detail"]
+        assert decision.code is not None
+    else:
+        # The planner constructs its plans without validation on the decision path; every plan
+        # it builds must nevertheless be one the one plan parser accepts, byte for byte.
+        assert decision.plan is not None
+        assert parse_plan(decision.plan.text()).text() == decision.plan.text()
+        assert Plan.model_validate(decision.body) == decision.plan
 
 
 @settings(max_examples=200, deadline=None)

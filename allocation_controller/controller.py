@@ -30,7 +30,6 @@ from functools import partial
 from typing import Any
 
 from allocation_controller.config import ControllerSettings
-from allocation_controller.informer import Informer, ObjectStore
 from allocation_controller.leader import LeaderElector
 from allocation_controller.metrics import Metrics
 from allocation_controller.ports import JSON, KubePort, PodPort
@@ -40,6 +39,7 @@ from allocation_controller.workqueue import ShutDown, WorkQueue
 from inference_policy.grant import node_name, plan_revision
 from inference_policy.signing import VerifiedProfile
 from inference_policy.wire import ENGINE_LABEL, PLAN_ANNOTATION
+from serving.informer import Collection, Delta, Informer, ObjectStore
 
 log = logging.getLogger(__name__)
 # Queue keys are Pod names; a Pod that left the watch is queued under this prefix, which no Pod
@@ -95,24 +95,28 @@ class Controller:
         self.policy = PolicyView(settings.policy)
         self.queue = WorkQueue()
         watch = settings.watch_timeout
+        namespace = api.namespace
         self.pods = Informer(
-            api, "pods", self._on_pod, label_selector=ENGINE_LABEL, watch_timeout=watch
+            api,
+            Collection("pods", "Pod", namespace, label_selector=ENGINE_LABEL),
+            self._on_pod,
+            watch_timeout=watch,
         )
         self.profiles = Informer(
             api,
-            "configmaps",
+            Collection("configmaps", "ConfigMap", namespace, label_selector=PROFILE_SELECTOR),
             self._on_profile,
-            label_selector=PROFILE_SELECTOR,
             watch_timeout=watch,
         )
         self.recipes = {
             capability: Informer(
                 api,
-                "configmaps",
+                Collection(
+                    "configmaps", "ConfigMap", namespace, field_selector=f"metadata.name={name}"
+                ),
                 partial(self._on_recipe, capability),
-                field_selector=f"metadata.name={name}",
                 watch_timeout=watch,
-                on_relist=partial(self._recipe_listed, capability),
+                on_listed=partial(self._recipe_listed, capability),
             )
             for capability, name in self.policy.recipe_names.items()
         }
@@ -162,7 +166,8 @@ class Controller:
 
     # -- watch handlers ------------------------------------------------------------------------
 
-    def _on_pod(self, kind: str, pod: JSON, old: JSON | None) -> None:
+    def _on_pod(self, delta: Delta) -> None:
+        kind, pod, old = delta.type, delta.object, delta.old
         metadata = pod.get("metadata") or {}
         name, uid = str(metadata.get("name")), str(metadata.get("uid"))
         if kind == "DELETED":
@@ -183,9 +188,10 @@ class Controller:
             self._pod_revisions[name] = plan_revision(pod)
         self.queue.add(name)
 
-    def _on_profile(self, kind: str, configmap: JSON, old: JSON | None) -> None:
+    def _on_profile(self, delta: Delta) -> None:
+        configmap = delta.object
         name = str((configmap.get("metadata") or {}).get("name"))
-        if kind == "DELETED":
+        if delta.type == "DELETED":
             changed = self.policy.remove_configmap(name)
         else:
             changed = self.policy.apply_configmap(configmap)
@@ -197,15 +203,18 @@ class Controller:
                 if digest in changed:
                     self.queue.add(pod)
 
-    def _on_recipe(self, capability: str, kind: str, configmap: JSON, old: JSON | None) -> None:
-        current = None if kind == "DELETED" else configmap
-        if self.policy.apply_recipe_catalog(capability, current):
+    def _on_recipe(self, capability: str, delta: Delta) -> None:
+        self._recipe_changed(capability, None if delta.type == "DELETED" else delta.object)
+
+    def _recipe_changed(self, capability: str, configmap: JSON | None) -> None:
+        if self.policy.apply_recipe_catalog(capability, configmap):
             for pod in self.pods.store.names():
                 self.queue.add(pod)
 
-    def _recipe_listed(self, capability: str, store: ObjectStore) -> None:
-        if not len(store):
-            self._on_recipe(capability, "DELETED", {}, None)
+    def _recipe_listed(self, capability: str, informer: Informer) -> None:
+        # A list without the catalog delivers nothing, yet "not found" is news on the first one.
+        if not len(informer.store):
+            self._recipe_changed(capability, None)
 
     # -- leadership ----------------------------------------------------------------------------
 

@@ -28,15 +28,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from allocation_controller.ports import (
-    JSON,
-    ApiError,
-    Conflict,
-    Gone,
-    NotFound,
-    Resource,
-    WatchEvent,
-)
+from allocation_controller.ports import JSON, ApiError, Conflict, Gone, NotFound
+from serving.informer import Collection, Page, WatchEvent
 
 _KINDS: dict[str, str] = {"pods": "Pod", "configmaps": "ConfigMap", "leases": "Lease"}
 
@@ -239,37 +232,32 @@ class MemoryKube:
         await self._call("create_event")
         self.events.append(copy.deepcopy(dict(event)))
 
-    # -- WatchPort -----------------------------------------------------------------------------
+    # -- ListWatch -----------------------------------------------------------------------------
 
-    async def list_objects(
-        self,
-        resource: Resource,
-        *,
-        label_selector: str | None = None,
-        field_selector: str | None = None,
-    ) -> tuple[list[JSON], str]:
+    async def list_page(
+        self, collection: Collection, *, limit: int, continue_token: str | None = None
+    ) -> Page:
+        """The whole list as one page: the controller's tests do not page (the informer's own
+        tests do, against `tests.integration.fakeapi`)."""
+        resource = collection.resource
         await self._call(f"list_{resource}")
         items = [
             copy.deepcopy(o)
             for o in self.objects[resource].values()
-            if matches(o, label_selector, field_selector)
+            if matches(o, collection.label_selector, collection.field_selector)
         ]
-        return items, str(self.current_version)
+        return Page(items, str(self.current_version))
 
-    async def watch_objects(
-        self,
-        resource: Resource,
-        *,
-        resource_version: str,
-        label_selector: str | None = None,
-        field_selector: str | None = None,
-        timeout_seconds: int = 300,
+    async def watch(
+        self, collection: Collection, *, resource_version: str, timeout_seconds: int
     ) -> AsyncIterator[WatchEvent]:
+        resource = collection.resource
         await self._call(f"watch_{resource}")
+        # The fake's versions are its own counter, so it may read them as numbers.
         since = int(resource_version or 0)
         if since < self.compacted:
             raise Gone(410, "Expired", f"too old resource version: {since} ({self.compacted})")
-        watcher = _Watcher(resource, label_selector, field_selector)
+        watcher = _Watcher(resource, collection.label_selector, collection.field_selector)
         self._watchers.append(watcher)
         try:
             backlog = [c for c in self.history if c.resource == resource and c.version > since]

@@ -1,56 +1,34 @@
 """The controller's view of the API server: three small ports and the errors they raise.
 
-The reconcile logic, the informers and the leader elector each talk to the API server only
-through these protocols, so the same code runs against the real API server (`kubeapi.HttpKube`)
-and against the in-memory fake (`memory.MemoryKube`) that the tests and the benchmark use.
+The reconcile logic, the informers (`serving.informer`, whose `ListWatch` is the third port)
+and the leader elector each talk to the API server only through these protocols, so the same
+code runs against the real API server (`kubeapi.HttpKube`) and against the in-memory fake
+(`memory.MemoryKube`) that the tests and the benchmark use.
 Objects cross the ports as plain JSON dicts, as the API server sends them: the controller reads
 a handful of fields and writes small patches, so typed models would only add a translation step.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping
-from dataclasses import dataclass
-from typing import Any, Literal, Protocol
+from collections.abc import Mapping
+from typing import Any, Protocol
 
-JSON = dict[str, Any]
-Resource = Literal["pods", "configmaps"]
+from serving.informer import JSON, ListWatch
+from serving.kube import ApiError, Conflict, Gone, NotFound, api_error
 
-
-class ApiError(Exception):
-    """A non-2xx answer, with the HTTP status and the `Status` reason and message."""
-
-    def __init__(self, status: int, reason: str = "", message: str = "") -> None:
-        super().__init__(f"HTTP {status} {reason}: {message}".strip())
-        self.status = status
-        self.reason = reason
-        self.message = message
-
-
-class NotFound(ApiError):
-    """404: the object does not exist (any more)."""
-
-
-class Conflict(ApiError):
-    """409: the object changed since it was read, or already exists."""
-
-
-class Gone(ApiError):
-    """410: the resourceVersion a watch asked for is older than the API server keeps."""
-
-
-def api_error(status: int, reason: str = "", message: str = "") -> ApiError:
-    """The most specific ApiError for a status code."""
-    kind = {404: NotFound, 409: Conflict, 410: Gone}.get(status, ApiError)
-    return kind(status, reason, message)
-
-
-@dataclass(frozen=True)
-class WatchEvent:
-    """One line of a watch stream: ADDED, MODIFIED, DELETED or BOOKMARK, and the object."""
-
-    type: str
-    object: JSON
+# The errors are the shared ones, named here too so the controller's modules import one place.
+__all__ = [
+    "JSON",
+    "ApiError",
+    "Conflict",
+    "Gone",
+    "KubePort",
+    "LeasePort",
+    "ListWatch",
+    "NotFound",
+    "PodPort",
+    "api_error",
+]
 
 
 class PodPort(Protocol):
@@ -72,30 +50,6 @@ class PodPort(Protocol):
         """Create an events.k8s.io/v1 Event in the namespace."""
 
 
-class WatchPort(Protocol):
-    """What an informer needs: a consistent list, then a watch from its resourceVersion."""
-
-    async def list_objects(
-        self,
-        resource: Resource,
-        *,
-        label_selector: str | None = None,
-        field_selector: str | None = None,
-    ) -> tuple[list[JSON], str]:
-        """The matching objects and the list's resourceVersion."""
-
-    def watch_objects(
-        self,
-        resource: Resource,
-        *,
-        resource_version: str,
-        label_selector: str | None = None,
-        field_selector: str | None = None,
-        timeout_seconds: int = 300,
-    ) -> AsyncIterator[WatchEvent]:
-        """Changes after `resource_version`; raises Gone if that version is no longer kept."""
-
-
 class LeasePort(Protocol):
     """What the leader elector needs: a coordination.k8s.io/v1 Lease, read and written with
     optimistic concurrency (a stale resourceVersion is a Conflict)."""
@@ -107,5 +61,5 @@ class LeasePort(Protocol):
     async def replace_lease(self, name: str, lease: Mapping[str, Any]) -> JSON: ...
 
 
-class KubePort(PodPort, WatchPort, LeasePort, Protocol):
+class KubePort(PodPort, ListWatch, LeasePort, Protocol):
     """All three, as one API server connection provides them."""

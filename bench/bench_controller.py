@@ -51,6 +51,7 @@ from allocation_controller.kubeapi import HttpKube  # noqa: E402
 from allocation_controller.leader import LeaderSettings  # noqa: E402
 from allocation_controller.memory import MemoryKube, bind, planned_pod  # noqa: E402
 from inference_policy.grant import CONDITION_TYPE  # noqa: E402
+from serving.informer import Collection, list_all  # noqa: E402
 from tests.profilekit import CLUSTER, NOW, Owner, request  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results" / "controller.json"
@@ -291,14 +292,15 @@ async def _bench_apiserver(
 
     api = HttpKube.from_kubeconfig(str(plane.kubeconfig("admin")), NAMESPACE, timeout=30)
     pods_path = f"/api/v1/namespaces/{NAMESPACE}/pods"
-    _, version = await api.list_objects("pods")
+    pods = Collection("pods", "Pod", NAMESPACE)
+    version = (await list_all(api, pods)).resource_version
     verified_at: dict[str, float] = {}
     reasons: dict[str, int] = {}
 
     async def observe() -> None:
         resume = version
         while True:
-            async for event in api.watch_objects("pods", resource_version=resume):
+            async for event in api.watch(pods, resource_version=resume, timeout_seconds=300):
                 resume = event.object.get("metadata", {}).get("resourceVersion", resume)
                 name = event.object.get("metadata", {}).get("name")
                 for entry in (event.object.get("status") or {}).get("conditions") or []:

@@ -18,7 +18,7 @@ from extender.app import RUNTIME, create_app
 from extender.config import ExtenderSettings, settings_from_args
 from extender.sources import KubernetesSource
 from serving import process
-from serving.kube import kubernetes_api
+from serving.apiserver import from_kubeconfig
 from serving.tls import CertificateReloader
 
 log = logging.getLogger("extender")
@@ -53,10 +53,9 @@ def prepare(settings: ExtenderSettings) -> Coroutine[Any, Any, None]:
     )
     source = KubernetesSource(
         settings.pod_namespaces,
-        settings.kubeconfig,
+        from_kubeconfig(settings.kubeconfig),
         resync_seconds=settings.resync_seconds,
         watch_seconds=settings.watch_seconds,
-        api_factory=kubernetes_api(settings.kubeconfig),
     )
     app = create_app(
         settings.policy,

@@ -1,8 +1,7 @@
 """The extender's picture of the cluster, and the filter and prioritize answers drawn from it.
 
-`ClusterView` is changed only on the event loop: informer threads parse what they read and hand
-finished values over with `call_soon_threadsafe`, so there is no lock to wedge and a request
-never waits on the API server. It holds
+`ClusterView` is changed only on the event loop: the informers run there and hand it finished
+values, so there is no lock to wedge and a request never waits on the API server. It holds
 
 - the Nodes by name (parsed `NodeFacts`), for node-cache mode, where the scheduler sends names;
 - a `UsageLedger` of the requests of planned Pods bound to each node, rebuilt from a list after

@@ -1,16 +1,17 @@
-"""Talking to the API server: the client configuration, list items, errors and retry delays.
+"""Talking to the API server: the client configuration, its errors and retry delays.
 
 Every server reads its credentials the same way, from a kubeconfig file (a person debugging, the
 local test cluster) or from the in-cluster service account, and loads them when it starts, so
-that a bad kubeconfig is exit status 2 rather than a reader thread failing forever. The webhook
-and the extender then use the official client on reader threads; the controller uses the loaded
-configuration for requests of its own on the event loop.
+that a bad kubeconfig is exit status 2 rather than an informer failing forever. The official
+client is used for that alone; the requests themselves are made on the event loop
+(`serving.apiserver`), and a failed one is an `ApiError` whatever sent it, so the informer and
+the controller's writes tell a 410 or a 409 apart the same way against the real API server and
+against the in-memory one the tests use.
 """
 
 from __future__ import annotations
 
 import random
-from collections.abc import Callable
 from typing import Any
 
 import kubernetes.client
@@ -43,21 +44,33 @@ def load_configuration(kubeconfig: str | None) -> Any:
     return configuration
 
 
-def kubernetes_api(kubeconfig: str | None) -> Callable[[], Any]:
-    """A maker of `CoreV1Api` clients; the configuration is loaded now, so a bad kubeconfig
-    fails the start, not a reader thread."""
-    configuration = load_configuration(kubeconfig)
-    return lambda: _kube.client.CoreV1Api(_kube.client.ApiClient(configuration))
+class ApiError(Exception):
+    """A non-2xx answer, with the HTTP status and the `Status` reason and message."""
+
+    def __init__(self, status: int, reason: str = "", message: str = "") -> None:
+        super().__init__(f"HTTP {status} {reason}: {message}".strip())
+        self.status = status
+        self.reason = reason
+        self.message = message
 
 
-def as_configmap(item: Any) -> dict[str, Any] | None:
-    """An item of a ConfigMap list as a whole object; None for what is not an object."""
-    # Items of a List come without kind and apiVersion, and the verifier insists on them.
-    if not isinstance(item, dict):
-        return None
-    item.setdefault("apiVersion", "v1")
-    item.setdefault("kind", "ConfigMap")
-    return item
+class NotFound(ApiError):
+    """404: the object does not exist (any more)."""
+
+
+class Conflict(ApiError):
+    """409: the object changed since it was read, or already exists."""
+
+
+class Gone(ApiError):
+    """410: the resourceVersion (or list continue token) asked for is older than the API server
+    keeps."""
+
+
+def api_error(status: int, reason: str = "", message: str = "") -> ApiError:
+    """The most specific ApiError for a status code."""
+    kind = {404: NotFound, 409: Conflict, 410: Gone}.get(status, ApiError)
+    return kind(status, reason, message)
 
 
 def describe_error(exc: BaseException) -> str:

@@ -16,7 +16,7 @@ from typing import Any
 from aiohttp import web
 
 from serving import process
-from serving.kube import kubernetes_api
+from serving.apiserver import from_kubeconfig
 from serving.tls import CertificateReloader
 from webhook.app import RUNTIME, create_app
 from webhook.config import ServerSettings, settings_from_args
@@ -48,19 +48,15 @@ async def serve(
 def prepare(settings: ServerSettings) -> Coroutine[Any, Any, None]:
     reloader = CertificateReloader(settings.cert_file, settings.key_file)
     store = PolicyStore(settings.policy)
-    factory = kubernetes_api(settings.kubeconfig) if store.names else lambda: None
+    # Loaded now, so a bad kubeconfig is exit status 2; not at all when nothing is to be read.
+    api = from_kubeconfig(settings.kubeconfig) if store.names else None
     if store.state.trust_error and settings.policy.enabled:
         log.error(
             "owner public key unusable (%s): every profile will be refused", store.state.trust_error
         )
     if store.state.catalog_refusal:
         log.error("engine catalog: %s", store.state.catalog_refusal)
-    source = KubernetesSource(
-        settings.namespace,
-        settings.kubeconfig,
-        settings.resync_seconds,
-        api_factory=factory,
-    )
+    source = KubernetesSource(settings.namespace, api, settings.resync_seconds)
     app = create_app(
         settings.policy,
         source,

@@ -2,9 +2,9 @@
 
 `PolicyStore` holds the state every request reads, and changes only when a ConfigMap arrives,
 changes or disappears. Sources feed it: `KubernetesSource` lists and watches the ConfigMaps
-through the API server, each on a thread of its own, so a slow or unreachable API server delays
-the next revision but never a request; `MemorySource` feeds it from dicts, so tests exercise the
-same store without an API server.
+through the API server with the shared informer, on the event loop, so a slow or unreachable API
+server delays the next revision but never a request; `MemorySource` feeds it from dicts, so
+tests exercise the same store without an API server.
 
 A profile is verified once per revision (the ConfigMap's uid and resourceVersion): revisions are
 immutable, so re-reading one (a resync, a reconnect) costs a dictionary lookup. Decisions are
@@ -18,15 +18,11 @@ letting them fall back to derivation, because the seed forbids silent fallbacks.
 
 from __future__ import annotations
 
-import asyncio
 import logging
-import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Generic, Protocol, TypeVar
-
-import kubernetes.watch
 
 from inference_policy import strictjson
 from inference_policy.catalog import EngineCatalog
@@ -36,15 +32,12 @@ from inference_policy.refusals import RefusalCode
 from inference_policy.signing import DEFAULT_SKEW
 from policy_io.catalog import packaged_catalog
 from policy_io.state import PolicySettings, PolicyState, revision_of
-from serving.kube import Backoff, as_configmap, describe_error, kubernetes_api
+from serving.informer import Collection, Delta, Informer, Informers, ListWatch
+from serving.kube import ApiError
 
 log = logging.getLogger(__name__)
-# The official client is only partly typed; it is used through this one untyped handle.
-_kube: Any = kubernetes
-
 PROFILE = "profile"
 CAPABILITIES = ("gpu", "cpu")
-MAX_LIST_BYTES = 8 * 1024 * 1024
 ARRIVAL = "did not arrive from the configured ConfigMap"
 MEMO_ENTRIES = 1024
 MEMO_MAX_TEXT = 16 * 1024
@@ -316,130 +309,70 @@ class MemorySource:
         self.store = None
 
 
-class Deliver(Protocol):
-    def __call__(
-        self, name: str, configmap: dict[str, Any] | None, why: str | None = None
-    ) -> None: ...
-
-
 class KubernetesSource:
-    """List, then watch, each ConfigMap by name; re-list every resync; back off on errors.
-
-    The official client is synchronous, so each name gets a daemon thread that hands what it
-    reads to the event loop. Watching by `metadata.name` lets the Role name the ConfigMaps it
-    may read (`resourceNames`) instead of every ConfigMap in the namespace.
-    """
+    """Each ConfigMap by name through an informer of its own (`serving.informer`), relisted
+    every `resync_seconds`. Watching by `metadata.name` lets the Role name the ConfigMaps it may
+    read (`resourceNames`) instead of every ConfigMap in the namespace. The source owns `api`
+    and closes it when stopped."""
 
     def __init__(
         self,
         namespace: str,
-        kubeconfig: str | None = None,
+        api: ListWatch | None,
         resync_seconds: int = 300,
-        api_factory: Callable[[], Any] | None = None,
+        *,
         backoff_seconds: float = 1.0,
     ) -> None:
         self.namespace = namespace
-        self.kubeconfig = kubeconfig
+        self.api = api
         self.resync_seconds = resync_seconds
         self.backoff_seconds = backoff_seconds
-        self.api_factory = api_factory or kubernetes_api(kubeconfig)
-        self._stop = threading.Event()
-        self._threads: list[threading.Thread] = []
-        self.errors = 0
+        self.informers: Informers | None = None
+
+    @property
+    def errors(self) -> int:
+        return self.informers.errors if self.informers is not None else 0
 
     async def start(self, store: PolicyStore) -> None:
-        loop = asyncio.get_running_loop()
-
-        def deliver(name: str, configmap: dict[str, Any] | None, why: str | None = None) -> None:
-            loop.call_soon_threadsafe(store.apply, name, configmap, why)
-
+        if not store.names:
+            return
+        if self.api is None:
+            raise ValueError("ConfigMaps to read, but no API server client")
+        self.informers = Informers(self.api)
         for name in store.names:
-            thread = threading.Thread(
-                target=self._run, args=(name, deliver), name=f"watch-{name}", daemon=True
-            )
-            self._threads.append(thread)
-            thread.start()
+            self.informers.add(self._informer(store, name, self.api))
+        self.informers.start()
 
     async def stop(self) -> None:
-        # The threads are daemons blocked in a bounded watch; they notice the flag at the next
-        # event or timeout, and process exit does not wait for them.
-        self._stop.set()
+        if self.informers is not None:
+            await self.informers.stop()
 
-    def _run(self, name: str, deliver: Deliver) -> None:
-        backoff = Backoff(self.backoff_seconds, 30.0 * self.backoff_seconds)
-        api: Any = None
-        while not self._stop.is_set():
-            try:
-                if api is None:
-                    api = self.api_factory()
-                version = self._list(api, name, deliver)
-                backoff.reset()
-                self._watch(api, name, version, deliver)
-            except Exception as exc:
-                self.errors += 1
-                status = getattr(exc, "status", None)
-                if status == 410:
-                    continue
-                if status in (401, 403):
-                    # The Role does not name this ConfigMap (a new revision's name, say): to a
-                    # tenant that is a profile that did not arrive, not an unready webhook.
-                    deliver(name, None, f"may not be read (HTTP {status}; check the Role)")
-                log.warning(
-                    "reading ConfigMap %s/%s failed (%s); retrying in %.0fs",
-                    self.namespace,
-                    name,
-                    describe_error(exc),
-                    backoff.delay,
-                )
-                if self._stop.wait(backoff.next()):
-                    return
+    def _informer(self, store: PolicyStore, name: str, api: ListWatch) -> Informer:
+        def changed(delta: Delta) -> None:
+            # What a list found is applied once the list is complete (`listed`).
+            if not delta.listed:
+                store.apply(name, None if delta.type == "DELETED" else delta.object)
 
-    def _list(self, api: Any, name: str, deliver: Deliver) -> str:
-        response = api.list_namespaced_config_map(
-            self.namespace,
-            field_selector=f"metadata.name={name}",
-            _preload_content=False,
-            _request_timeout=30,
+        def listed(informer: Informer) -> None:
+            store.apply(name, informer.store.get(name))
+
+        def failed(exc: Exception) -> None:
+            if isinstance(exc, ApiError) and exc.status in (401, 403):
+                # The Role does not name this ConfigMap (a new revision's name, say): to a
+                # tenant that is a profile that did not arrive, not an unready webhook.
+                store.apply(name, None, f"may not be read (HTTP {exc.status}; check the Role)")
+
+        collection = Collection(
+            "configmaps", "ConfigMap", self.namespace, field_selector=f"metadata.name={name}"
         )
-        try:
-            document = strictjson.loads(
-                response.data, max_bytes=MAX_LIST_BYTES, what=f"ConfigMap list for {name}"
-            )
-        finally:
-            response.release_conn()
-        if not isinstance(document, dict) or not isinstance(document.get("items"), list):
-            raise ValueError(f"the API server answered the ConfigMap list for {name} oddly")
-        items = [as_configmap(item) for item in document["items"]]
-        found = next((i for i in items if i and i.get("metadata", {}).get("name") == name), None)
-        deliver(name, found)
-        version = document.get("metadata", {}).get("resourceVersion")
-        return str(version or "")
-
-    def _watch(
-        self,
-        api: Any,
-        name: str,
-        version: str,
-        deliver: Deliver,
-    ) -> None:
-        watcher = _kube.watch.Watch()
-        events = watcher.stream(
-            api.list_namespaced_config_map,
-            self.namespace,
-            field_selector=f"metadata.name={name}",
-            resource_version=version,
-            timeout_seconds=self.resync_seconds,
-            allow_watch_bookmarks=True,
-            deserialize=False,
-            _request_timeout=self.resync_seconds + 30,
+        return Informer(
+            api,
+            collection,
+            changed,
+            on_listed=listed,
+            on_error=failed,
+            watch_timeout=self.resync_seconds,
+            relist_seconds=self.resync_seconds,
+            backoff=self.backoff_seconds,
+            max_backoff=30.0 * self.backoff_seconds,
         )
-        for event in events:
-            if self._stop.is_set():
-                watcher.stop()
-                return
-            kind = event.get("type")
-            obj = as_configmap(event.get("object"))
-            if kind in ("ADDED", "MODIFIED") and obj is not None:
-                deliver(name, obj)
-            elif kind == "DELETED":
-                deliver(name, None)

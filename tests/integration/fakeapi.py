@@ -1,10 +1,12 @@
 """Fake API servers for list and watch: ConfigMaps by name for the webhook, a small cluster for
-the extender.
+the extender and the informer's own tests.
 
-They speak the wire protocol the official client uses (a List with `metadata.resourceVersion`,
-then a watch stream of JSON lines that ends after `timeoutSeconds`), so `KubernetesSource` runs
-unmodified against them, threads, client and all. Tests change objects with `put`/`delete`,
-which bump the resource version and notify open watches, and can make the next requests fail.
+They speak the API server's wire protocol (a List with `metadata.resourceVersion`, paged with
+`limit` and `continue`, then a watch stream of JSON lines with bookmarks that ends after
+`timeoutSeconds`), so the informer and its `ApiClient` run unmodified against them. Tests change
+objects with `put`/`delete`, which bump the resource version and notify open watches, and can
+make the next requests fail, expire a watch (as an ERROR event or an HTTP 410) or a continue
+token, hold changes back from open watches (`quiet`), send bookmarks and end every watch.
 """
 
 from __future__ import annotations
@@ -27,6 +29,8 @@ KINDS = {
     "pods": ("/api/v1/namespaces/{ns}/pods", "PodList"),
     "configmaps": ("/api/v1/namespaces/{ns}/configmaps", "ConfigMapList"),
 }
+# Namespaced kinds listed across every namespace.
+ALL_NAMESPACES = {"pods": "/api/v1/pods"}
 
 
 class _FakeApi:
@@ -44,22 +48,47 @@ class _FakeApi:
         self.history: list[tuple[int, str, dict[str, Any]]] = []
         self.runner: web.AppRunner | None = None
         self.url = ""
+        # The query of every list and watch request, in order.
+        self.list_requests: list[dict[str, str]] = []
+        self.watch_requests: list[dict[str, str]] = []
+        self.expire_continue_next = 0
+        self.gone_as_status = False
+        self.quiet = False
 
     async def start(self) -> None:
         app = web.Application()
         for kind, (path, _) in KINDS.items():
             app.router.add_get(path, self._handler(kind))
-        self.runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.5)
+        for kind, path in ALL_NAMESPACES.items():
+            app.router.add_get(path, self._handler(kind))
+        # A client that goes away cancels its watch here, as the real server notices it.
+        self.runner = web.AppRunner(
+            app, access_log=None, shutdown_timeout=0.5, handler_cancellation=True
+        )
         await self.runner.setup()
         site = web.TCPSite(self.runner, "127.0.0.1", 0)
         await site.start()
         self.url = f"http://127.0.0.1:{self.runner.addresses[0][1]}"
 
     async def stop(self) -> None:
-        for _, queue in self.watchers:
-            queue.put_nowait({"type": "CLOSE"})
+        self.close_watches()
         if self.runner is not None:
             await self.runner.cleanup()
+
+    def close_watches(self) -> None:
+        """End every open watch, as an API server restart (or a load balancer) does."""
+        for _, queue in self.watchers:
+            queue.put_nowait({"type": "CLOSE"})
+
+    def bookmark(self, kind: str) -> str:
+        """Move the resource version on (as writes elsewhere do) and send a bookmark carrying it
+        to the open watches of `kind` that asked for bookmarks; returns that version."""
+        version = self._bump()
+        mark = {"type": "BOOKMARK", "object": {"metadata": {"resourceVersion": version}}}
+        for watched, queue in self.watchers:
+            if watched == kind:
+                queue.put_nowait(mark)
+        return version
 
     def kubeconfig(self, path: Path) -> Path:
         path.write_text(
@@ -99,6 +128,8 @@ class _FakeApi:
 
     def _notify(self, kind: str, event: dict[str, Any]) -> None:
         self.history.append((self.version, kind, event))
+        if self.quiet:
+            return
         for watched, queue in self.watchers:
             if watched == kind:
                 queue.put_nowait(event)
@@ -134,21 +165,35 @@ class _FakeApi:
                 return refusal
             if request.query.get("watch") in ("true", "1", "True"):
                 return await self._watch(kind, request)
-            self._listed(kind)
+            self.list_requests.append(dict(request.query))
+            token = request.query.get("continue")
+            if token and self.expire_continue_next > 0:
+                self.expire_continue_next -= 1
+                return _failure(410, reason="Expired", message="continue token too old")
+            if not token:
+                self._listed(kind)
+            # A continue token carries the version its list was made at, and where it stopped.
+            version, _, offset = token.partition(":") if token else (str(self.version), "", "0")
             items = []
-            for obj in self.objects[kind].values():
+            for key in sorted(self.objects[kind]):
+                obj = self.objects[kind][key]
                 if self._matches(obj, request):
                     item = copy.deepcopy(obj)
                     # Items of a List carry no kind or apiVersion on the wire.
                     item.pop("kind", None)
                     item.pop("apiVersion", None)
                     items.append(item)
+            start = int(offset)
+            limit = int(request.query.get("limit") or 0) or len(items) + 1
+            metadata = {"resourceVersion": version}
+            if start + limit < len(items):
+                metadata["continue"] = f"{version}:{start + limit}"
             return web.json_response(
                 {
                     "kind": KINDS[kind][1],
                     "apiVersion": "v1",
-                    "metadata": {"resourceVersion": str(self.version)},
-                    "items": items,
+                    "metadata": metadata,
+                    "items": items[start : start + limit],
                 }
             )
 
@@ -156,10 +201,13 @@ class _FakeApi:
 
     async def _watch(self, kind: str, request: web.Request) -> web.StreamResponse:
         self._watched(kind)
+        self.watch_requests.append(dict(request.query))
+        if self.gone_as_status and self._gone(kind):
+            return _failure(410, reason="Expired", message="too old resource version")
         response = web.StreamResponse()
         response.content_type = "application/json"
         await response.prepare(request)
-        if self._gone(kind):
+        if not self.gone_as_status and self._gone(kind):
             gone = {
                 "type": "ERROR",
                 "object": {"kind": "Status", "code": 410, "reason": "Expired", "message": "old"},
@@ -176,6 +224,7 @@ class _FakeApi:
         self.watchers.append(entry)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + float(request.query.get("timeoutSeconds", "30"))
+        bookmarks = request.query.get("allowWatchBookmarks") == "true"
         try:
             while (left := deadline - loop.time()) > 0:
                 try:
@@ -184,7 +233,10 @@ class _FakeApi:
                     break
                 if event["type"] == "CLOSE":
                     break
-                if self._matches(event["object"], request):
+                if event["type"] == "BOOKMARK":
+                    if bookmarks:
+                        await response.write(json.dumps(event).encode() + b"\n")
+                elif self._matches(event["object"], request):
                     await response.write(json.dumps(event).encode() + b"\n")
         except (ConnectionResetError, asyncio.CancelledError):
             pass

@@ -1,8 +1,8 @@
 """The extender's informers against a fake API server: list, watch, 410 Gone, errors, restart.
 
-The fake (`tests.integration.fakeapi.FakeCluster`) speaks the wire protocol the official client
-uses, for Nodes, Pods (by label selector) and ConfigMaps (by field selector), so
-`KubernetesSource` runs unmodified against it, threads and client and all.
+The fake (`tests.integration.fakeapi.FakeCluster`) speaks the API server's wire protocol for
+Nodes, Pods (by label selector) and ConfigMaps (by field selector), so `KubernetesSource` runs
+unmodified against it, informers and client and all.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from extender.sources import KubernetesSource
 from extender.view import ClusterView
 from inference_policy.wire import ENGINE_LABEL as DEPLOYMENT_LABEL
 from localcluster.nodes import FakeNode
-from serving.kube import kubernetes_api
+from serving.apiserver import from_kubeconfig
 from tests.integration.extenderkit import (
     block,
     bound,
@@ -55,7 +55,7 @@ def _source(fake: FakeCluster, tmp_path: Path, **kwargs: Any) -> KubernetesSourc
     kubeconfig = str(fake.kubeconfig(tmp_path / "kubeconfig"))
     values: dict[str, Any] = {"watch_seconds": 1, "backoff_seconds": 0.05}
     values.update(kwargs)
-    return KubernetesSource([NAMESPACE], api_factory=kubernetes_api(kubeconfig), **values)
+    return KubernetesSource([NAMESPACE], from_kubeconfig(kubeconfig), **values)
 
 
 def _node(name: str, **kwargs: Any) -> dict[str, Any]:

@@ -1,7 +1,7 @@
 """KubernetesSource against a fake API server: list, watch, revisions, deletion, errors, 410.
 
-The official client runs for real on the source's threads; only the server is fake. Each test
-waits for the store to reach a state rather than sleeping a fixed time.
+The informer and its aiohttp client run for real; only the server is fake. Each test waits for
+the store to reach a state rather than sleeping a fixed time.
 """
 
 from __future__ import annotations
@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from inference_policy.signing import DEFAULT_CONFIGMAP_NAME, Reason
-from serving.kube import ClientConfigError, kubernetes_api
+from serving.apiserver import from_kubeconfig
+from serving.kube import ClientConfigError
 from tests.integration.fakeapi import FakeApiServer
 from tests.profilekit import NAMESPACE, NOW, Owner, request
 from webhook.profile_source import KubernetesSource, PolicyStore
@@ -43,10 +44,8 @@ def _version(store: PolicyStore) -> int:
 async def _source(
     api: FakeApiServer, tmp_path: Path, store: PolicyStore, resync: int = 30
 ) -> KubernetesSource:
-    factory = kubernetes_api(str(api.kubeconfig(tmp_path / "kubeconfig")))
-    source = KubernetesSource(
-        NAMESPACE, resync_seconds=resync, api_factory=factory, backoff_seconds=0.05
-    )
+    client = from_kubeconfig(str(api.kubeconfig(tmp_path / "kubeconfig")))
+    source = KubernetesSource(NAMESPACE, client, resync, backoff_seconds=0.05)
     await source.start(store)
     return source
 
@@ -185,4 +184,4 @@ async def test_a_configmap_the_role_does_not_name_did_not_arrive(
 
 def test_unusable_kubeconfig_is_a_clear_error(tmp_path: Path) -> None:
     with pytest.raises(ClientConfigError, match="cannot load the Kubernetes client"):
-        kubernetes_api(str(tmp_path / "missing"))
+        from_kubeconfig(str(tmp_path / "missing"))

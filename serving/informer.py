@@ -1,0 +1,518 @@
+"""List, then watch: the one way the webhook, the extender and the controller follow the cluster.
+
+Each server keeps a local copy of a few collections (ConfigMaps by name, Nodes, engine Pods) and
+reacts to changes. An `Informer` lists a collection page by page, hands every object to its
+handler, then watches from the list's resourceVersion, so a restarted process resumes from what
+the API server holds rather than from anything it remembered. Everything runs on the event loop
+and handlers are called there, one delta at a time, so what they change needs no lock.
+
+How it keeps the copy right:
+
+* A watch that ends (its `timeoutSeconds`, a dropped connection, any error) is resumed from the
+  last version seen, which bookmarks keep moving while nothing in the collection changes.
+* A version the API server no longer keeps (410 Gone, as an answer or as an ERROR event) is a
+  fresh list, and the difference from the copy is delivered: a synthetic DELETED for what is
+  gone, ADDED or MODIFIED for what is new or changed. A continue token that expired mid-list
+  starts that list over. Consumers therefore converge without ever seeing a list as such.
+* resourceVersion is opaque: it is sent back as received and compared only for equality. An
+  object whose uid and resourceVersion equal the stored copy's is a duplicate and not delivered
+  again; anything else is the newer state, as the API server sends changes in order.
+* Failures back off exponentially with jitter; the delay starts over after a healthy stream, one
+  that delivered something or stayed open a while, so a server that closes every watch at once
+  is retried at the backoff pace rather than in a tight loop.
+
+The transport is a port (`ListWatch`): `serving.apiserver.ApiClient` over aiohttp in the
+servers, an in-memory fake in the controller's tests. Cancelling `run` stops it at once, a
+blocked watch included, because the watch is an awaited read, not a thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol
+from urllib.parse import quote
+
+from serving.kube import Backoff, Gone, api_error, describe_error
+
+log = logging.getLogger(__name__)
+
+JSON = dict[str, Any]
+EventType = Literal["ADDED", "MODIFIED", "DELETED"]
+# A continue token can expire again while the restarted list pages; past this many restarts the
+# list counts as failed and backs off like any other error.
+LIST_RESTARTS = 3
+
+
+@dataclass(frozen=True)
+class Collection:
+    """One collection to list and watch: which resource, where, and which of its objects."""
+
+    resource: str
+    """The plural resource name, as in the URL: `pods`, `configmaps`, `nodes`."""
+    kind: str
+    """The kind of its objects; items of a list arrive without it and consumers expect it."""
+    namespace: str | None = None
+    """One namespace; None for a cluster-scoped resource, or a namespaced one in every
+    namespace (then objects are keyed `namespace/name`)."""
+    api_version: str = "v1"
+    label_selector: str | None = None
+    field_selector: str | None = None
+
+    @property
+    def path(self) -> str:
+        base = "/api/v1" if self.api_version == "v1" else f"/apis/{self.api_version}"
+        if self.namespace:
+            return f"{base}/namespaces/{quote(self.namespace, safe='')}/{self.resource}"
+        return f"{base}/{self.resource}"
+
+    def params(self) -> dict[str, str]:
+        """The selectors as query parameters."""
+        params: dict[str, str] = {}
+        if self.label_selector:
+            params["labelSelector"] = self.label_selector
+        if self.field_selector:
+            params["fieldSelector"] = self.field_selector
+        return params
+
+    def key(self, obj: JSON) -> str | None:
+        """Where the store files an object: its name within one namespace (or for a cluster
+        resource), `namespace/name` across namespaces; None for what is not an object."""
+        metadata = obj.get("metadata")
+        if not isinstance(metadata, dict):
+            return None
+        name = metadata.get("name")
+        if not isinstance(name, str):
+            return None
+        namespace = metadata.get("namespace")
+        if self.namespace is None and isinstance(namespace, str) and namespace:
+            return f"{namespace}/{name}"
+        return name
+
+    def __str__(self) -> str:
+        where = f" in {self.namespace}" if self.namespace else ""
+        selector = ", ".join(s for s in (self.label_selector, self.field_selector) if s)
+        return f"{self.resource}{where}" + (f" ({selector})" if selector else "")
+
+
+@dataclass(frozen=True)
+class Page:
+    """One page of a list: its items, the list's resourceVersion, and the token for the next
+    page (None on the last)."""
+
+    items: list[JSON]
+    resource_version: str
+    continue_token: str | None = None
+
+
+@dataclass(frozen=True)
+class WatchEvent:
+    """One line of a watch stream: ADDED, MODIFIED, DELETED, BOOKMARK or ERROR, and the object
+    (a `Status` for ERROR)."""
+
+    type: str
+    object: JSON
+
+
+class ListWatch(Protocol):
+    """What an informer needs from the API server."""
+
+    async def list_page(
+        self, collection: Collection, *, limit: int, continue_token: str | None = None
+    ) -> Page:
+        """One page of the collection; raises Gone when `continue_token` has expired."""
+
+    def watch(
+        self, collection: Collection, *, resource_version: str, timeout_seconds: int
+    ) -> AsyncIterator[WatchEvent]:
+        """Changes after `resource_version`, with bookmarks, until the server ends the stream;
+        raises Gone (or yields an ERROR event with code 410) when that version is no longer
+        kept."""
+
+
+@dataclass(frozen=True)
+class Delta:
+    """A change delivered to a handler."""
+
+    type: EventType
+    object: JSON
+    """The object now; for DELETED, its last state (the store's copy for a synthetic delete)."""
+    old: JSON | None
+    """The copy the store held before, if any."""
+    listed: bool
+    """Found by a (re)list rather than received from a watch: the list's `on_listed` follows
+    once every difference of that list has been delivered."""
+
+
+def version_of(obj: JSON | None) -> str | None:
+    """The object's resourceVersion, as the opaque string it is."""
+    metadata = (obj or {}).get("metadata")
+    value = metadata.get("resourceVersion") if isinstance(metadata, dict) else None
+    return value if isinstance(value, str) else None
+
+
+def uid_of(obj: JSON | None) -> str | None:
+    metadata = (obj or {}).get("metadata")
+    value = metadata.get("uid") if isinstance(metadata, dict) else None
+    return value if isinstance(value, str) else None
+
+
+def same_revision(a: JSON | None, b: JSON | None) -> bool:
+    """The same object at the same version: uid and resourceVersion both present and equal."""
+    if a is None or b is None:
+        return False
+    version = version_of(a)
+    return version is not None and version == version_of(b) and uid_of(a) == uid_of(b)
+
+
+class ObjectStore:
+    """Objects by key (see `Collection.key`), as last delivered."""
+
+    def __init__(self, key: Callable[[JSON], str | None]) -> None:
+        self.key = key
+        self.objects: dict[str, JSON] = {}
+
+    def get(self, key: str) -> JSON | None:
+        return self.objects.get(key)
+
+    def names(self) -> list[str]:
+        return list(self.objects)
+
+    def values(self) -> list[JSON]:
+        return list(self.objects.values())
+
+    def __len__(self) -> int:
+        return len(self.objects)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self.objects
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(list(self.objects))
+
+    def put(self, obj: JSON) -> JSON | None:
+        """Store `obj` under its key; returns the copy it replaced."""
+        key = self.key(obj)
+        if key is None:
+            return None
+        old = self.objects.get(key)
+        self.objects[key] = obj
+        return old
+
+    def write_through(self, obj: JSON) -> None:
+        """An object a write returned: stored only if the store still holds that object (the
+        same uid), so the next read sees the write before the watch brings it."""
+        key = self.key(obj)
+        old = self.objects.get(key) if key is not None else None
+        if key is not None and old is not None and uid_of(old) == uid_of(obj):
+            self.objects[key] = obj
+
+    def remove(self, key: str) -> JSON | None:
+        return self.objects.pop(key, None)
+
+
+async def list_all(api: ListWatch, collection: Collection, *, page_size: int = 500) -> Page:
+    """Every object of the collection, page by page, as one consistent list: the items (with
+    their kind and apiVersion, which list items lack) and the list's resourceVersion. A continue
+    token that expires mid-list starts the list over, a few times at most."""
+    restarts = 0
+    while True:
+        items: list[JSON] = []
+        token: str | None = None
+        try:
+            while True:
+                page = await api.list_page(collection, limit=page_size, continue_token=token)
+                items.extend(page.items)
+                token = page.continue_token or None
+                if token is None:
+                    break
+        except Gone:
+            if token is None or restarts >= LIST_RESTARTS:
+                raise
+            restarts += 1
+            log.info("list of %s expired between pages; listing again", collection)
+            continue
+        for item in items:
+            item.setdefault("apiVersion", collection.api_version)
+            item.setdefault("kind", collection.kind)
+        return Page(items, page.resource_version)
+
+
+Handler = Callable[[Delta], None]
+
+
+class Informer:
+    """One collection listed, then watched, until cancelled; see the module docstring."""
+
+    def __init__(
+        self,
+        api: ListWatch,
+        collection: Collection,
+        handler: Handler,
+        *,
+        on_listed: Callable[[Informer], None] | None = None,
+        on_error: Callable[[Exception], None] | None = None,
+        page_size: int = 500,
+        watch_timeout: int = 300,
+        relist_seconds: float | None = None,
+        backoff: float = 0.5,
+        max_backoff: float = 30.0,
+        healthy_seconds: float = 10.0,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.api = api
+        self.collection = collection
+        self.handler = handler
+        self.on_listed = on_listed
+        self.on_error = on_error
+        self.page_size = page_size
+        self.watch_timeout = watch_timeout
+        self.relist_seconds = relist_seconds
+        self.backoff = Backoff(backoff, max_backoff)
+        self.healthy_seconds = healthy_seconds
+        self.sleep = sleep
+        self.monotonic = monotonic
+        self.store = ObjectStore(collection.key)
+        self.synced = asyncio.Event()
+        self.version = ""
+        self.lists = 0
+        self.watches = 0
+        self.errors = 0
+        self._listed_at = 0.0
+        self._heard = False
+        self._watch_started = 0.0
+        self._task: asyncio.Task[None] | None = None
+
+    @property
+    def what(self) -> str:
+        return str(self.collection)
+
+    # -- running -------------------------------------------------------------------------------
+
+    def start(self) -> asyncio.Task[None]:
+        """Run in a task of its own (once); `stop` ends it."""
+        if self._task is None:
+            self._task = asyncio.get_running_loop().create_task(
+                self.run(), name=f"informer {self.what}"
+            )
+        return self._task
+
+    async def stop(self) -> None:
+        """Cancel the run and wait for it, which closes an open watch."""
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+
+    async def run(self) -> None:
+        """List and watch until cancelled; no error ends it."""
+        need_list = True
+        while True:
+            self._heard = False
+            listed = False
+            try:
+                if need_list:
+                    await self.relist()
+                    need_list, listed = False, True
+                    # A fresh list is as good as a healthy stream: failures start over.
+                    self.backoff.reset()
+                await self._watch()
+            except asyncio.CancelledError:
+                raise
+            except Gone as exc:
+                if need_list:
+                    # The list itself, not a watch: an error like any other.
+                    await self._failed(exc, healthy=False)
+                    continue
+                log.info(
+                    "watch of %s expired at version %r; listing again", self.what, self.version
+                )
+                need_list = True
+                if listed and not self._heard:
+                    # Expired at once from a version just listed: do not relist in a tight loop.
+                    await self.sleep(self.backoff.next())
+                continue
+            except Exception as exc:
+                await self._failed(exc, healthy=not need_list and self._healthy())
+                # Without a version to resume from (the list itself failed) only a list helps.
+                need_list = need_list or not self.version
+                continue
+            if self._healthy():
+                self.backoff.reset()
+            else:
+                # Closed at once with nothing said: wait as after an error, or this would spin.
+                await self.sleep(self.backoff.next())
+            if self._relist_due():
+                need_list = True
+
+    def _healthy(self) -> bool:
+        """The last watch delivered something, or stayed open a while."""
+        if self._heard:
+            return True
+        lasted = self.monotonic() - self._watch_started
+        return lasted >= min(self.healthy_seconds, self.watch_timeout / 2)
+
+    def _relist_due(self) -> bool:
+        return (
+            self.relist_seconds is not None
+            and self.monotonic() - self._listed_at >= self.relist_seconds
+        )
+
+    async def _failed(self, exc: Exception, *, healthy: bool) -> None:
+        self.errors += 1
+        if healthy:
+            # The stream was fine until now: this failure starts the backoff over.
+            self.backoff.reset()
+        log.warning(
+            "list/watch of %s failed (%s); retrying in about %.1fs",
+            self.what,
+            describe_error(exc),
+            self.backoff.delay,
+        )
+        if self.on_error is not None:
+            try:
+                self.on_error(exc)
+            except Exception:
+                log.exception("error handler failed for %s", self.what)
+        await self.sleep(self.backoff.next())
+
+    # -- list ----------------------------------------------------------------------------------
+
+    async def relist(self) -> None:
+        """List the collection and deliver its difference from the store."""
+        page = await list_all(self.api, self.collection, page_size=self.page_size)
+        self.lists += 1
+        self._listed_at = self.monotonic()
+        seen: set[str] = set()
+        for obj in page.items:
+            key = self.collection.key(obj)
+            if key is None:
+                continue
+            seen.add(key)
+            self._upsert(obj, listed=True)
+        for key in [k for k in self.store.names() if k not in seen]:
+            gone = self.store.remove(key)
+            if gone is not None:
+                self._deliver(Delta("DELETED", gone, gone, listed=True))
+        self.version = page.resource_version
+        if self.on_listed is not None:
+            try:
+                self.on_listed(self)
+            except Exception:
+                log.exception("list handler failed for %s", self.what)
+        self.synced.set()
+
+    # -- watch ---------------------------------------------------------------------------------
+
+    async def _watch(self) -> None:
+        """Follow one watch stream until the server ends it."""
+        self.watches += 1
+        self._watch_started = self.monotonic()
+        timeout = max(1, int(self.watch_timeout * (0.5 + random.random() / 2)))  # noqa: S311
+        stream = self.api.watch(
+            self.collection, resource_version=self.version, timeout_seconds=timeout
+        )
+        try:
+            async for event in stream:
+                self._heard = True
+                self._on_event(event)
+        finally:
+            # An ERROR event or a cancellation leaves the stream half read: close it now, so its
+            # connection goes back at once rather than when the collector finds it.
+            close = getattr(stream, "aclose", None)
+            if close is not None:
+                await close()
+
+    def _on_event(self, event: WatchEvent) -> None:
+        obj = event.object
+        if event.type == "ERROR":
+            code = obj.get("code")
+            raise api_error(
+                code if isinstance(code, int) else 500,
+                str(obj.get("reason") or ""),
+                str(obj.get("message") or ""),
+            )
+        version = version_of(obj)
+        if event.type == "BOOKMARK":
+            if version:
+                self.version = version
+            return
+        key = self.collection.key(obj)
+        if key is not None:
+            if event.type == "DELETED":
+                old = self.store.remove(key)
+                # Nothing held (a relist already reported it gone): nothing to tell.
+                if old is not None:
+                    self._deliver(Delta("DELETED", obj, old, listed=False))
+            elif event.type in ("ADDED", "MODIFIED"):
+                self._upsert(obj, listed=False)
+            else:
+                log.debug("ignoring a %s event on %s", event.type, self.what)
+        if version:
+            self.version = version
+
+    # -- delivery ------------------------------------------------------------------------------
+
+    def _upsert(self, obj: JSON, *, listed: bool) -> None:
+        key = self.collection.key(obj)
+        if key is None:
+            return
+        old = self.store.get(key)
+        if same_revision(old, obj):
+            return
+        if old is not None and uid_of(old) != uid_of(obj):
+            # Deleted and created again under the same name: to a consumer keyed by uid these
+            # are two objects, so it hears of the old one's end first.
+            self.store.remove(key)
+            self._deliver(Delta("DELETED", old, old, listed=listed))
+            old = None
+        self.store.put(obj)
+        self._deliver(Delta("ADDED" if old is None else "MODIFIED", obj, old, listed=listed))
+
+    def _deliver(self, delta: Delta) -> None:
+        try:
+            self.handler(delta)
+        except Exception:
+            # A handler bug must not kill the watch: the object is still stored, and the next
+            # change to it (or a relist) gives the handler another chance.
+            log.exception("handler failed for %s event on %s", delta.type, self.what)
+
+
+class Informers:
+    """A server's informers over one client: started together, stopped together, and the client
+    closed after them, so a stop leaves no watch open."""
+
+    def __init__(self, api: ListWatch) -> None:
+        self.api = api
+        self.informers: list[Informer] = []
+
+    def add(self, informer: Informer) -> Informer:
+        self.informers.append(informer)
+        return informer
+
+    def start(self) -> None:
+        for informer in self.informers:
+            informer.start()
+
+    async def stop(self) -> None:
+        await asyncio.gather(*(informer.stop() for informer in self.informers))
+        close = getattr(self.api, "close", None)
+        if close is not None:
+            await close()
+
+    @property
+    def synced(self) -> bool:
+        return all(informer.synced.is_set() for informer in self.informers)
+
+    @property
+    def errors(self) -> int:
+        return sum(informer.errors for informer in self.informers)
+
+    @property
+    def lists(self) -> int:
+        return sum(informer.lists for informer in self.informers)

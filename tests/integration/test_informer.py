@@ -1,0 +1,341 @@
+"""The shared informer (`serving.informer`) over its aiohttp client, against the fake API server.
+
+We test these aspects:
+
+* a list is read page by page, delivered once whole, and the store equals it;
+* a continue token that expires mid-list starts the list over, with nothing delivered twice;
+* the watch asks for bookmarks and a timeout, resumes from the last version (a bookmark's
+  included) without listing again, and bookmarks are never delivered;
+* a 410, as an ERROR event or as an HTTP answer, is a fresh list whose difference is delivered:
+  a synthetic DELETED for what went away meanwhile, upserts for what changed;
+* a duplicate (same uid and resourceVersion) is not delivered again; a name recreated with a
+  new uid is a DELETED then an ADDED;
+* failures back off exponentially with jitter, and start over after a list or a healthy stream;
+* namespace and cluster scope, label selectors;
+* a handler that raises does not stop the informer;
+* stopping cancels a blocked watch at once and closes its connection.
+
+Every wait is on a condition with a deadline, never a fixed sleep.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from serving.apiserver import ApiClient, from_kubeconfig
+from serving.informer import Collection, Delta, Informer
+from tests.integration.fakeapi import FakeCluster
+
+NODES = Collection("nodes", "Node")
+
+
+@pytest.fixture
+async def cluster() -> AsyncIterator[FakeCluster]:
+    fake = FakeCluster()
+    await fake.start()
+    yield fake
+    await fake.stop()
+
+
+@pytest.fixture
+async def client(cluster: FakeCluster, tmp_path: Path) -> AsyncIterator[ApiClient]:
+    api = from_kubeconfig(str(cluster.kubeconfig(tmp_path / "kubeconfig")))
+    yield api
+    await api.close()
+
+
+async def until(predicate: Callable[[], bool], timeout: float = 10.0) -> None:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not predicate():
+        if loop.time() > deadline:
+            raise AssertionError("condition not reached in time")
+        await asyncio.sleep(0.01)
+
+
+def node(name: str, **labels: str) -> dict[str, Any]:
+    return {"metadata": {"name": name, "labels": labels}}
+
+
+def pod(namespace: str, name: str, **labels: str) -> dict[str, Any]:
+    return {"metadata": {"name": name, "namespace": namespace, "labels": labels}}
+
+
+class Recorder:
+    """The deltas an informer delivered, and the store's keys at each completed list."""
+
+    def __init__(self) -> None:
+        self.deltas: list[Delta] = []
+        self.listed: list[list[str]] = []
+
+    def __call__(self, delta: Delta) -> None:
+        self.deltas.append(delta)
+
+    def on_listed(self, informer: Informer) -> None:
+        self.listed.append(sorted(informer.store.names()))
+
+    def seen(self, kind: str) -> list[str]:
+        return [str(d.object["metadata"]["name"]) for d in self.deltas if d.type == kind]
+
+
+def informer(
+    client: ApiClient, recorder: Recorder, collection: Collection = NODES, **options: Any
+) -> Informer:
+    values: dict[str, Any] = {"watch_timeout": 30, "backoff": 0.01, "max_backoff": 0.1}
+    values.update(options)
+    return Informer(client, collection, recorder, on_listed=recorder.on_listed, **values)
+
+
+async def test_a_list_is_read_in_pages_and_delivered_once_whole(
+    cluster: FakeCluster, client: ApiClient
+) -> None:
+    for i in range(7):
+        cluster.put("nodes", node(f"n{i}"))
+    recorder = Recorder()
+    subject = informer(client, recorder, page_size=3)
+    subject.start()
+    try:
+        await asyncio.wait_for(subject.synced.wait(), 10)
+        pages = cluster.list_requests
+        assert [p.get("limit") for p in pages] == ["3", "3", "3"]
+        assert [p.get("continue") is not None for p in pages] == [False, True, True]
+        assert sorted(recorder.seen("ADDED")) == [f"n{i}" for i in range(7)]
+        assert all(d.listed for d in recorder.deltas)
+        assert recorder.listed == [[f"n{i}" for i in range(7)]]
+        # List items come without kind and apiVersion; the informer restores them.
+        stored = subject.store.get("n0")
+        assert stored is not None and (stored["kind"], stored["apiVersion"]) == ("Node", "v1")
+        assert subject.lists == 1 and subject.errors == 0
+    finally:
+        await subject.stop()
+
+
+async def test_an_expired_continue_token_starts_the_list_over(
+    cluster: FakeCluster, client: ApiClient
+) -> None:
+    for i in range(5):
+        cluster.put("nodes", node(f"n{i}"))
+    cluster.expire_continue_next = 1
+    recorder = Recorder()
+    subject = informer(client, recorder, page_size=2)
+    subject.start()
+    try:
+        await asyncio.wait_for(subject.synced.wait(), 10)
+        # First page, an expired second page, then the whole list again in three pages.
+        tokens = [p.get("continue") is not None for p in cluster.list_requests]
+        assert tokens == [False, True, False, True, True]
+        assert sorted(recorder.seen("ADDED")) == [f"n{i}" for i in range(5)]
+        assert len(recorder.deltas) == 5 and subject.errors == 0 and subject.lists == 1
+    finally:
+        await subject.stop()
+
+
+async def test_the_watch_resumes_from_bookmarks_and_never_delivers_them(
+    cluster: FakeCluster, client: ApiClient
+) -> None:
+    cluster.put("nodes", node("n1"))
+    recorder = Recorder()
+    subject = informer(client, recorder, watch_timeout=30)
+    subject.start()
+    try:
+        await until(lambda: len(cluster.watchers) == 1)
+        first = cluster.watch_requests[0]
+        assert first["allowWatchBookmarks"] == "true"
+        assert first["resourceVersion"] == subject.version
+        # Jittered, so that replicas do not all reconnect at once.
+        assert 15 <= int(first["timeoutSeconds"]) <= 30
+        marked = cluster.bookmark("nodes")
+        await until(lambda: subject.version == marked)
+        assert len(recorder.deltas) == 1  # the listed n1, nothing for the bookmark
+        cluster.close_watches()
+        await until(lambda: len(cluster.watch_requests) == 2)
+        assert cluster.watch_requests[1]["resourceVersion"] == marked
+        # A resumed watch is not a list, and what changes after it is delivered as it happens.
+        cluster.put("nodes", node("n2"))
+        await until(lambda: "n2" in subject.store)
+        assert subject.lists == 1
+        assert recorder.deltas[-1].type == "ADDED" and not recorder.deltas[-1].listed
+    finally:
+        await subject.stop()
+
+
+@pytest.mark.parametrize("as_status", [False, True], ids=["error-event", "http-410"])
+async def test_gone_relists_and_delivers_the_difference(
+    cluster: FakeCluster, client: ApiClient, as_status: bool
+) -> None:
+    for name in ("keep", "change", "vanish"):
+        cluster.put("nodes", node(name))
+    recorder = Recorder()
+    subject = informer(client, recorder)
+    subject.start()
+    try:
+        await until(lambda: len(cluster.watchers) == 1)
+        assert recorder.listed == [["change", "keep", "vanish"]]
+        # While the watch is away, its version is compacted and the collection changes.
+        cluster.quiet = True
+        cluster.gone_as_status = as_status
+        cluster.gone_next["nodes"] = 1
+        cluster.delete("nodes", "/vanish")
+        cluster.put("nodes", node("change", colour="blue"))
+        cluster.put("nodes", node("new"))
+        cluster.close_watches()
+        await until(lambda: len(recorder.listed) == 2)
+        cluster.quiet = False
+        after = recorder.deltas[3:]
+        assert all(d.listed for d in after)
+        assert {(d.type, d.object["metadata"]["name"]) for d in after} == {
+            ("DELETED", "vanish"),
+            ("MODIFIED", "change"),
+            ("ADDED", "new"),
+        }
+        changed = next(d for d in after if d.type == "MODIFIED")
+        assert changed.old is not None and changed.old["metadata"]["labels"] == {}
+        assert recorder.listed[-1] == ["change", "keep", "new"]
+        assert subject.lists == 2 and subject.errors == 0
+        # The watch goes on from the fresh list.
+        cluster.delete("nodes", "/keep")
+        await until(lambda: "keep" not in subject.store)
+        assert recorder.deltas[-1].type == "DELETED" and not recorder.deltas[-1].listed
+    finally:
+        await subject.stop()
+
+
+async def test_duplicates_are_skipped_and_a_recreated_name_is_two_objects(
+    cluster: FakeCluster, client: ApiClient
+) -> None:
+    cluster.put("nodes", node("a"))
+    cluster.put("nodes", node("b"))
+    recorder = Recorder()
+    subject = informer(client, recorder, relist_seconds=0, watch_timeout=1)
+    subject.start()
+    try:
+        # relist_seconds=0: every watch that ends is followed by a list of unchanged objects.
+        await until(lambda: subject.lists >= 3)
+        assert sorted(recorder.seen("ADDED")) == ["a", "b"] and len(recorder.deltas) == 2
+        old_uid = subject.store.get("a")["metadata"]["uid"]  # type: ignore[index]
+        cluster.quiet = True
+        cluster.delete("nodes", "/a")
+        cluster.put("nodes", node("a"))
+        lists = subject.lists
+        await until(lambda: subject.lists > lists)
+        cluster.quiet = False
+        assert [(d.type, d.object["metadata"]["uid"]) for d in recorder.deltas[2:]] == [
+            ("DELETED", old_uid),
+            ("ADDED", cluster.objects["nodes"]["/a"]["metadata"]["uid"]),
+        ]
+    finally:
+        await subject.stop()
+
+
+async def test_failures_back_off_with_jitter_and_start_over_after_success(
+    cluster: FakeCluster, client: ApiClient
+) -> None:
+    waits: list[float] = []
+
+    async def sleep(seconds: float) -> None:
+        waits.append(seconds)
+        await asyncio.sleep(0)
+
+    errors: list[int] = []
+    cluster.fail_next["nodes"] = 3
+    subject = Informer(
+        client,
+        NODES,
+        lambda delta: None,
+        on_error=lambda exc: errors.append(getattr(exc, "status", 0)),
+        backoff=1.0,
+        max_backoff=8.0,
+        sleep=sleep,
+    )
+    subject.start()
+    try:
+        await asyncio.wait_for(subject.synced.wait(), 10)
+        assert errors == [500, 500, 500] and subject.errors == 3
+        # Doubling from 1s, each jittered within ±50%.
+        assert len(waits) == 3
+        for wait, base in zip(waits, (1.0, 2.0, 4.0), strict=True):
+            assert 0.5 * base <= wait <= 1.5 * base
+        # The list succeeded, so the backoff starts over: a watch closed at once with nothing
+        # said waits the base delay (rather than spinning), then two failures double it.
+        await until(lambda: len(cluster.watchers) == 1)
+        cluster.fail_next["nodes"] = 2
+        cluster.close_watches()
+        await until(lambda: len(waits) >= 6 and len(cluster.watchers) == 1)
+        for wait, base in zip(waits[3:], (1.0, 2.0, 4.0), strict=True):
+            assert 0.5 * base <= wait <= 1.5 * base
+        # Watch failures resume the watch; they do not list again.
+        assert subject.lists == 1 and subject.errors == 5
+        # A watch that delivered something was healthy: after it, the delay starts over.
+        cluster.put("nodes", node("n1"))
+        await until(lambda: "n1" in subject.store)
+        cluster.fail_next["nodes"] = 1
+        cluster.close_watches()
+        await until(lambda: len(waits) >= 7 and len(cluster.watchers) == 1)
+        assert len(waits) == 7 and 0.5 <= waits[6] <= 1.5
+    finally:
+        await subject.stop()
+
+
+async def test_namespace_and_cluster_scope_with_a_label_selector(
+    cluster: FakeCluster, client: ApiClient
+) -> None:
+    cluster.put("pods", pod("a", "p", app="x"))
+    cluster.put("pods", pod("b", "p", app="x"))
+    cluster.put("pods", pod("a", "unlabelled"))
+    recorder_all, in_a = Recorder(), Recorder()
+    subjects = [
+        informer(client, recorder_all, Collection("pods", "Pod", label_selector="app")),
+        informer(client, in_a, Collection("pods", "Pod", "a", label_selector="app")),
+    ]
+    for subject in subjects:
+        subject.start()
+    try:
+        await until(lambda: all(s.synced.is_set() for s in subjects))
+        assert recorder_all.listed == [["a/p", "b/p"]]
+        assert in_a.listed == [["p"]]
+        cluster.put("pods", pod("b", "q", app="x"))
+        await until(lambda: "b/q" in subjects[0].store)
+        assert recorder_all.deltas[-1].object["metadata"]["namespace"] == "b"
+        assert [d.object["metadata"]["name"] for d in in_a.deltas] == ["p"]
+    finally:
+        for subject in subjects:
+            await subject.stop()
+
+
+async def test_a_failing_handler_does_not_stop_the_informer(
+    cluster: FakeCluster, client: ApiClient
+) -> None:
+    seen: list[str] = []
+
+    def handler(delta: Delta) -> None:
+        seen.append(delta.object["metadata"]["name"])
+        raise RuntimeError("a consumer bug")
+
+    subject = Informer(client, NODES, handler, backoff=0.01)
+    cluster.put("nodes", node("n1"))
+    subject.start()
+    try:
+        await asyncio.wait_for(subject.synced.wait(), 10)
+        cluster.put("nodes", node("n2"))
+        await until(lambda: seen == ["n1", "n2"])
+        assert subject.store.names() == ["n1", "n2"] and subject.errors == 0
+    finally:
+        await subject.stop()
+
+
+async def test_stop_cancels_a_blocked_watch_and_closes_its_connection(
+    cluster: FakeCluster, client: ApiClient
+) -> None:
+    subject = informer(client, Recorder(), watch_timeout=3600)
+    task = subject.start()
+    await until(lambda: len(cluster.watchers) == 1)
+    await asyncio.wait_for(subject.stop(), 2)
+    assert task.done() and task.cancelled()
+    # The server sees the connection go: its watch handler is cancelled and deregistered.
+    await until(lambda: not cluster.watchers, timeout=5)
+    assert len(cluster.watch_requests) == 1

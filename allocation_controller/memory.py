@@ -29,6 +29,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 from allocation_controller.ports import JSON, ApiError, Conflict, Gone, NotFound
+from inference_policy.engine_pod import planned_pod as _planned
+from inference_policy.plan import parse_plan
 from serving.informer import Collection, Page, WatchEvent
 
 _KINDS: dict[str, str] = {"pods": "Pod", "configmaps": "ConfigMap", "leases": "Lease"}
@@ -346,29 +348,16 @@ def planned_pod(
     created: str | None = None,
     sidecar: bool = True,
 ) -> JSON:
-    """An engine Pod with the plan applied as the admission webhook applies it: the engine
-    container's image and accelerator resources, RuntimeClass, architecture selector, readiness
-    gate and the compact plan annotation. Unbound."""
-    resources: JSON = {"requests": {"cpu": "2", "memory": "8Gi"}}
-    for part in ("requests", "limits"):
-        if part == "limits" and plan.get("path") == "cpu":
-            resources.pop("limits", None)
-            continue
-        planned = dict((plan.get("resources") or {}).get(part) or {})
-        if planned:
-            resources[part] = {**resources.get(part, {}), **planned}
-    containers: list[JSON] = [{"name": "engine", "image": plan["image"], "resources": resources}]
+    """An engine Pod with the plan applied as the admission webhook applies it (the core's own
+    rewrite, `inference_policy.engine_pod.planned_pod`). Unbound."""
+    parsed = parse_plan(plan)
+    containers: list[JSON] = [
+        {"name": "engine", "image": "placeholder.invalid/engine:latest", "resources": {}}
+    ]
+    containers[0]["resources"] = {"requests": {"cpu": "2", "memory": "8Gi"}}
     if sidecar:
         containers.append({"name": "metrics", "image": "registry.invalid/exporter:1"})
-    spec: JSON = {
-        "containers": containers,
-        "nodeSelector": dict(plan.get("nodeSelector") or {}),
-        "readinessGates": [{"conditionType": "kamiwaza.ai/AllocationVerified"}],
-        "schedulerName": "kamiwaza-inference-scheduler",
-    }
-    if plan.get("runtimeClassName"):
-        spec["runtimeClassName"] = plan["runtimeClassName"]
-    return {
+    pod: JSON = {
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {
@@ -377,13 +366,20 @@ def planned_pod(
             "labels": {"kamiwaza.ai/deployment-id": f"dep-{name}"},
             "annotations": {
                 "kamiwaza.ai/deployment-request": json.dumps(request, separators=(",", ":")),
-                "kamiwaza.ai/plan": json.dumps(plan, separators=(",", ":")),
             },
             **({"creationTimestamp": created} if created else {}),
         },
-        "spec": spec,
+        "spec": {"containers": containers},
         "status": {"phase": "Pending"},
     }
+    return _planned(
+        pod,
+        0,
+        parsed,
+        parsed.text(),
+        scheduler_name="kamiwaza-inference-scheduler",
+        pull_secret=None,
+    )
 
 
 def bind(pod: JSON, node: str = "gpu-node-1", at: str | None = None) -> None:

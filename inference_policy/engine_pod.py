@@ -139,6 +139,70 @@ def _planned_image(text: str) -> str | None:
     return plan.image
 
 
+@dataclass(frozen=True, slots=True)
+class Edit:
+    """One field the plan sets (or, with `remove`, takes away), by its path in the Pod."""
+
+    path: tuple[str | int, ...]
+    value: Any = None
+    remove: bool = False
+
+
+def plan_edits(
+    pod: Mapping[str, Any],
+    index: int,
+    plan: Plan,
+    plan_text: str,
+    *,
+    scheduler_name: str,
+    pull_secret: str | None,
+) -> list[Edit]:
+    """Every field the plan governs, with the value the planned Pod holds there. Fields already
+    holding that value are included too: the caller compares, so a planned Pod (a reinvoked
+    webhook) comes out unchanged."""
+    spec = _mapping(pod.get("spec"))
+    container = _mapping(spec["containers"][index])
+    edits = [
+        Edit(("metadata", "annotations", PLAN_ANNOTATION), plan_text),
+        Edit(("spec", "containers", index, "image"), plan.image),
+        Edit(
+            ("spec", "containers", index, "resources"),
+            planned_resources(_mapping(container.get("resources")), plan),
+        ),
+        Edit(("spec", "runtimeClassName"), plan.runtimeClassName, not plan.runtimeClassName),
+        Edit(("spec", "nodeSelector"), dict(plan.nodeSelector or {})),
+        Edit(("spec", "schedulerName"), scheduler_name),
+    ]
+    if pull_secret:
+        # The seed: engine Pods carry only the staging credential as their pull Secret.
+        edits.append(Edit(("spec", "imagePullSecrets"), [{"name": pull_secret}]))
+    gates = spec.get("readinessGates") or []
+    if not any(isinstance(g, Mapping) and g.get("conditionType") == READINESS_GATE for g in gates):
+        edits.append(Edit(("spec", "readinessGates"), [*gates, {"conditionType": READINESS_GATE}]))
+    return edits
+
+
+def apply_edits(pod: Mapping[str, Any], edits: Sequence[Edit]) -> dict[str, Any]:
+    """The Pod with the edits made, copying only the objects on their paths."""
+    new = dict(pod)
+    for edit in edits:
+        parent: Any = new
+        for token in edit.path[:-1]:
+            if isinstance(parent, list) and isinstance(token, int):
+                child = parent[token]
+            else:
+                child = parent.get(token)
+            child = list(child) if isinstance(child, list) else dict(child or {})
+            parent[token] = child
+            parent = child
+        last = edit.path[-1]
+        if edit.remove:
+            parent.pop(last, None)
+        else:
+            parent[last] = edit.value
+    return new
+
+
 def planned_pod(
     pod: Mapping[str, Any],
     index: int,
@@ -148,37 +212,11 @@ def planned_pod(
     scheduler_name: str,
     pull_secret: str | None,
 ) -> dict[str, Any]:
-    """The Pod as the plan wants it, copying only what changes (the rest is shared)."""
-    new = dict(pod)
-    metadata = dict(_mapping(pod.get("metadata")))
-    new["metadata"] = metadata
-    notes = dict(_mapping(metadata.get("annotations")))
-    notes[PLAN_ANNOTATION] = plan_text
-    metadata["annotations"] = notes
-
-    spec = dict(_mapping(pod.get("spec")))
-    new["spec"] = spec
-    containers = list(spec["containers"])
-    container = dict(containers[index])
-    containers[index] = container
-    spec["containers"] = containers
-    container["image"] = plan.image
-    container["resources"] = planned_resources(_mapping(container.get("resources")), plan)
-
-    if plan.runtimeClassName:
-        spec["runtimeClassName"] = plan.runtimeClassName
-    else:
-        spec.pop("runtimeClassName", None)
-    spec["nodeSelector"] = dict(plan.nodeSelector or {})
-    spec["schedulerName"] = scheduler_name
-    if pull_secret:
-        # The seed: engine Pods carry only the staging credential as their pull Secret.
-        spec["imagePullSecrets"] = [{"name": pull_secret}]
-    gates = list(spec.get("readinessGates") or [])
-    if not any(isinstance(g, Mapping) and g.get("conditionType") == READINESS_GATE for g in gates):
-        gates.append({"conditionType": READINESS_GATE})
-        spec["readinessGates"] = gates
-    return new
+    """The Pod as the plan wants it (what the webhook's patch makes of it)."""
+    edits = plan_edits(
+        pod, index, plan, plan_text, scheduler_name=scheduler_name, pull_secret=pull_secret
+    )
+    return apply_edits(pod, edits)
 
 
 def planned_resources(current: Mapping[str, Any], plan: Plan) -> dict[str, Any]:
@@ -205,10 +243,13 @@ def planned_resources(current: Mapping[str, Any], plan: Plan) -> dict[str, Any]:
 
 __all__ = [
     "READINESS_GATE",
+    "Edit",
     "PodRefusal",
     "admission_refusal",
+    "apply_edits",
     "engine_container_name",
     "forgery_message",
+    "plan_edits",
     "planned_pod",
     "planned_resources",
     "update_refusal",

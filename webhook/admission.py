@@ -36,10 +36,11 @@ import orjson
 
 from inference_policy.access import CONTAINER_LISTS
 from inference_policy.engine_pod import (
+    Edit,
     PodRefusal,
     admission_refusal,
     engine_container_name,
-    planned_pod,
+    plan_edits,
     update_refusal,
 )
 from inference_policy.plan import Plan
@@ -49,7 +50,7 @@ from inference_policy.wire import (
     ENGINE_LABEL,
     REQUEST_ANNOTATION,
 )
-from webhook.jsonpatch import diff
+from webhook.jsonpatch import edits_patch
 from webhook.profile_source import Memo, PolicyStore
 
 API_VERSION = "admission.k8s.io/v1"
@@ -374,8 +375,7 @@ class Reviewer:
                 RefusalCode.EXTERNAL,
             )
         assert planned.plan_json is not None
-        wanted = self.planned_pod(pod, index, plan, planned.plan_json)
-        ops = diff(pod, wanted)
+        ops = edits_patch(pod, self.plan_edits(pod, index, plan, planned.plan_json))
         outcome = _allow(uid, "planned")
         outcome.outcome = "patched" if ops else "allowed"
         outcome.reason = "planned" if ops else "unchanged"
@@ -389,16 +389,16 @@ class Reviewer:
         }
         return outcome
 
-    def planned_pod(
+    def plan_edits(
         self, pod: Mapping[str, Any], index: int, plan: Plan, plan_json: str
-    ) -> dict[str, Any]:
-        """The Pod as the plan wants it, with this install's scheduler and pull Secret."""
+    ) -> list[Edit]:
+        """The fields the plan sets, with this install's scheduler and pull Secret."""
         secret = (
             self.settings.gpu_registry_credentials_secret
             if plan.path == "gpu"
             else self.settings.cpu_registry_credentials_secret
         )
-        return planned_pod(
+        return plan_edits(
             pod,
             index,
             plan,

@@ -1,8 +1,9 @@
 """An RFC 6902 JSON Patch generator: the difference between the Pod we got and the Pod we want.
 
-The webhook describes its result as a whole mutated Pod and derives the patch by diffing, so the
-patch can never disagree with what was decided, and a Pod already in the planned shape (a
-reinvoked webhook, a Pod re-created from an admitted template) yields an empty patch.
+The core says which fields a plan governs and what they must hold (`engine_pod.plan_edits`);
+the patch is the difference at exactly those fields, so it can never disagree with what was
+decided, a Pod already in the planned shape (a reinvoked webhook, a Pod re-created from an
+admitted template) yields an empty patch, and nothing else of the Pod is walked.
 
 Mappings are diffed key by key. Lists of the same length are diffed item by item, which keeps the
 common case (one field of one container) to a one-line patch; lists whose length changed are
@@ -24,6 +25,45 @@ def escape(token: str) -> str:
 
 def pointer(*tokens: str | int) -> str:
     return "".join("/" + escape(str(token)) for token in tokens)
+
+
+def edits_patch(document: Mapping[str, Any], edits: Sequence[Any]) -> list[Operation]:
+    """The operations that make each edit (an object with `path`, `value` and `remove`) hold in
+    `document`; parents that do not exist yet are added whole."""
+    ops: list[Operation] = []
+    for edit in edits:
+        parent: Any = document
+        path = ""
+        tokens = edit.path
+        for depth, token in enumerate(tokens[:-1]):
+            child = parent[token] if _is_list(parent) else parent.get(token, _MISSING)
+            path += "/" + _token(str(token))
+            if child is _MISSING or child is None:
+                if not edit.remove:
+                    value: Any = edit.value
+                    for inner in reversed(tokens[depth + 1 :]):
+                        value = {inner: value}
+                    ops.append(
+                        {
+                            "op": "add" if child is _MISSING else "replace",
+                            "path": path,
+                            "value": value,
+                        }
+                    )
+                break
+            parent = child
+        else:
+            last = tokens[-1]
+            current = parent.get(last, _MISSING)
+            child_path = path + "/" + _token(str(last))
+            if edit.remove:
+                if current is not _MISSING:
+                    ops.append({"op": "remove", "path": child_path})
+            elif current is _MISSING:
+                ops.append({"op": "add", "path": child_path, "value": edit.value})
+            else:
+                _diff(current, edit.value, child_path, ops)
+    return ops
 
 
 def diff(source: Any, target: Any) -> list[Operation]:

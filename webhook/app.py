@@ -3,7 +3,9 @@
 The app is built by a factory from settings and a ConfigMap source, so tests run it through
 aiohttp's test client with a `MemorySource`, and the process entry point runs the very same app
 behind TLS with a `KubernetesSource`. Handlers only translate: the admission logic is in
-`webhook.admission`, the decision in the core.
+`webhook.admission`, the decision in the core. The handler is also where each answered
+review becomes one structured log line, since only the edge sees the review, the answer and
+any failure together.
 
 Status codes, on purpose: an AdmissionReview is always answered 200 (a denial is `allowed:
 false`), because any other status is a call failure that the API server turns into an opaque 500

@@ -41,6 +41,7 @@ from inference_policy.grant import (
     departed_verdict,
     is_engine_pod,
     node_name,
+    read_plan,
 )
 
 log = logging.getLogger(__name__)
@@ -207,12 +208,20 @@ class Reconciler:
         seen = self._bound_seen.pop(uid, None) if node_name(pod) else None
         if seen is not None:
             self.metrics.bind_to_verified.observe(self.monotonic() - seen)
-        log.info(
-            "Pod %s: AllocationVerified %s (%s)",
-            pod["metadata"]["name"],
-            verdict.status,
-            verdict.reason,
-        )
+        if log.isEnabledFor(logging.INFO):
+            plan = read_plan(pod)
+            log.info(
+                "condition patched",
+                extra={
+                    "pod": pod["metadata"]["name"],
+                    "namespace": self.port.namespace,
+                    "uid": uid or None,
+                    "verdict": verdict.status,
+                    "code": verdict.reason,
+                    "binding": None if isinstance(plan, str) else plan.bindingId,
+                    "detail": verdict.message,
+                },
+            )
         return updated
 
     async def _record(

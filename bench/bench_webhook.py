@@ -115,6 +115,10 @@ def serve(kind: str, cert: str, key: str, cpu: int | None) -> None:
         os.sched_setaffinity(0, {cpu})
 
     async def run() -> None:
+        # Logging as the webhook process sets it up, so its cost is part of the figure.
+        from serving import logs
+
+        logs.install("INFO")
         app = _our_app() if kind == "webhook" else _constant_app()
         context = None
         if cert:

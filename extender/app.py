@@ -7,9 +7,10 @@ placement rules in `inference_policy.placement`.
 
 Status codes, on purpose. kube-scheduler treats any status other than 200 as a failed call, and
 a filter answer whose `Error` is set as a failed scheduling cycle. So: a body that is not JSON or
-not an ExtenderArgs gets 400 with a JSON `Error` naming the problem (never 500); a Pod whose plan
-is bad is a normal 200 answer with every node in `FailedAndUnresolvableNodes`; `Error` is only
-for the extender's own trouble (caches not synced, a bug), so the scheduler retries the Pod.
+not an ExtenderArgs gets 400 with a JSON `Error` naming the problem; a Pod whose plan is bad is a
+normal 200 answer with every node in `FailedAndUnresolvableNodes`; `Error` in a 200 is for the
+extender's own trouble (caches not synced, a bug, an answer it cannot encode), so the scheduler
+retries the Pod and records the message. No handler lets an exception become aiohttp's bare 500.
 """
 
 from __future__ import annotations
@@ -28,7 +29,14 @@ from aiohttp import web
 from extender.config import DEFAULT_MAX_BODY_BYTES
 from extender.metrics import ExtenderMetrics
 from extender.sources import ClusterSource, MemorySource
-from extender.view import ArgsError, ClusterView, Outcome, filter_nodes, prioritize_nodes
+from extender.view import (
+    ArgsError,
+    ClusterView,
+    Outcome,
+    filter_nodes,
+    prioritize_nodes,
+    unencodable,
+)
 from policy_io.state import PolicySettings
 from serving.app import read_limited, running
 from serving.probes import add_probes, json_response
@@ -88,53 +96,102 @@ def _bad_args(runtime: Runtime, verb: str, exc: ArgsError) -> web.Response:
     return json_response({"Error": f"malformed ExtenderArgs: {exc}"}, 400)
 
 
-def _pod_name(args: Any) -> str:
+def _pod_fields(args: Any) -> dict[str, Any]:
+    """The Pod an ExtenderArgs is about, as log fields (whatever of it can be read)."""
     pod = args.get("Pod") if isinstance(args, dict) else None
     meta = pod.get("metadata") if isinstance(pod, dict) else None
     if not isinstance(meta, dict):
-        return "?"
-    return f"{meta.get('namespace')}/{meta.get('name') or meta.get('generateName', '') + '*'}"
+        return {"namespace": None, "pod": None, "uid": None}
+    return {
+        "namespace": meta.get("namespace"),
+        "pod": meta.get("name") or meta.get("generateName"),
+        "uid": meta.get("uid"),
+    }
+
+
+def _encoded(body: Any) -> web.Response | Exception:
+    """The answer as JSON, or why it cannot be encoded (orjson refuses deep nesting, and a
+    full-node filter answer echoes Node objects the extender did not write)."""
+    try:
+        return json_response(body)
+    except orjson.JSONEncodeError as exc:
+        return exc
+
+
+INTERNAL_ERROR = "tmi extender internal error (see the extender's log)"
 
 
 async def filter_handler(request: web.Request) -> web.Response:
     runtime = request.app[RUNTIME]
     started = time.perf_counter()
     args = await _args(request, runtime, "filter")
+    failure: Exception | None = None
     try:
         outcome = filter_nodes(runtime.view, args)
     except ArgsError as exc:
         return _bad_args(runtime, "filter", exc)
-    except Exception:
-        log.exception("filter for %s failed", _pod_name(args))
-        outcome = Outcome(
-            _filter_error("tmi extender internal error (see the extender's log)"), "error"
-        )
-    response = json_response(outcome.body)
+    except Exception as exc:
+        failure = exc
+        outcome = Outcome(_filter_error(INTERNAL_ERROR), "error")
+    response = _encoded(outcome.body)
+    if isinstance(response, Exception):
+        # A well-formed call the extender cannot answer: the scheduler reads `Error` from a 200
+        # (it reads no body from any other status) and retries the Pod.
+        outcome = Outcome(_filter_error(unencodable(outcome.body, response)), "unencodable")
+        response = json_response(outcome.body)
     runtime.metrics.call("filter", outcome.outcome, time.perf_counter() - started)
     for code, count in outcome.codes.items():
         runtime.metrics.verdicts.labels(code).inc(count)
-    _log_filter(args, outcome)
+    _log_filter(args, outcome, failure)
     return response
 
 
-def _log_filter(args: Any, outcome: Outcome) -> None:
+def _log_filter(args: Any, outcome: Outcome, failure: Exception | None) -> None:
+    """A summary line per call at INFO (an error at WARNING, a bug at ERROR with the
+    traceback), and at DEBUG a line per node the placement rules refused."""
     body = outcome.body
-    passed = body.get("NodeNames") if body.get("Nodes") is None else body["Nodes"]["items"]
-    if outcome.outcome == "planned" and passed:
-        if log.isEnabledFor(logging.DEBUG):
-            log.debug("filter %s: %d nodes pass", _pod_name(args), len(passed))
+    if failure is not None:
+        level = logging.ERROR
+    elif body.get("Error"):
+        level = logging.WARNING
+    else:
+        level = logging.INFO
+    if not log.isEnabledFor(level):
         return
-    if outcome.outcome == "unplanned":
-        return
-    reasons = {**body.get("FailedNodes", {}), **body.get("FailedAndUnresolvableNodes", {})}
-    sample = next(iter(reasons.items()), None)
-    log.info(
-        "filter %s: %s, no node passes%s%s",
-        _pod_name(args),
-        outcome.outcome,
-        f" ({len(reasons)} refused; e.g. {sample[0]}: {sample[1]})" if sample else "",
-        f"; error: {body['Error']}" if body.get("Error") else "",
-    )
+    pod = _pod_fields(args)
+    nodes = body.get("Nodes")
+    kept = nodes.get("items") if isinstance(nodes, dict) else body.get("NodeNames")
+    failed = len(body.get("FailedNodes") or ()) + len(body.get("FailedAndUnresolvableNodes") or ())
+    fields: dict[str, Any] = {
+        **pod,
+        "verb": "filter",
+        "outcome": outcome.outcome,
+        "nodes": _node_count(args),
+        "passed": len(kept or ()),
+        "failed": failed,
+        "codes": {code: n for code, n in outcome.codes.items() if code != "fits"},
+    }
+    if body.get("Error"):
+        fields["error"] = body["Error"]
+    log.log(level, "filter answered", exc_info=failure, extra=fields)
+    if outcome.node_codes and log.isEnabledFor(logging.DEBUG):
+        reasons = {**body.get("FailedNodes", {}), **body.get("FailedAndUnresolvableNodes", {})}
+        for node, code in outcome.node_codes.items():
+            log.debug(
+                "node refused",
+                extra={**pod, "node": node, "code": code, "detail": reasons.get(node)},
+            )
+
+
+def _node_count(args: Any) -> int | None:
+    if not isinstance(args, dict):
+        return None
+    names = args.get("NodeNames")
+    if isinstance(names, list):
+        return len(names)
+    nodes = args.get("Nodes")
+    items = nodes.get("items") if isinstance(nodes, dict) else None
+    return len(items) if isinstance(items, list) else None
 
 
 async def prioritize_handler(request: web.Request) -> web.Response:
@@ -143,15 +200,35 @@ async def prioritize_handler(request: web.Request) -> web.Response:
     args = await _args(request, runtime, "prioritize")
     try:
         outcome = prioritize_nodes(runtime.view, args)
+        response = _encoded(outcome.body)
+        if isinstance(response, Exception):
+            raise response
     except ArgsError as exc:
         return _bad_args(runtime, "prioritize", exc)
-    except Exception:
-        # The scheduler ignores a failed prioritize call and scores on its own plugins alone.
-        log.exception("prioritize for %s failed", _pod_name(args))
-        runtime.metrics.requests.labels("prioritize", "error").inc()
-        return json_response({"Error": "tmi extender internal error (see the extender's log)"}, 500)
-    response = json_response(outcome.body)
+    except Exception as exc:
+        # The scheduler ignores a failed prioritize call and scores on its own plugins alone;
+        # answering 200 with `Error` keeps the cause in the answer instead of aiohttp's bare 500.
+        log.exception(
+            "prioritize failed",
+            extra={**_pod_fields(args), "verb": "prioritize", "nodes": _node_count(args)},
+        )
+        runtime.metrics.call("prioritize", "error", time.perf_counter() - started)
+        message = str(exc) if isinstance(exc, orjson.JSONEncodeError) else INTERNAL_ERROR
+        return json_response({"Error": message})
     runtime.metrics.call("prioritize", outcome.outcome, time.perf_counter() - started)
+    if log.isEnabledFor(logging.INFO):
+        scores: list[Any] = outcome.body
+        best = max(scores, key=lambda entry: entry["Score"], default=None)
+        log.info(
+            "prioritize answered",
+            extra={
+                **_pod_fields(args),
+                "verb": "prioritize",
+                "outcome": outcome.outcome,
+                "nodes": len(scores),
+                "best": best["Host"] if best and best["Score"] > 0 else None,
+            },
+        )
     return response
 
 

@@ -58,7 +58,7 @@ class ExtenderMetrics:
         self.requests = Counter(
             "tmi_extender_requests",
             "Extender calls by verb and outcome (planned, unplanned, plan-invalid, "
-            "profile-refused, not-ready, bad-request, error).",
+            "profile-refused, not-ready, bad-request, unencodable, error).",
             ["verb", "outcome"],
             registry=self.registry,
         )

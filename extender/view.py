@@ -33,6 +33,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+import orjson
+
 from inference_policy.ledger import UsageLedger
 from inference_policy.nodes import FITS, NodeFacts, Verdict, node_facts
 from inference_policy.placement import Demand, check_nodes, demand_for, score_nodes
@@ -64,11 +66,13 @@ class Unplaceable(Exception):
 
 @dataclass
 class Outcome:
-    """A filter or prioritize answer plus what the metrics count about it."""
+    """A filter or prioritize answer plus what the metrics and the log say about it: the count of
+    each verdict code, and the code of each node the placement rules refused."""
 
     body: Any
     outcome: str
     codes: dict[str, int] = field(default_factory=dict)
+    node_codes: dict[str, str] = field(default_factory=dict)
 
 
 class ClusterView:
@@ -291,6 +295,7 @@ def filter_nodes(view: ClusterView, args: Any) -> Outcome:
     failed_nodes: dict[str, str] = {}
     unresolvable: dict[str, str] = {}
     codes: dict[str, int] = {}
+    node_codes: dict[str, str] = {}
     verdicts = check_nodes(demand, cands.facts, view.ledger.used)
     names = cands.names
     keep = passed_idx.append
@@ -304,9 +309,11 @@ def filter_nodes(view: ClusterView, args: Any) -> Outcome:
             continue
         target = unresolvable if verdict.unresolvable else failed_nodes
         target[names[index]] = verdict.reason or verdict.code
+        node_codes[names[index]] = verdict.code
         codes[verdict.code] = codes.get(verdict.code, 0) + 1
     codes["fits"] = len(passed_idx)
-    return Outcome(_filter_body(cands, passed_idx, failed_nodes, unresolvable), "planned", codes)
+    body = _filter_body(cands, passed_idx, failed_nodes, unresolvable)
+    return Outcome(body, "planned", codes, node_codes)
 
 
 def _filter_body(
@@ -349,3 +356,33 @@ def prioritize_nodes(view: ClusterView, args: Any) -> Outcome:
     scores = score_nodes(demand, cands.facts, view.ledger.used)
     body = [{"Host": name, "Score": value} for name, value in zip(cands.names, scores, strict=True)]
     return Outcome(body, "planned")
+
+
+def unencodable(body: Any, exc: Exception) -> str:
+    """Why an answer cannot be encoded, naming the node when one is the cause.
+
+    Full-node mode echoes the Node objects it keeps, so whatever nesting a Node carries goes
+    back out through orjson, which refuses more than 254 levels. Each kept Node is tried alone
+    at the depth it has in the answer, which finds the one to name; this runs only after the
+    whole answer has failed, so the common path never walks the Nodes.
+    """
+    nodes = body.get("Nodes") if isinstance(body, Mapping) else None
+    if isinstance(nodes, Mapping):
+        for item in nodes.get("items") or []:
+            try:
+                orjson.dumps({"Nodes": {"items": [item]}})
+            except orjson.JSONEncodeError as item_exc:
+                meta = item.get("metadata") if isinstance(item, Mapping) else None
+                name = meta.get("name") if isinstance(meta, Mapping) else None
+                return (
+                    f"node {name} in ExtenderArgs.Nodes.items cannot be sent back: {item_exc} "
+                    "(a value nests too deeply); no node was filtered"
+                )
+        try:
+            orjson.dumps({"Nodes": {"metadata": nodes.get("metadata")}})
+        except orjson.JSONEncodeError as meta_exc:
+            return (
+                f"ExtenderArgs.Nodes.metadata cannot be sent back: {meta_exc} "
+                "(a value nests too deeply); no node was filtered"
+            )
+    return f"the answer cannot be encoded: {exc}"

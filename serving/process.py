@@ -1,11 +1,12 @@
 """A server as a process: refusing unusable settings, logging, uvloop, and serving until a signal.
 
 Every server exits 2 with `error: ...` on standard error for a setting, certificate or client
-configuration it cannot use, logs one line format to standard error, and runs its app on
-uvloop. On SIGTERM or SIGINT it stops the way its Pods need: the webhook and the extender first
-report unready for the drain period, so their Service stops sending new calls while they still
-answer them, then stop listening and give calls in flight the shutdown timeout; the controller
-stops its loops instead. Either way the stop fits inside the Pod's grace period.
+configuration it cannot use, logs JSON lines to standard error (`serving.logs`), and runs its
+app on uvloop. On SIGTERM or SIGINT it stops the way its Pods need: the webhook and the
+extender first report unready for the drain period, so their Service stops sending new calls
+while they still answer them, then stop listening and give calls in flight the shutdown
+timeout; the controller stops its loops instead. Either way the stop fits inside the Pod's
+grace period.
 """
 
 from __future__ import annotations
@@ -21,12 +22,12 @@ from typing import Any, Protocol, TypeVar
 import uvloop
 from aiohttp import web
 
+from serving import logs
 from serving.kube import ClientConfigError
 from serving.settings import ConfigError, ServingSettings
 from serving.tls import CertificateError
 
 EXIT_UNUSABLE = 2
-LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 # The webhook and the extender are called in bursts (a Deployment scaled up, a scheduling wave):
 # an accept queue deeper than aiohttp's 128 keeps a burst from being refused while the loop is busy.
 BURST_BACKLOG = 1024
@@ -61,7 +62,7 @@ def main(
         settings = settings_from_args(argv)
     except ConfigError as exc:
         return _refuse(exc)
-    logging.basicConfig(level=settings.log_level, format=LOG_FORMAT, stream=sys.stderr)
+    logs.install(settings.log_level)
     try:
         serving = prepare(settings)
     except (CertificateError, ClientConfigError) as exc:

@@ -3,7 +3,9 @@
 The app is built by a factory from settings and a ConfigMap source, so tests run it through
 aiohttp's test client with a `MemorySource`, and the process entry point runs the very same app
 behind TLS with a `KubernetesSource`. Handlers only translate: the admission logic is in
-`webhook.admission`, the decision in the core.
+`webhook.admission`, the decision in the core. The handler is also where each answered
+review becomes one structured log line, since only the edge sees the review, the answer and
+any failure together.
 
 Status codes, on purpose: an AdmissionReview is always answered 200 (a denial is `allowed:
 false`), because any other status is a call failure that the API server turns into an opaque 500
@@ -18,6 +20,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import Any
 
 from aiohttp import web
 
@@ -66,16 +69,21 @@ async def mutate(request: web.Request) -> web.Response:
         body = await _read_body(request, runtime)
     except web.HTTPRequestEntityTooLarge:
         metrics.decision("mutate", "error", 413, "too-large")
+        log.warning("review not read", extra={"status": 413, "code": "too-large"})
         raise
     started = time.perf_counter()
+    failure: Exception | None = None
     try:
         outcome = runtime.reviewer.answer(body, runtime.max_body_bytes, runtime.clock())
+        response = json_response(envelope(outcome))
     except MalformedReview as exc:
         metrics.decision("mutate", "error", 400, "malformed-review")
+        fields = {"status": 400, "code": "malformed-review", "detail": str(exc)}
+        log.warning("review malformed", extra=fields)
         return problem(400, f"malformed AdmissionReview: {exc}")
-    except Exception:
+    except Exception as exc:
         # Fail closed: a bug must deny the Pod, with a message, rather than break the call.
-        log.exception("reviewing an AdmissionReview failed")
+        failure = exc
         _, uid = parse_review(body, runtime.max_body_bytes)
         outcome = deny(
             uid,
@@ -84,33 +92,45 @@ async def mutate(request: web.Request) -> web.Response:
             "webhook's log)",
             RefusalCode.INTERNAL_ERROR,
         )
-    response = json_response(envelope(outcome))
+        response = json_response(envelope(outcome))
     metrics.observe("mutate", time.perf_counter() - started)
     metrics.decision("mutate", outcome.outcome, outcome.status, outcome.reason)
-    if not outcome.allowed or log.isEnabledFor(logging.DEBUG):
-        _log_outcome(body, outcome)
+    _log_review(body, outcome, failure)
     return response
 
 
-def _log_outcome(body: bytes, outcome: Outcome) -> None:
+def _log_review(body: bytes, outcome: Outcome, failure: Exception | None) -> None:
+    """One line per answered review: a refusal at INFO, a failure at ERROR with its traceback,
+    an admitted Pod at DEBUG. The fields are gathered only when the line will be written: the
+    review is decoded again for them, which an admitted Pod at INFO never pays for."""
+    if failure is not None:
+        level = logging.ERROR
+    elif outcome.allowed:
+        level = logging.DEBUG
+    else:
+        level = logging.INFO
+    if not log.isEnabledFor(level):
+        return
     review, _ = parse_review(body, len(body))
-    obj = review.get("object") if isinstance(review.get("object"), dict) else {}
+    obj = review.get("object") or review.get("oldObject")
     meta = obj.get("metadata") if isinstance(obj, dict) else None
     meta = meta if isinstance(meta, dict) else {}
-    name = meta.get("name") or (str(meta.get("generateName") or "") + "*")
-    level = logging.DEBUG if outcome.allowed else logging.INFO
-    status = outcome.response.get("status") or {}
-    log.log(
-        level,
-        "%s %s/%s %s: %s %s %s",
-        review.get("operation"),
-        review.get("namespace"),
-        name,
-        outcome.response.get("uid"),
-        outcome.outcome,
-        outcome.status,
-        status.get("message", outcome.reason),
-    )
+    fields: dict[str, Any] = {
+        "uid": outcome.response.get("uid"),
+        "namespace": review.get("namespace"),
+        "pod": meta.get("name") or review.get("name") or meta.get("generateName"),
+        "operation": review.get("operation"),
+        "outcome": outcome.outcome,
+        "status": outcome.status,
+        "code": outcome.reason,
+    }
+    binding = outcome.plan.bindingId if outcome.plan else None
+    if binding is not None:
+        fields["binding"] = binding
+    status = outcome.response.get("status")
+    if isinstance(status, dict) and status.get("message"):
+        fields["detail"] = status["message"]
+    log.log(level, "review answered", exc_info=failure, extra=fields)
 
 
 async def plan(request: web.Request) -> web.Response:
@@ -122,15 +142,22 @@ async def plan(request: web.Request) -> web.Response:
         metrics.decision("plan", "error", 413, "too-large")
         raise
     started = time.perf_counter()
-    planned = runtime.store.plan_text(
-        body, "deployment request", runtime.clock(), runtime.max_body_bytes
-    )
+    try:
+        planned = runtime.store.plan_text(
+            body, "deployment request", runtime.clock(), runtime.max_body_bytes
+        )
+        decision = planned.decision
+        response = None if decision is None else json_response(decision.body, decision.status)
+    except Exception:
+        # Answered here rather than by aiohttp's bare 500, so the caller gets the API's own
+        # problem shape and the log gets the traceback as one JSON line.
+        log.exception("plan failed", extra={"status": 500, "code": "internal"})
+        metrics.decision("plan", "error", 500, "internal")
+        return problem(500, "the plan could not be made (internal error; see the webhook's log)")
     if planned.error is not None:
         metrics.decision("plan", "error", 400, "request-invalid")
         return problem(400, planned.error)
-    decision = planned.decision
-    assert decision is not None
-    response = json_response(decision.body, decision.status)
+    assert decision is not None and response is not None
     metrics.observe("plan", time.perf_counter() - started)
     if decision.allowed:
         metrics.decision("plan", "planned", 200, "planned")

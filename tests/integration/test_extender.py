@@ -2,7 +2,8 @@
 
 Both wire modes (node-cache with `NodeNames`, full-node with `Nodes`), the exact Go field names,
 every filter reason and which of `FailedNodes` / `FailedAndUnresolvableNodes` it lands in, best
-fit ordering, malformed input (400 with an `Error`, never 500), Pods without a plan, profile
+fit ordering, malformed input (400 with an `Error`), answers it cannot give (200 with an
+`Error`: deep nesting, a bug; never aiohttp's bare 500), Pods without a plan, profile
 refusals, and accounting rebuilt from the Pod list after a restart.
 """
 
@@ -403,6 +404,92 @@ async def test_oversized_body_is_413(aiohttp_client: AiohttpClient, owner: Owner
     resp = await client.post("/filter", data=b"{" + b" " * 4096 + b"}")
     assert resp.status == 413
     assert "larger than 1024 bytes" in (await resp.json())["Error"]
+
+
+def nested(levels: int) -> Any:
+    """A value `levels` lists deep: valid JSON that orjson reads (up to 1024) but will not write
+    back beyond 254 levels."""
+    value: Any = "x"
+    for _ in range(levels):
+        value = [value]
+    return value
+
+
+@pytest.mark.parametrize("plan", ["whole", None])
+async def test_full_node_filter_with_a_deeply_nested_node_answers_200_with_an_error(
+    aiohttp_client: AiohttpClient, owner: Owner, plans: dict[str, Any], plan: str | None
+) -> None:
+    # The Node that would be echoed back (it passes) carries the deep value, so the answer
+    # itself cannot be encoded; the scheduler must get a readable Error, not aiohttp's bare 500.
+    client, _ = await client_for(aiohttp_client, owner, nodes=[])
+    nodes = [n.manifest() for n in FLEET]
+    nodes[0]["metadata"]["labels"]["example.com/deep"] = nested(300)
+    pod = planned_pod(plans[plan] if plan else None)
+    result = await post(client, "filter", full_args(pod, nodes))
+    assert set(result) == FILTER_KEYS
+    assert result["Nodes"] is None and result["NodeNames"] is None
+    assert result["Error"].startswith(
+        "node h100-8a in ExtenderArgs.Nodes.items cannot be sent back: "
+    )
+    assert "no node was filtered" in result["Error"]
+    # Scoring echoes no Node, so it answers the list as usual.
+    scores = await post(client, "prioritize", full_args(pod, nodes))
+    assert [entry["Host"] for entry in scores] == [n["metadata"]["name"] for n in nodes]
+
+
+async def test_a_deeply_nested_node_the_rules_refuse_is_not_echoed_and_does_not_matter(
+    aiohttp_client: AiohttpClient, owner: Owner, plans: dict[str, Any]
+) -> None:
+    client, _ = await client_for(aiohttp_client, owner, nodes=[])
+    nodes = [n.manifest() for n in FLEET]
+    l40s = next(n for n in nodes if n["metadata"]["name"] == "l40s")
+    l40s["metadata"]["labels"]["example.com/deep"] = nested(300)
+    result = await post(client, "filter", full_args(planned_pod(plans["whole"]), nodes))
+    assert result["Error"] == ""
+    assert [n["metadata"]["name"] for n in result["Nodes"]["items"]] == [
+        "h100-8a",
+        "h100-8b",
+        "h100-2",
+    ]
+    assert "l40s" in result["FailedAndUnresolvableNodes"]
+
+
+async def test_full_node_filter_with_deeply_nested_list_metadata_answers_200_with_an_error(
+    aiohttp_client: AiohttpClient, owner: Owner
+) -> None:
+    client, _ = await client_for(aiohttp_client, owner, nodes=[])
+    args = full_args(planned_pod(None), [n.manifest() for n in FLEET[:2]])
+    args["Nodes"]["metadata"] = {"example": nested(300)}
+    result = await post(client, "filter", args)
+    assert result["Error"].startswith("ExtenderArgs.Nodes.metadata cannot be sent back: ")
+
+
+@pytest.mark.parametrize("verb", ["filter", "prioritize"])
+async def test_an_unexpected_failure_is_a_200_with_an_error_and_a_logged_traceback(
+    aiohttp_client: AiohttpClient,
+    owner: Owner,
+    plans: dict[str, Any],
+    verb: str,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    import extender.app
+
+    def broken(*_: Any) -> Any:
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr(extender.app, f"{verb}_nodes", broken)
+    client, _ = await client_for(aiohttp_client, owner)
+    pod = planned_pod(plans["whole"])
+    with caplog.at_level("INFO", "extender.app"):
+        result = await post(client, verb, cache_args(pod, ALL))
+    assert result["Error"] == "tmi extender internal error (see the extender's log)"
+    [logged] = [r for r in caplog.records if r.name == "extender.app"]
+    assert logged.levelname == "ERROR" and logged.exc_info is not None
+    assert "RuntimeError: a bug" in (logged.exc_text or "")
+    assert (logged.pod, logged.uid) == (pod["metadata"]["name"], pod["metadata"]["uid"])  # type: ignore[attr-defined]
+    text = await (await client.get("/metrics")).text()
+    assert f'tmi_extender_requests_total{{outcome="error",verb="{verb}"}} 1.0' in text
 
 
 # -- caches, restart and health -----------------------------------------------------------------

@@ -8,6 +8,7 @@ certificate swapped under it, unreadiness while draining, and a clean exit on SI
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
 import socket
@@ -143,7 +144,10 @@ async def test_process_serves_rotates_and_stops(api: FakeApiServer, tmp_path: Pa
             proc.kill()
             await proc.wait()
     assert proc.stderr is not None
-    log = (await proc.stderr.read()).decode()
+    # Every line the process wrote is one JSON object in the servers' shared shape.
+    records = [json.loads(line) for line in (await proc.stderr.read()).decode().splitlines()]
+    assert all({"ts", "level", "logger", "msg"} <= set(record) for record in records)
+    log = "\n".join(record["msg"] for record in records)
     assert "serving HTTPS on 127.0.0.1" in log
     assert "verified profile kamiwaza-inference-profiles version 1" in log
     assert "serving certificate reloaded" in log

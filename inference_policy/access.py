@@ -21,6 +21,15 @@ A Pod reaches for an accelerator through any of:
 
 Each finding is a `Reach`: the field and the value it holds, so an UPDATE that changes a value
 (a granted count raised from 1 to 7) is as visible as one that adds a field.
+
+What a Pod asks for is not the whole story: every CUDA base image sets
+`NVIDIA_VISIBLE_DEVICES=all` in its own environment, and on a node whose default runtime is
+NVIDIA's such an image sees every GPU without asking. The webhook cannot read an image's
+environment, so it *shields* every container that holds no grant: it sets
+`NVIDIA_VISIBLE_DEVICES=void` explicitly (a container's `env` wins over the image and over
+`envFrom`). `unshielded` says which containers still need it; the CEL sends the webhook every Pod
+with such a container, so Pods that set the variable themselves (the webhook's own) never
+depend on the webhook being up.
 """
 
 from __future__ import annotations
@@ -146,6 +155,30 @@ def reaches(
     return found
 
 
+def shielded(container: Mapping[str, Any]) -> bool:
+    """The container sets NVIDIA_VISIBLE_DEVICES itself, so the image's value cannot apply.
+
+    Any explicit value counts here; one other than `void` is a reach and refused on its own."""
+    env = container.get("env")
+    return isinstance(env, list) and any(
+        isinstance(entry, Mapping) and entry.get("name") == NVIDIA_DEVICE_ENV for entry in env
+    )
+
+
+def unshielded(
+    pod: Mapping[str, Any], kinds: tuple[str, ...] = CONTAINER_LISTS
+) -> list[tuple[str, int]]:
+    """(kind, index) of each container of those kinds that does not set NVIDIA_VISIBLE_DEVICES."""
+    spec = _mapping(pod.get("spec"))
+    out: list[tuple[str, int]] = []
+    for kind in kinds:
+        entries = spec.get(kind)
+        for index, container in enumerate(entries if isinstance(entries, list) else ()):
+            if isinstance(container, Mapping) and not shielded(container):
+                out.append((kind, index))
+    return out
+
+
 def new_reaches(pod: Mapping[str, Any], old: Mapping[str, Any]) -> list[Reach]:
     """What an UPDATE adds or changes: reaches of the new Pod that the old one did not have
     with the same value (so 1 -> 7 GPUs is new, an unchanged grant is not)."""
@@ -192,9 +225,20 @@ def _cel_container() -> str:
     )
 
 
+def _cel_unshielded(kinds: tuple[str, ...]) -> str:
+    lists = [
+        f"(has(object.spec.{kind}) && object.spec.{kind}.exists(c, !has(c.env) ||\n"
+        f"    !c.env.exists(e, e.name == {_cel_string(NVIDIA_DEVICE_ENV)})))"
+        for kind in kinds
+    ]
+    return " ||\n".join(lists)
+
+
 def cel_condition() -> str:
-    """The matchCondition expression that sends the guard entry exactly the Pods for which
-    `reaches(pod)` (or, on UPDATE, the old Pod's plan annotation) is non-empty."""
+    """The matchCondition expression that sends the guard entry exactly the Pods the webhook has
+    something to do for: those for which `reaches(pod)` (or, on UPDATE, the old Pod's plan
+    annotation) is non-empty, and those with a container to shield (`unshielded`: on CREATE any
+    container, on UPDATE an ephemeral container, the only kind an UPDATE can add)."""
     container = _cel_container()
     lists = [
         f"(has(object.spec.{kind}) && object.spec.{kind}.exists(c,\n    {container}))"
@@ -209,6 +253,10 @@ def cel_condition() -> str:
         f"{plan} in oldObject.metadata.annotations)",
         _cel_resources("object.spec"),
         *lists,
+        "(request.operation == 'CREATE' && (\n"
+        + _cel_unshielded(("containers", "initContainers", "ephemeralContainers"))
+        + "))",
+        "(request.operation == 'UPDATE' && (\n" + _cel_unshielded(("ephemeralContainers",)) + "))",
     ]
     return " ||\n".join(clauses)
 
@@ -225,4 +273,6 @@ __all__ = [
     "new_reaches",
     "reaches",
     "selects_devices",
+    "shielded",
+    "unshielded",
 ]

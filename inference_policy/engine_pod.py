@@ -15,6 +15,11 @@ server.
   grant); any other Pod may not reach for one at all.
 * `update_refusal`: on UPDATE the plan annotation is frozen, the engine container keeps the
   image its plan names, and no reach may be added or changed.
+* `to_shield` / `shield_edits`: every container that holds no grant gets
+  `NVIDIA_VISIBLE_DEVICES=void`, so an image whose environment asks the NVIDIA runtime for every
+  GPU gets none (see `inference_policy.access`). That is every container of a Pod without a
+  plan, every container but the engine container of a GPU plan, all of a CPU plan's, and on
+  UPDATE each ephemeral container the update adds (nothing else may change then).
 """
 
 from __future__ import annotations
@@ -23,7 +28,15 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-from inference_policy.access import Reach, is_accelerator_resource, new_reaches, reaches
+from inference_policy.access import (
+    NO_DEVICE,
+    NVIDIA_DEVICE_ENV,
+    Reach,
+    is_accelerator_resource,
+    new_reaches,
+    reaches,
+    unshielded,
+)
 from inference_policy.plan import Plan, PlanError, parse_plan
 from inference_policy.refusals import RefusalCode
 from inference_policy.wire import (
@@ -216,7 +229,50 @@ def planned_pod(
     edits = plan_edits(
         pod, index, plan, plan_text, scheduler_name=scheduler_name, pull_secret=pull_secret
     )
+    edits += shield_edits(pod, to_shield(pod, plan))
     return apply_edits(pod, edits)
+
+
+def to_shield(
+    pod: Mapping[str, Any],
+    plan: Plan | None = None,
+    old: Mapping[str, Any] | None = None,
+) -> list[tuple[str, int]]:
+    """(kind, index) of the containers to shield. `plan` is the engine Pod's plan (its engine
+    container keeps the device plugin's grant on a GPU plan); `old` is the Pod before an UPDATE."""
+    if old is not None:
+        before = _mapping(old.get("spec")).get("ephemeralContainers")
+        known = {
+            c.get("name")
+            for c in (before if isinstance(before, list) else ())
+            if isinstance(c, Mapping)
+        }
+        now = _mapping(pod.get("spec")).get("ephemeralContainers") or []
+        return [
+            (kind, index)
+            for kind, index in unshielded(pod, ("ephemeralContainers",))
+            if _mapping(now[index]).get("name") not in known
+        ]
+    granted = engine_container_name(pod) if plan is not None and plan.path == "gpu" else None
+    containers = _mapping(pod.get("spec")).get("containers") or []
+    return [
+        (kind, index)
+        for kind, index in unshielded(pod)
+        if not (kind == "containers" and _mapping(containers[index]).get("name") == granted)
+    ]
+
+
+def shield_edits(pod: Mapping[str, Any], targets: Sequence[tuple[str, int]]) -> list[Edit]:
+    """Set NVIDIA_VISIBLE_DEVICES=void on each target container, after its own variables (an
+    explicit `env` entry wins over the image's environment and over `envFrom`)."""
+    spec = _mapping(pod.get("spec"))
+    edits = []
+    for kind, index in targets:
+        env = _mapping(spec[kind][index]).get("env")
+        entries = list(env) if isinstance(env, list) else []
+        entries.append({"name": NVIDIA_DEVICE_ENV, "value": NO_DEVICE})
+        edits.append(Edit(("spec", kind, index, "env"), entries))
+    return edits
 
 
 def planned_resources(current: Mapping[str, Any], plan: Plan) -> dict[str, Any]:
@@ -252,5 +308,7 @@ __all__ = [
     "plan_edits",
     "planned_pod",
     "planned_resources",
+    "shield_edits",
+    "to_shield",
     "update_refusal",
 ]

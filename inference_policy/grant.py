@@ -39,8 +39,8 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
 from inference_policy import strictjson
-from inference_policy.access import is_accelerator_resource, reaches
-from inference_policy.engine_pod import engine_container_name
+from inference_policy.access import NO_DEVICE, NVIDIA_DEVICE_ENV, is_accelerator_resource, reaches
+from inference_policy.engine_pod import engine_container_name, to_shield
 from inference_policy.plan import Plan, PlanError, parse_plan
 from inference_policy.planner import PlanContext, decide
 from inference_policy.profile import ARCH_KEY, format_timestamp
@@ -145,6 +145,10 @@ def _metadata(pod: Mapping[str, Any]) -> Mapping[str, Any]:
 
 def _spec(pod: Mapping[str, Any]) -> Mapping[str, Any]:
     value = pod.get("spec")
+    return value if isinstance(value, Mapping) else {}
+
+
+def _mapping_of(value: Any) -> Mapping[str, Any]:
     return value if isinstance(value, Mapping) else {}
 
 
@@ -294,6 +298,15 @@ def _pod_findings(pod: Mapping[str, Any], plan: Plan) -> list[tuple[str, str]]:
                     f"{reach.field} hands devices to the Pod outside the device plugin's grant",
                 )
             )
+    for kind, index in to_shield(pod, plan):
+        name = _mapping_of(spec[kind][index]).get("name")
+        found.append(
+            (
+                UNPLANNED_DEVICE_ACCESS,
+                f"spec.{kind}[{name}] does not set {NVIDIA_DEVICE_ENV}={NO_DEVICE}, so an image "
+                "whose environment asks for every GPU gets them",
+            )
+        )
     runtime_class = spec.get("runtimeClassName") or None
     if runtime_class != plan.runtimeClassName:
         found.append(

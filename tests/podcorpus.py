@@ -99,3 +99,17 @@ EPHEMERAL: dict[str, tuple[dict[str, Any], bool]] = {
     ),
     "pod-level-resources": (_spec(resources={"limits": {"nvidia.com/gpu": "1"}}), True),
 }
+
+
+def shielded(pod: dict[str, Any]) -> dict[str, Any]:
+    """The Pod with NVIDIA_VISIBLE_DEVICES=void on every container that sets no value itself."""
+    from inference_policy.access import shielded as sets_it
+
+    pod = copy.deepcopy(pod)
+    for kind in ("containers", "initContainers", "ephemeralContainers"):
+        for container in pod["spec"].get(kind, []):
+            if not sets_it(container):
+                container.setdefault("env", []).append(
+                    {"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"}
+                )
+    return pod

@@ -41,6 +41,8 @@ from inference_policy.engine_pod import (
     admission_refusal,
     engine_container_name,
     plan_edits,
+    shield_edits,
+    to_shield,
     update_refusal,
 )
 from inference_policy.plan import Plan
@@ -108,6 +110,16 @@ def _allow(uid: str, reason: str, warnings: list[str] | None = None) -> Outcome:
     if warnings:
         response["warnings"] = warnings
     return Outcome(response, "allowed", 200, reason, warnings=warnings or [])
+
+
+def _patched(uid: str, reason: str, ops: list[dict[str, Any]]) -> Outcome:
+    """Allowed, with the patch when there is anything to change."""
+    outcome = _allow(uid, reason)
+    if ops:
+        outcome.outcome = "patched"
+        outcome.response["patchType"] = "JSONPatch"
+        outcome.response["patch"] = base64.b64encode(orjson.dumps(ops)).decode("ascii")
+    return outcome
 
 
 def deny(uid: str, code: int, message: str, reason: RefusalCode) -> Outcome:
@@ -317,13 +329,15 @@ class Reviewer:
         refusal = admission_refusal(pod, None, self.settings.scheduler_name)
         if refusal is not None:
             return refuse(uid, refusal)
-        return _allow(uid, "not-engine-pod")
+        return _patched(uid, "not-engine-pod", edits_patch(pod, shield_edits(pod, to_shield(pod))))
 
     def _update(self, uid: str, pod: Mapping[str, Any], old: Mapping[str, Any]) -> Outcome:
         refusal = update_refusal(pod, old)
         if refusal is not None:
             return refuse(uid, refusal)
-        return _allow(uid, "unchanged")
+        return _patched(
+            uid, "unchanged", edits_patch(pod, shield_edits(pod, to_shield(pod, old=old)))
+        )
 
     def _engine(self, uid: str, pod: Mapping[str, Any], now: datetime) -> Outcome:
         annotations = _annotations(pod)
@@ -375,14 +389,11 @@ class Reviewer:
                 RefusalCode.EXTERNAL,
             )
         assert planned.plan_json is not None
-        ops = edits_patch(pod, self.plan_edits(pod, index, plan, planned.plan_json))
-        outcome = _allow(uid, "planned")
-        outcome.outcome = "patched" if ops else "allowed"
-        outcome.reason = "planned" if ops else "unchanged"
+        edits = self.plan_edits(pod, index, plan, planned.plan_json)
+        edits += shield_edits(pod, to_shield(pod, plan))
+        ops = edits_patch(pod, edits)
+        outcome = _patched(uid, "planned" if ops else "unchanged", ops)
         outcome.plan = plan
-        if ops:
-            outcome.response["patchType"] = "JSONPatch"
-            outcome.response["patch"] = base64.b64encode(orjson.dumps(ops)).decode("ascii")
         outcome.response["auditAnnotations"] = {
             "plan-path": plan.path,
             "plan-binding": plan.bindingId or "",

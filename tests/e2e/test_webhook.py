@@ -203,16 +203,25 @@ def test_pods_of_a_namespace_not_opted_in_are_stored_as_sent(
     assert webhook.hook.reviews() == before, "the API server called the webhook"
 
 
-def test_tenant_pods_without_accelerator_fields_are_not_sent(
+def test_tenant_pods_are_shielded_and_shielded_pods_are_not_sent(
     webhook: Deployed, installer: Kube
 ) -> None:
+    void = {"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"}
     before = webhook.hook.reviews()
     sent = _named(plain_pod(), _name("tenant"))
     stored = installer.create(sent, dry_run=True)
     assert stored["spec"]["containers"][0]["image"] == sent["spec"]["containers"][0]["image"]
     assert PLAN_ANNOTATION not in (stored["metadata"].get("annotations") or {})
-    # The guard entry's matchConditions keep ordinary Pods away from the webhook entirely.
-    assert webhook.hook.reviews() == before
+    # Shielded from a CUDA image's own NVIDIA_VISIBLE_DEVICES=all: the explicit entry wins.
+    assert stored["spec"]["containers"][0]["env"] == [void]
+    assert webhook.hook.reviews() == before + 1
+    # A Pod that sets the variable itself (as the webhook's own do) is not sent at all, so it
+    # never depends on the webhook being up.
+    sent = _named(plain_pod(), _name("tenant"))
+    sent["spec"]["containers"][0]["env"] = [void]
+    stored = installer.create(sent, dry_run=True)
+    assert stored["spec"]["containers"][0]["env"] == [void]
+    assert webhook.hook.reviews() == before + 1
 
 
 # -- refusals reach the client with the plan's status and the seed's words -----------------------
@@ -563,17 +572,24 @@ def test_the_api_server_sends_exactly_the_pods_the_predicate_refuses(
     webhook: Deployed, installer: Kube
 ) -> None:
     """Every Pod of the shared corpus through the real API server's CEL matchConditions (the
-    shipped configuration, generated from `inference_policy.access`): a Pod that reaches for an
-    accelerator is sent to the webhook and refused; any other is not sent at all."""
-    from tests.podcorpus import CORPUS
+    shipped configuration, generated from `inference_policy.access`), as sent and again with
+    every container shielded: a Pod that reaches for an accelerator is sent to the webhook and
+    refused; one with a container to shield is sent and stored shielded; any other is not sent
+    at all."""
+    from inference_policy.access import reaches as reaching
+    from inference_policy.engine_pod import to_shield
+    from tests.podcorpus import CORPUS, shielded
 
     disagreements = []
-    for case, (pod, reaches) in CORPUS.items():
-        sent = _named(pod, _name(case.replace("_", "-")))
+    cases = {**CORPUS, **{f"{k}-shielded": (shielded(p), r) for k, (p, r) in CORPUS.items()}}
+    for case, (pod, reaches) in cases.items():
+        assert bool(reaching(pod)) is reaches, case
+        sent = _named(pod, _name(case))
         before = webhook.hook.reviews()
+        stored: dict[str, Any] | None = None
+        refused: ApiError | None = None
         try:
-            installer.create(sent, dry_run=True)
-            refused = None
+            stored = installer.create(sent, dry_run=True)
         except ApiError as exc:
             refused = exc
         reviewed = webhook.hook.reviews() - before
@@ -585,7 +601,11 @@ def test_the_api_server_sends_exactly_the_pods_the_predicate_refuses(
                 and str(refused.message).startswith(denied_by(GUARD_HOOK) + FORGERY_PREFIX)
             )
         else:
-            ok = reviewed == 0 and refused is None
+            ok = (
+                reviewed == (1 if to_shield(pod) else 0)
+                and stored is not None
+                and to_shield(stored) == []
+            )
         if not ok:
             disagreements.append((case, reaches, reviewed, refused and refused.message))
     assert disagreements == []

@@ -163,8 +163,10 @@ async def test_engine_container_annotation_picks_the_container(
         annotations={"kamiwaza.ai/engine-container": "llama"},
     )
     planned = apply_patch(pod, patch_of(await admit(client, review(pod))))
-    assert planned["spec"]["containers"][0] == sidecar
+    # The sidecar holds no grant, so it is only shielded from an image's device variable.
+    assert planned["spec"]["containers"][0] == {**sidecar, "env": [VOID]}
     assert planned["spec"]["containers"][1]["image"].startswith("ghcr.io/")
+    assert "env" not in planned["spec"]["containers"][1]
     assert "nvidia.com/mig-3g.40gb" in planned["spec"]["containers"][1]["resources"]["limits"]
 
 
@@ -193,9 +195,55 @@ async def test_pods_outside_the_served_namespace_are_untouched(
         assert "patch" not in data["response"]
 
 
-async def test_plain_pod_is_allowed_without_patch(client: TestClient[Any, Any]) -> None:
-    data = await admit(client, review(plain_pod()))
-    assert data["response"] == {"uid": data["response"]["uid"], "allowed": True}
+async def test_plain_pod_is_allowed_and_only_shielded(client: TestClient[Any, Any]) -> None:
+    pod = plain_pod()
+    data = await admit(client, review(pod))
+    assert data["response"]["allowed"] is True
+    shielded = apply_patch(pod, patch_of(data))
+    assert shielded["spec"]["containers"] == [{**pod["spec"]["containers"][0], "env": [VOID]}]
+    assert {k: v for k, v in shielded.items() if k != "spec"} == {
+        k: v for k, v in pod.items() if k != "spec"
+    }
+    # A Pod that shields itself needs nothing.
+    again = await admit(client, review(shielded))
+    assert again["response"] == {"uid": again["response"]["uid"], "allowed": True}
+
+
+async def test_every_container_without_a_grant_is_shielded(client: TestClient[Any, Any]) -> None:
+    # The image's own NVIDIA_VISIBLE_DEVICES=all (every CUDA base image sets it) cannot be seen
+    # here; an explicit env entry wins over the image and over envFrom, so each container that
+    # holds no grant gets one, after its own variables.
+    init = {"name": "fetch", "image": "nvidia/cuda:12.8.0-base-ubuntu24.04", "env": [ENV_A]}
+    tool = {"name": "tool", "image": "x", "envFrom": [{"configMapRef": {"name": "gpus"}}]}
+    pod = engine_pod(request(), containers=[ENGINE, tool], initContainers=[init])
+    planned = apply_patch(pod, patch_of(await admit(client, review(pod))))
+    engine, sidecar = planned["spec"]["containers"]
+    assert "env" not in engine  # the device plugin's grant reaches it
+    assert sidecar["env"] == [VOID] and sidecar["envFrom"] == tool["envFrom"]
+    assert planned["spec"]["initContainers"][0]["env"] == [ENV_A, VOID]
+    cpu = engine_pod(request(config__force_cpu=True), containers=[ENGINE])
+    planned = apply_patch(cpu, patch_of(await admit(client, review(cpu))))
+    assert planned["spec"]["containers"][0]["env"] == [VOID]  # a CPU plan grants no device
+
+
+async def test_an_added_ephemeral_container_is_shielded(client: TestClient[Any, Any]) -> None:
+    old = plain_pod()
+    old["spec"]["containers"][0]["env"] = [VOID]
+    old["spec"]["ephemeralContainers"] = [{"name": "debug-1", "image": "busybox"}]
+    new = copy.deepcopy(old)
+    new["spec"]["ephemeralContainers"].append({"name": "debug-2", "image": "busybox"})
+    data = await admit(client, review(new, operation="UPDATE", old=old))
+    patched = apply_patch(new, patch_of(data))
+    # The one the update adds; the earlier one is immutable now and left as it is.
+    assert patched["spec"]["ephemeralContainers"] == [
+        {"name": "debug-1", "image": "busybox"},
+        {"name": "debug-2", "image": "busybox", "env": [VOID]},
+    ]
+
+
+VOID = {"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"}
+ENV_A = {"name": "A", "value": "1"}
+ENGINE = {"name": "engine", "image": "placeholder.invalid/engine:1"}
 
 
 # -- refusals carry the plan's status and the seed's words ----------------------------------------

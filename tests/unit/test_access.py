@@ -129,3 +129,23 @@ def test_the_plan_annotation_is_frozen(before: str | None, after: str | None, me
     refusal = update_refusal(pod(after), pod(before))
     assert refusal is not None
     assert refusal.code is RefusalCode.PLAN_ANNOTATION and message in refusal.message
+
+
+def test_what_is_shielded() -> None:
+    from inference_policy.engine_pod import apply_edits, shield_edits, to_shield
+
+    pod = plain_pod()
+    pod["spec"]["initContainers"] = [{"name": "init", "image": "x", "env": [{"name": "A"}]}]
+    pod["spec"]["containers"].append(
+        {"name": "own", "image": "x", "env": [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"}]}
+    )
+    targets = to_shield(pod)
+    assert targets == [("containers", 0), ("initContainers", 0)]
+    shielded = apply_edits(pod, shield_edits(pod, targets))
+    assert to_shield(shielded) == []
+    assert shielded["spec"]["initContainers"][0]["env"] == [
+        {"name": "A"},
+        {"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"},
+    ]
+    assert reaches(shielded) == []
+    assert pod["spec"]["containers"][0].get("env") is None  # the input is not changed

@@ -511,3 +511,15 @@ def test_departed_verdict() -> None:
         "PlanMissing",
         "SchedulingTimeout",
     }
+
+
+def test_an_unshielded_sidecar_is_unplanned_device_access(
+    state: PolicyState, profile: VerifiedProfile, ctx: PlanContext
+) -> None:
+    pod = planned(state)
+    metrics = pod["spec"]["containers"][1]
+    assert metrics["env"] == [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"}]
+    del metrics["env"]
+    verdict = check_grant(pod, profile, ctx, NOW)
+    assert (verdict.status, verdict.reason) == ("False", "UnplannedDeviceAccess")
+    assert "spec.containers[metrics] does not set NVIDIA_VISIBLE_DEVICES=void" in verdict.message

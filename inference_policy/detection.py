@@ -19,7 +19,7 @@ import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import combinations
-from typing import TypedDict
+from typing import Any, TypedDict
 
 __all__ = [
     "BF16_MIN_CC",
@@ -181,6 +181,46 @@ def _cuda_driver_major(version: int | None) -> int:
 
 def _cc(cc: tuple[int, int]) -> str:
     return f"{cc[0]}.{cc[1]}"
+
+
+# NVIDIA Container Toolkit settings (config.toml, top level) that decide whether an unprivileged
+# container's own NVIDIA_VISIBLE_DEVICES (from its image or its spec) selects GPUs.
+TOOLKIT_ENVVAR_KEY = "accept-nvidia-visible-devices-envvar-when-unprivileged"
+TOOLKIT_MOUNTS_KEY = "accept-nvidia-visible-devices-as-volume-mounts"
+
+
+class ToolkitReport(TypedDict):
+    configFile: str
+    configFound: bool
+    acceptEnvvarWhenUnprivileged: bool
+    acceptVolumeMounts: bool
+    imageEnvironmentSelectsGpus: bool
+
+
+def toolkit_report(config: Mapping[str, Any] | None, path: str) -> ToolkitReport:
+    """What the host's container toolkit does with a container's NVIDIA_VISIBLE_DEVICES.
+
+    With the toolkit's defaults (no file, or the keys absent) an unprivileged container's
+    variable is obeyed, so a CUDA image's own `NVIDIA_VISIBLE_DEVICES=all` hands it every GPU on
+    a node whose default runtime is NVIDIA's: the webhook's `NVIDIA_VISIBLE_DEVICES=void` shield
+    is then what keeps such a container off the GPUs. With the variable refused for unprivileged
+    containers (and the device plugin handing devices out as volume mounts) the node closes the
+    path itself.
+    """
+    values = config or {}
+    envvar = values.get(TOOLKIT_ENVVAR_KEY, True)
+    mounts = values.get(TOOLKIT_MOUNTS_KEY, False)
+    if not isinstance(envvar, bool) or not isinstance(mounts, bool):
+        raise DetectionError(
+            f"{path}: {TOOLKIT_ENVVAR_KEY} and {TOOLKIT_MOUNTS_KEY} must be true or false"
+        )
+    return {
+        "configFile": path,
+        "configFound": config is not None,
+        "acceptEnvvarWhenUnprivileged": envvar,
+        "acceptVolumeMounts": mounts,
+        "imageEnvironmentSelectsGpus": envvar,
+    }
 
 
 def format_block(block: AcceleratorBlock) -> str:

@@ -12,13 +12,25 @@ about the rules.
 
 from __future__ import annotations
 
+import tomllib
+from pathlib import Path
 from typing import Any
 
-from inference_policy.detection import AcceleratorBlock, DetectionError, accelerator_block
+from inference_policy.detection import (
+    AcceleratorBlock,
+    DetectionError,
+    ToolkitReport,
+    accelerator_block,
+    toolkit_report,
+)
 from tmi_cli.nvidia_smi import NvidiaSmiUnavailable, Runner, probe_nvidia_smi
 from tmi_cli.nvml import NvmlUnavailable, probe_nvml
 
-__all__ = ["DetectionError", "detect_accelerator"]
+__all__ = ["TOOLKIT_CONFIG", "DetectionError", "detect_accelerator", "detect_toolkit"]
+
+# Where the NVIDIA Container Toolkit reads its settings (the GPU Operator installs it under
+# /usr/local/nvidia/toolkit/.config/nvidia-container-runtime/config.toml instead).
+TOOLKIT_CONFIG = "/etc/nvidia-container-runtime/config.toml"
 
 
 def detect_accelerator(nvml: Any = None, run: Runner | None = None) -> AcceleratorBlock:
@@ -37,3 +49,19 @@ def detect_accelerator(nvml: Any = None, run: Runner | None = None) -> Accelerat
                 "node through the NVIDIA container runtime"
             ) from smi_err
     return accelerator_block(host.gpus, host.cuda_driver_version, host.peer_paths)
+
+
+def detect_toolkit(path: str = TOOLKIT_CONFIG) -> ToolkitReport:
+    """Read the container toolkit's config.toml (absent: its defaults apply) and report whether
+    an unprivileged container's own NVIDIA_VISIBLE_DEVICES selects GPUs on this host."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return toolkit_report(None, path)
+    except OSError as exc:
+        raise DetectionError(f"cannot read {path}: {exc.strerror or exc}") from None
+    try:
+        config = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise DetectionError(f"{path} is not TOML: {exc}") from None
+    return toolkit_report(config, path)

@@ -46,7 +46,7 @@ from inference_policy.signing import (
 from policy_io.catalog import packaged_catalog
 from policy_io.files import InputError, read_bytes, read_json
 from policy_io.state import PolicySettings, PolicyState
-from tmi_cli.detect import DetectionError, detect_accelerator
+from tmi_cli.detect import TOOLKIT_CONFIG, DetectionError, detect_accelerator, detect_toolkit
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_UNAVAILABLE = 0, 1, 2, 3
 
@@ -126,6 +126,10 @@ def cmd_pubkey(args: argparse.Namespace) -> int:
 def cmd_detect(args: argparse.Namespace) -> int:
     try:
         block = detect_accelerator()
+        if args.container_toolkit:
+            # The accelerator block stays as the seed prints it; the report sits beside it.
+            _emit({**block, "containerToolkit": detect_toolkit(args.toolkit_config)})
+            return EXIT_OK
     except DetectionError as exc:
         raise CommandError(str(exc)) from None
     _emit(block)
@@ -343,6 +347,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_pubkey)
 
     p = sub.add_parser("detect", help="print this host's accelerator block")
+    p.add_argument(
+        "--container-toolkit",
+        action="store_true",
+        help="also report whether the NVIDIA Container Toolkit lets an unprivileged "
+        "container's own NVIDIA_VISIBLE_DEVICES select GPUs (the image-environment path)",
+    )
+    p.add_argument(
+        "--toolkit-config",
+        default=TOOLKIT_CONFIG,
+        help=f"the toolkit's config.toml (default {TOOLKIT_CONFIG})",
+    )
     p.set_defaults(func=cmd_detect)
 
     p = sub.add_parser("sign", help="sign an envelope into an immutable ConfigMap")

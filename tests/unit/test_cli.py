@@ -431,3 +431,73 @@ def test_console_script_module_runs() -> None:
         result.stdout.count("\n")
         == len(Path("inference_policy/data/engine-catalog.json").read_text().split('"image":')) - 1
     )
+
+
+H200_BLOCK = {"accelerator": {"vendor": "nvidia", "computeCapability": "9.0"}}
+
+
+@pytest.mark.parametrize(
+    ("toml", "found", "envvar", "mounts"),
+    [
+        (None, False, True, False),
+        ("[nvidia-container-runtime]\nmode = 'auto'\n", True, True, False),
+        (
+            "accept-nvidia-visible-devices-envvar-when-unprivileged = false\n"
+            "accept-nvidia-visible-devices-as-volume-mounts = true\n",
+            True,
+            False,
+            True,
+        ),
+    ],
+    ids=["toolkit-defaults", "config-without-the-keys", "envvar-refused"],
+)
+def test_detect_reports_the_container_toolkit(
+    capsys: Any,
+    monkeypatch: Any,
+    tmp_path: Path,
+    toml: str | None,
+    found: bool,
+    envvar: bool,
+    mounts: bool,
+) -> None:
+    import tmi_cli.main as cli
+
+    monkeypatch.setattr(cli, "detect_accelerator", lambda *_, **__: dict(H200_BLOCK))
+    config = tmp_path / "config.toml"
+    if toml is not None:
+        config.write_text(toml)
+    code, out, _ = run(capsys, "detect", "--container-toolkit", f"--toolkit-config={config}")
+    assert code == 0
+    assert out == {
+        **H200_BLOCK,
+        "containerToolkit": {
+            "configFile": str(config),
+            "configFound": found,
+            "acceptEnvvarWhenUnprivileged": envvar,
+            "acceptVolumeMounts": mounts,
+            "imageEnvironmentSelectsGpus": envvar,
+        },
+    }
+    # Without the flag the output is the seed's block alone.
+    code, out, _ = run(capsys, "detect")
+    assert (code, out) == (0, H200_BLOCK)
+
+
+@pytest.mark.parametrize(
+    ("toml", "message"),
+    [
+        ("accept-nvidia-visible-devices-envvar-when-unprivileged = 'no'\n", "must be true or false"),
+        ("this is = = not toml\n", "is not TOML"),
+    ],
+)
+def test_detect_refuses_an_unreadable_toolkit_config(
+    capsys: Any, monkeypatch: Any, tmp_path: Path, toml: str, message: str
+) -> None:
+    import tmi_cli.main as cli
+
+    monkeypatch.setattr(cli, "detect_accelerator", lambda *_, **__: dict(H200_BLOCK))
+    config = tmp_path / "config.toml"
+    config.write_text(toml)
+    code, out, err = run(capsys, "detect", "--container-toolkit", f"--toolkit-config={config}")
+    assert code == 1 and out is None
+    assert message in err

@@ -486,7 +486,10 @@ def test_detect_reports_the_container_toolkit(
 @pytest.mark.parametrize(
     ("toml", "message"),
     [
-        ("accept-nvidia-visible-devices-envvar-when-unprivileged = 'no'\n", "must be true or false"),
+        (
+            "accept-nvidia-visible-devices-envvar-when-unprivileged = 'no'\n",
+            "must be true or false",
+        ),
         ("this is = = not toml\n", "is not TOML"),
     ],
 )

@@ -36,7 +36,7 @@ def edits_patch(document: Mapping[str, Any], edits: Sequence[Any]) -> list[Opera
         path = ""
         tokens = edit.path
         for depth, token in enumerate(tokens[:-1]):
-            child = parent[token] if _is_list(parent) else parent.get(token, _MISSING)
+            child = parent[token] if type(parent) is list else parent.get(token, _MISSING)
             path += "/" + _token(str(token))
             if child is _MISSING or child is None:
                 if not edit.remove:

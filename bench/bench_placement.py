@@ -20,6 +20,8 @@ Policies, each placing every deployment as it arrives on a node where it fits, o
 
 - `best-fit (tmi)`: the extender's own code (`check_nodes`, `score_nodes`), the highest score
   winning and ties broken at random as kube-scheduler's selectHost does (mean of 5 seeds);
+- `fgd (tmi)`: the extender's fragmentation-aware score (`score_nodes` with the decayed histogram
+  of the requests that arrived so far, as the server keeps it), ties at random (mean of 5 seeds);
 - `best-fit exact`: the least leftover capacity, unquantised (what the 0..10 scale approximates);
 - `first-fit`: the first node (by name) where it fits;
 - `spread`: the most free capacity, as kube-scheduler's default LeastAllocated scoring does.
@@ -56,6 +58,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from inference_policy.fragmentation import RequestMix  # noqa: E402
 from inference_policy.nodes import NodeFacts, node_facts  # noqa: E402
 from inference_policy.placement import Demand, check_nodes, demand_for, score_nodes  # noqa: E402
 from inference_policy.plan import parse_plan  # noqa: E402
@@ -178,6 +181,32 @@ def _binding(resource: str) -> Any:
     )
 
 
+def gpu_plan(binding: Any, quantity: int) -> dict[str, Any]:
+    """A plan as the planner writes one for `quantity` units of the binding's resource."""
+    name = binding.resource.name
+    return {
+        "status": 200,
+        "path": "gpu",
+        "derived": True,
+        "profile": "bench",
+        "bindingId": binding.id,
+        "engine": "llamacpp",
+        "variantId": "llamacpp-nvidia-amd64",
+        "image": "registry.invalid/llamacpp@sha256:" + "1" * 64,
+        "runtimeClassName": "nvidia",
+        "nodeSelector": {"kubernetes.io/arch": "amd64"},
+        "resources": {"requests": {name: str(quantity)}, "limits": {name: str(quantity)}},
+        "deviceCount": quantity if name == "nvidia.com/gpu" else 1,
+        "engineArgs": {},
+        "inferenceResources": {
+            "schemaVersion": 1,
+            "accelerator": {"capability": "gpu", "count": 1, "memory": {"minimum": "1Gi"}},
+            "runtime": {"selection": "automatic"},
+        },
+        "bundle": {"version": 1, "sha256": "0" * 64},
+    }
+
+
 class Demands:
     """One `Demand` per (resource, quantity), built through the real plan parser."""
 
@@ -191,13 +220,7 @@ class Demands:
         if demand is None:
             binding = self.bindings.get(item.resource) or _binding(item.resource)
             self.bindings[item.resource] = binding
-            plan = {
-                "path": "gpu",
-                "bindingId": binding.id,
-                "nodeSelector": {"kubernetes.io/arch": "amd64"},
-                "resources": {"requests": {item.resource: str(item.qty)}},
-            }
-            demand = demand_for(parse_plan(plan), binding, None, "bench")
+            demand = demand_for(parse_plan(gpu_plan(binding, item.qty)), binding, None, "bench")
             self.cache[key] = demand
         return demand
 
@@ -226,6 +249,20 @@ def tmi_best_fit(rng: random.Random) -> Chooser:
         return best[rng.randrange(len(best))] if len(best) > 1 else best[0]
 
     return choose
+
+
+class FgdChooser:
+    """The extender's score with the workload histogram `simulate` feeds every arrival into."""
+
+    def __init__(self, rng: random.Random) -> None:
+        self.rng = rng
+        self.mix = RequestMix()
+
+    def __call__(self, demand: Demand, nodes: list[NodeFacts], fit: list[int], used_of: Any) -> int:
+        scores = score_nodes(demand, [nodes[i] for i in fit], used_of, self.mix.workload())
+        top = max(scores)
+        best = [fit[i] for i, s in enumerate(scores) if s == top]
+        return best[self.rng.randrange(len(best))] if len(best) > 1 else best[0]
 
 
 def exact_best_fit(demand: Demand, nodes: list[NodeFacts], fit: list[int], used_of: Any) -> int:
@@ -260,10 +297,13 @@ def simulate(
         cls: {"placed": 0, "placed_before_first_refusal": -1, "capacity_placed": 0, "seen": 0}
         for cls in fleet.classes
     }
+    feed = getattr(choose, "mix", None)
     for item in items:
         stats = out[item.cls]
         stats["seen"] += 1
         demand = demands.get(item)
+        if feed is not None:
+            feed.observe(item.resource, item.qty)
         nodes = facts[item.cls]
         fit = _fitting(demand, nodes, used_of)
         if not fit:
@@ -517,6 +557,7 @@ def exact_windows(items: Sequence[Item], demands: Demands) -> dict[str, Any]:
 def _policies(seed: int) -> list[tuple[str, Chooser]]:
     return [
         ("best-fit (tmi)", tmi_best_fit(random.Random(seed))),
+        ("fgd (tmi)", FgdChooser(random.Random(seed))),
         ("best-fit exact", exact_best_fit),
         ("first-fit", first_fit),
         ("spread", spread(random.Random(seed))),
@@ -532,7 +573,7 @@ def main() -> None:
     opt_s = time.perf_counter() - started
     policies: dict[str, Any] = {}
     for label, _ in _policies(0):
-        seeds = range(SEEDS) if label in ("best-fit (tmi)", "spread") else range(1)
+        seeds = range(SEEDS) if label in ("best-fit (tmi)", "fgd (tmi)", "spread") else range(1)
         runs = []
         run_started = time.perf_counter()
         for seed in seeds:

@@ -7,7 +7,11 @@ values, so there is no lock to wedge and a request never waits on the API server
 - a `UsageLedger` of the requests of planned Pods bound to each node, rebuilt from a list after
   a restart and kept current by a watch;
 - the verified owner profile (verified once per ConfigMap revision), to look up the binding a
-  Pod's plan names and the accelerator it attests.
+  Pod's plan names and the accelerator it attests;
+- a decayed histogram of the GPU requests it has been asked to place (`RequestMix`, each Pod
+  counted once, by UID), the workload distribution the fragmentation-aware score is taken
+  against. It starts empty after a restart, and the score is plain best fit until the first
+  request has been seen.
 
 Accounting, and why it is enough. The extender only sees nodes kube-scheduler already found
 feasible for the Pod's native resources, and every binding resource (`nvidia.com/gpu`,
@@ -28,6 +32,7 @@ scheduler retries.
 from __future__ import annotations
 
 import logging
+from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -35,6 +40,7 @@ from typing import Any
 
 import orjson
 
+from inference_policy.fragmentation import RequestMix
 from inference_policy.ledger import UsageLedger
 from inference_policy.nodes import FITS, NodeFacts, Verdict, node_facts
 from inference_policy.placement import Demand, check_nodes, demand_for, score_nodes
@@ -49,6 +55,9 @@ log = logging.getLogger(__name__)
 
 NODES = "nodes"
 PROFILE = "profile"
+# Pods whose request is already in the histogram: a Pending Pod is prioritized on every retry,
+# and counting each retry would weigh the workload towards the requests that do not fit.
+SEEN_PODS = 10_000
 
 
 class ArgsError(ValueError):
@@ -92,6 +101,8 @@ class ClusterView:
         self.pod_scopes = tuple(pod_scopes)
         self.pending: set[str] = {NODES, PROFILE, *(f"pods/{s}" for s in self.pod_scopes)}
         self.events = 0
+        self.mix = RequestMix()
+        self._observed: OrderedDict[str, None] = OrderedDict()
 
     # -- informer callbacks (event loop only) -------------------------------------------------
 
@@ -158,6 +169,23 @@ class ClusterView:
         except Exception as exc:
             log.exception("profile ConfigMap %s could not be used", name)
             self.policy.profile_missing(f"ConfigMap {name!r} could not be read: {exc}")
+
+    def observe(self, pod: Mapping[str, Any], demand: Demand) -> None:
+        """Add the Pod's request to the workload histogram, once per Pod."""
+        if demand.path != "gpu" or len(demand.kind) != 1:
+            return
+        meta = pod.get("metadata")
+        if not isinstance(meta, Mapping):
+            return
+        uid = meta.get("uid") or f"{meta.get('namespace')}/{meta.get('name')}"
+        key = str(uid)
+        if key in self._observed:
+            return
+        self._observed[key] = None
+        if len(self._observed) > SEEN_PODS:
+            self._observed.popitem(last=False)
+        name = demand.kind[0]
+        self.mix.observe(name, demand.requests.get(name, 0))
 
     # -- decisions ----------------------------------------------------------------------------
 
@@ -353,7 +381,8 @@ def prioritize_nodes(view: ClusterView, args: Any) -> Outcome:
         return Outcome([{"Host": n, "Score": 0} for n in cands.names], exc.code)
     if demand is None:
         return Outcome([{"Host": n, "Score": 0} for n in cands.names], "unplanned")
-    scores = score_nodes(demand, cands.facts, view.ledger.used)
+    view.observe(pod, demand)
+    scores = score_nodes(demand, cands.facts, view.ledger.used, view.mix.workload())
     body = [{"Host": name, "Score": value} for name, value in zip(cands.names, scores, strict=True)]
     return Outcome(body, "planned")
 

@@ -8,10 +8,19 @@ the binding's resource must have room once the Pod is added (`ledger` counts wha
 is pure: plain dicts in, verdicts and scores out, so the server, the benchmarks and the tests
 run the same decisions.
 
-Scores implement best fit: the node the Pod leaves with the least free capacity of the binding's
-resource scores highest (10 exactly fills it), linearly down to 0 for leaving as much as the
-largest candidate has in all. Small requests therefore fill partly used nodes and large free
-devices stay whole for the requests that need them.
+Scores (0..10, kube-scheduler's extender range) for a GPU Pod are fragmentation-aware when the
+caller passes the workload's request distribution (`fragmentation.Workload`): the node where
+placing the Pod raises the expected fragmentation least (FGD, Weng et al., ATC '23) wins, and
+best fit orders nodes the placement leaves equally fragmented. Without a distribution, or when
+every candidate is changed alike (MIG slices: unit requests strand nothing), scores are best
+fit: the node the Pod leaves with the least free capacity of the binding's resource scores
+highest (10 exactly fills it), linearly down to 0 for leaving as much as the largest candidate
+has in all. Small requests therefore fill partly used nodes, and large free devices stay whole
+for the requests that need them.
+
+A CPU Pod scores every node that advertises an accelerator at 0 and CPU-only nodes by best fit
+from 1 up, so CPU engines use GPU nodes only when no CPU node fits (a score, not a filter) and
+never take the CPU or memory a GPU Pod on that node would need.
 """
 
 from __future__ import annotations
@@ -21,6 +30,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
+from inference_policy.access import is_accelerator_resource
+from inference_policy.fragmentation import Sizes, Workload, fragment_delta
 from inference_policy.ledger import pod_requests
 from inference_policy.nodes import (
     FITS,
@@ -326,12 +337,17 @@ def score_nodes(
     demand: Demand,
     nodes: Sequence[NodeFacts | None],
     used_of: Callable[[str], Mapping[str, int]],
+    workload: Workload | None = None,
 ) -> list[int]:
-    """`score` for every candidate (None: unknown, scores 0), scaled over the known ones.
+    """The 0..10 score of every candidate (None: unknown, scores 0), scaled over the known ones.
 
-    The same arithmetic as `score`, unrolled for the usual one-resource demand: prioritize runs
-    it over every candidate of a large cluster inside the scheduler's time budget.
+    A GPU demand is scored by expected fragmentation when `workload` knows its resource's
+    request sizes, by best fit otherwise; a CPU demand is steered off accelerator nodes. The
+    arithmetic is unrolled for the usual one-resource demand: prioritize runs it over every
+    candidate of a large cluster inside the scheduler's time budget.
     """
+    if demand.path == "cpu":
+        return _cpu_scores(demand, nodes, used_of)
     if len(demand.kind) != 1 or demand.checked != demand.kind:
         known = [node for node in nodes if node is not None]
         scales = best_fit_scales(demand, known)
@@ -340,24 +356,107 @@ def score_nodes(
     want = demand.requests.get(name, 0)
     key = demand.key
     scale = 0
-    lefts: list[int | None] = []
-    append = lefts.append
+    frees: list[int | None] = []
+    append = frees.append
     for node in nodes:
         if node is None or not (node.static.get(key) or _static(demand, node)).fits:
             append(None)
             continue
         have = node.allocatable[name]
         scale = max(scale, have)
-        append(have - used_of(node.name).get(name, 0) - want)
+        append(have - used_of(node.name).get(name, 0))
+    sizes = workload.of(name) if workload is not None else None
+    if sizes is not None:
+        graded = _fragmentation_scores(frees, want, scale, sizes)
+        if graded is not None:
+            return graded
+    return _best_fit(frees, want, scale)
+
+
+def _best_fit(frees: Sequence[int | None], want: int, scale: int) -> list[int]:
     top = MAX_SCORE - 1
-    return [
-        0
-        if left is None or left < 0
-        else MAX_SCORE
-        if left == 0
-        else max(0, min(top, (MAX_SCORE * (scale - left)) // scale))
-        for left in lefts
-    ]
+    out: list[int] = []
+    append = out.append
+    for free in frees:
+        left = -1 if free is None else free - want
+        if left < 0:
+            append(0)
+        elif left == 0:
+            append(MAX_SCORE)
+        else:
+            append(max(0, min(top, (MAX_SCORE * (scale - left)) // scale)))
+    return out
+
+
+# Deltas closer than this are equal: they are sums of float probabilities.
+_SAME: Final = 1e-9
+
+
+def _fragmentation_scores(
+    frees: Sequence[int | None], want: int, scale: int, sizes: Sizes
+) -> list[int] | None:
+    """FGD within the 0..10 range, or None when every fitting node's delta is the same (best
+    fit then decides alone).
+
+    The nodes with the smallest rise in expected fragmentation score 10 (the one of them best
+    fit prefers) and 9 (the rest of them); every other fitting node scores 1..8, linearly in its
+    rise, so the extender's weight still separates good from poor placements, not only the best.
+    """
+    deltas: dict[int, float] = {}
+    low = high = 0.0
+    first = True
+    for free in frees:
+        if free is None or free < want or free in deltas:
+            continue
+        delta = fragment_delta(free, want, sizes)
+        deltas[free] = delta
+        if first:
+            low = high = delta
+            first = False
+        elif delta < low:
+            low = delta
+        elif delta > high:
+            high = delta
+    if first or high - low <= _SAME:
+        return None
+    best_left = min(free - want for free, delta in deltas.items() if delta - low <= _SAME)
+    span = high - low
+    out: list[int] = []
+    append = out.append
+    for free in frees:
+        if free is None or free < want:
+            append(0)
+            continue
+        delta = deltas[free]
+        if delta - low <= _SAME:
+            append(MAX_SCORE if free - want == best_left else MAX_SCORE - 1)
+        else:
+            append(1 + min(7, int(8 * (high - delta) / span)))
+    return out
+
+
+def has_accelerator(node: NodeFacts) -> bool:
+    """Does the node advertise any accelerator resource (a GPU, a MIG slice, a VRAM bucket)?"""
+    return any(value > 0 and is_accelerator_resource(k) for k, value in node.allocatable.items())
+
+
+def _cpu_scores(
+    demand: Demand,
+    nodes: Sequence[NodeFacts | None],
+    used_of: Callable[[str], Mapping[str, int]],
+) -> list[int]:
+    """Accelerator nodes at 0; CPU-only nodes by best fit over CPU and memory, from 1 up."""
+    cpu_only = [n for n in nodes if n is not None and not has_accelerator(n)]
+    scales = best_fit_scales(demand, cpu_only)
+    out: list[int] = []
+    for node in nodes:
+        if node is None or has_accelerator(node):
+            out.append(0)
+            continue
+        used = used_of(node.name)
+        fitting = check(demand, node, used).fits
+        out.append(max(1, score(demand, node, used, scales)) if fitting else 0)
+    return out
 
 
 __all__ = [
@@ -372,6 +471,7 @@ __all__ = [
     "check_nodes",
     "demand_for",
     "fits",
+    "has_accelerator",
     "identity_verdict",
     "node_facts",
     "parse_plan",

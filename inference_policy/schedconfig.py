@@ -1,12 +1,13 @@
 """The owner's second scheduler's configuration, rendered from a verified profile.
 
-kube-scheduler calls an extender only for Pods that request one of its `managedResources`, so the
-list must name every resource a GPU binding can put on a Pod; rendering it from the verified
-profile keeps the two from drifting apart when the owner adds a binding. Each is listed with
-`ignoredByScheduler: false`: the resources are real node-allocatable extended resources, so the
-scheduler's NodeResourcesFit keeps counting them (including Pods it has assumed but not yet
-bound, which the extender cannot see), and the extender adds the binding checks and precise
-reasons on top.
+The extender lists no `managedResources`: kube-scheduler then consults it for every Pod this
+scheduler places, CPU engine Pods included (a list would limit it to Pods requesting a listed
+resource, and only extended resources may be listed, never `cpu`), so that CPU engines are
+steered off GPU nodes and their plan is checked like any other. This scheduler places engine
+Pods only, and a Pod without a plan passes the extender untouched. Every binding resource is a
+real node-allocatable extended resource, so the scheduler's NodeResourcesFit keeps counting them
+(including Pods it has assumed but not yet bound, which the extender cannot see), and the
+extender adds the binding checks and precise reasons on top.
 
 TLS is required to be verifiable: with `enableHTTPS` and no CA, kube-scheduler silently skips
 certificate verification, so an https URL without a CA is refused rather than rendered.
@@ -35,11 +36,6 @@ class SchedulerConfigError(ValueError):
     """An input the configuration cannot be rendered from; the message names it."""
 
 
-def managed_resources(envelope: Envelope) -> list[str]:
-    """Every resource a GPU binding of the profile can put on a Pod, sorted, once each."""
-    return sorted({binding.resource.name for _, binding in envelope.gpu_bindings()})
-
-
 def render_scheduler_config(
     envelope: Envelope,
     *,
@@ -51,7 +47,11 @@ def render_scheduler_config(
     http_timeout: str = DEFAULT_HTTP_TIMEOUT,
     node_cache_capable: bool = True,
 ) -> dict[str, Any]:
-    """A KubeSchedulerConfiguration with one profile (`scheduler_name`) and the extender."""
+    """A KubeSchedulerConfiguration with one profile (`scheduler_name`) and the extender.
+
+    `envelope` is the verified profile the configuration is rendered for; nothing in it varies
+    with the profile any longer, but the CLI still refuses to render for an unverified one.
+    """
     match = _URL.fullmatch(extender_url)
     if match is None:
         raise SchedulerConfigError(
@@ -74,7 +74,6 @@ def render_scheduler_config(
         raise SchedulerConfigError(f"weight {weight} is outside 1..100")
     if not _DURATION.fullmatch(http_timeout):
         raise SchedulerConfigError(f"http timeout {http_timeout!r} is not a duration such as 5s")
-    resources = managed_resources(envelope)
     extender: dict[str, Any] = {
         "urlPrefix": extender_url.rstrip("/"),
         "filterVerb": "filter",
@@ -86,7 +85,6 @@ def render_scheduler_config(
         # Placement on hardware the profile does not vouch for must not happen because the
         # extender was briefly unreachable.
         "ignorable": False,
-        "managedResources": [{"name": name, "ignoredByScheduler": False} for name in resources],
     }
     if https and ca_pem:
         extender["tlsConfig"] = {"caData": base64.b64encode(ca_pem).decode("ascii")}
@@ -129,6 +127,5 @@ __all__ = [
     "DEFAULT_SCHEDULER_NAME",
     "DEFAULT_SCHEDULER_NAMESPACE",
     "SchedulerConfigError",
-    "managed_resources",
     "render_scheduler_config",
 ]

@@ -263,14 +263,12 @@ def cluster_story(identity: dict[str, str], configmap: dict[str, Any]) -> int:
 
 def _describe(stack: TenantStack, seconds: float) -> None:
     assert stack.extender is not None and stack.controller is not None
-    extender = stack.scheduler_config["extenders"][0] if stack.scheduler_config else {}
-    managed = ", ".join(r["name"] for r in extender.get("managedResources", []))
     print(
         f"profile {stack.profile['metadata']['name']} (version {stack.verified.version}) "
         f"published in {NAMESPACE}; the webhook plans with it"
     )
     print(f"webhook    {stack.webhook.url if stack.webhook else '-'} (the owner's configuration)")
-    print(f"extender   {stack.extender.url} (HTTPS, not ignorable), managing {managed}")
+    print(f"extender   {stack.extender.url} (HTTPS, not ignorable), for every engine Pod")
     print(f"scheduler  {stack.settings.scheduler_name}, configuration from render-scheduler-config")
     print(
         f"controller {len(stack.controller.replicas)} replicas, leader {stack.controller.leader()}"

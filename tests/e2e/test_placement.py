@@ -354,3 +354,39 @@ def test_extender_restart_loses_nothing(
     assert spare != busy
     assert metric(extender.metrics(), "tmi_extender_accounted_pods") == 4
     assert verdict(kube, stack, late, "True")["reason"] == "Verified"
+
+
+CPU_ENGINE = request(
+    inferenceResources={
+        "schemaVersion": 1,
+        "cpu": {"architecture": "amd64", "requests": {"cpu": "4", "memory": "16Gi"}},
+        "runtime": {"selection": "automatic"},
+    }
+)
+
+
+def test_cpu_engine_lands_on_the_cpu_node_and_on_a_gpu_node_only_once_that_is_full(
+    kube: Kube, stack: TenantStack, nodes: Callable[..., list[str]], pods: Callable[..., str]
+) -> None:
+    """The GPU node is the one kube-scheduler's own MostAllocated scoring prefers for a 4-core,
+    16Gi engine (it would be 50% of its CPU and 80% of its memory, against 67% and 6% of the
+    CPU node's); the extender scores GPU nodes 0 for a CPU Pod, so the CPU node wins. It has
+    room for one such engine; the second goes to the GPU node, because steering is a score,
+    not a filter."""
+    gpu_node, cpu_node = nodes(
+        h100("steer-gpu", cpu="8", memory="20Gi"),
+        FakeNode("steer-cpu", gpus=0, vram_gb=None, cpu="6", memory="256Gi"),
+    )
+    extender = stack.extender
+    assert extender is not None
+    before = metric(extender.metrics(), "tmi_extender_requests_total", verb="prioritize")
+    first = pods(CPU_ENGINE, "cpu-first")
+    placed = bound(kube, stack, first)
+    assert plan_of(placed)["path"] == "cpu"
+    assert placed["spec"]["nodeName"] == cpu_node
+    # The extender was consulted for the CPU Pod: no managedResources limit its calls.
+    after = metric(extender.metrics(), "tmi_extender_requests_total", verb="prioritize")
+    assert after > before
+
+    second = pods(CPU_ENGINE, "cpu-second")
+    assert bound(kube, stack, second)["spec"]["nodeName"] == gpu_node

@@ -753,6 +753,11 @@ def test_batch_forms_agree_with_the_single_node_forms(kind: str) -> None:
         assert batch == single
         scales = best_fit_scales(demand, [f for f in facts if f is not None])
         scores = score_nodes(demand, facts, lambda n, u=usage: u[n])  # type: ignore[misc]
+        if binding is None:
+            # Changed on purpose: a CPU Pod scores every accelerator node at the bottom (0),
+            # and every node here but the arm64 one (which it cannot use) advertises one.
+            assert scores == [0] * len(facts)
+            continue
         assert scores == [
             0 if f is None else score(demand, f, usage[f.name], scales) for f in facts
         ]

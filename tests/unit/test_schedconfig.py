@@ -13,11 +13,9 @@ import yaml
 from inference_policy.profile import parse_envelope
 from inference_policy.schedconfig import (
     SchedulerConfigError,
-    managed_resources,
     render_scheduler_config,
 )
-from tests.profilekit import CLUSTER, NAMESPACE, NOW_TEXT, Owner, gpu_binding, gpu_profile
-from tests.profilekit import with_profiles as profiles_of
+from tests.profilekit import CLUSTER, NAMESPACE, NOW_TEXT, Owner
 from tmi_cli.main import main
 
 CA = b"-----BEGIN CERTIFICATE-----\nMIIBfake\n-----END CERTIFICATE-----\n"
@@ -61,28 +59,18 @@ GOLDEN: dict[str, Any] = {
             "httpTimeout": "5s",
             "nodeCacheCapable": True,
             "ignorable": False,
-            "managedResources": [
-                {"name": "kamiwaza.ai/vram-gb-gpu-0", "ignoredByScheduler": False},
-                {"name": "nvidia.com/gpu", "ignoredByScheduler": False},
-                {"name": "nvidia.com/mig-3g.40gb", "ignoredByScheduler": False},
-            ],
             "tlsConfig": {"caData": base64.b64encode(CA).decode()},
         }
     ],
 }
 
 
-def test_managed_resources_are_every_gpu_bindings_resource_once() -> None:
-    owner = Owner()
-    envelope = profiles_of(
-        owner,
-        gpu_profile("a", "whole-device", [gpu_binding("w1"), gpu_binding("w2", cc="9.0")]),
-        gpu_profile("b", "mig", [gpu_binding("m1", resource="nvidia.com/mig-1g.10gb")]),
-    )
-    assert managed_resources(parse_envelope(envelope)) == [
-        "nvidia.com/gpu",
-        "nvidia.com/mig-1g.10gb",
-    ]
+def test_the_extender_is_consulted_for_every_pod_of_the_scheduler() -> None:
+    """No managedResources: kube-scheduler then calls the extender for CPU engine Pods too,
+    which is how they are steered off GPU nodes."""
+    envelope = parse_envelope(Owner().envelope())
+    rendered = render_scheduler_config(envelope, extender_url=URL, ca_pem=CA)
+    assert "managedResources" not in rendered["extenders"][0]
 
 
 def test_template_profile_renders_the_golden_configuration() -> None:

@@ -242,9 +242,11 @@ def to_shield(
     pod: Mapping[str, Any],
     plan: Plan | None = None,
     old: Mapping[str, Any] | None = None,
+    engine: str | None = None,
 ) -> list[tuple[str, int]]:
     """(kind, index) of the containers to shield. `plan` is the engine Pod's plan (its engine
-    container keeps the device plugin's grant on a GPU plan); `old` is the Pod before an UPDATE."""
+    container, `engine` when the caller knows it already, keeps the device plugin's grant on a
+    GPU plan); `old` is the Pod before an UPDATE."""
     if old is not None:
         before = _mapping(old.get("spec")).get("ephemeralContainers")
         known = {c.get("name") for c in (before if isinstance(before, list) else ()) if _is_map(c)}
@@ -254,7 +256,9 @@ def to_shield(
             for kind, index in unshielded(pod, ("ephemeralContainers",))
             if _mapping(now[index]).get("name") not in known
         ]
-    granted = engine_container_name(pod) if plan is not None and plan.path == "gpu" else None
+    granted = None
+    if plan is not None and plan.path == "gpu":
+        granted = engine if engine is not None else engine_container_name(pod)
     containers = _mapping(pod.get("spec")).get("containers") or []
     return [
         (kind, index)

@@ -11,6 +11,8 @@ from collections.abc import Iterable
 
 from pydantic import ValidationError
 
+from inference_policy.quantity import UNSIGNED_PATTERN
+
 _TAGS = frozenset({"cpu", "extended-resource", "vram-plugin", "scheduler", "accounted"})
 
 
@@ -30,10 +32,13 @@ def field_path(loc: Iterable[int | str]) -> str:
 def describe(exc: ValidationError, limit: int = 3) -> str:
     """One line per distinct problem (at most `limit`), each naming its field."""
     parts: list[str] = []
-    for err in exc.errors(include_url=False, include_input=False):
+    for err in exc.errors(include_url=False):
         where = field_path(err["loc"])
         kind = err["type"]
-        if kind == "extra_forbidden":
+        pattern = (err.get("ctx") or {}).get("pattern")
+        if kind == "string_pattern_mismatch" and pattern == UNSIGNED_PATTERN:
+            text = f"{where}: {err['input']!r} is not a quantity (for example 8Gi, 500m or 1e3)"
+        elif kind == "extra_forbidden":
             text = f"{where}: unknown field"
         elif kind == "missing":
             text = f"{where}: required field is missing"

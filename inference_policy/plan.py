@@ -24,14 +24,13 @@ from pydantic import (
     ConfigDict,
     Field,
     ValidationError,
-    field_validator,
 )
 from pydantic import model_validator as _model_validator
 
 from inference_policy import strictjson
 from inference_policy.errors import describe
 from inference_policy.profile import ARCH_KEY
-from inference_policy.quantity import QuantityError, resource_units
+from inference_policy.quantity import UNSIGNED_PATTERN, QuantityError, resource_units
 from inference_policy.request import InferenceResources
 from inference_policy.wire import PLAN_ANNOTATION
 
@@ -54,7 +53,7 @@ _WIRE: Final = "_wire_form"
 _TEXT: Final = "_wire_text"
 
 Name = Annotated[str, Field(min_length=1, max_length=253)]
-Quantities = dict[Name, Annotated[str, Field(min_length=1, max_length=64)]]
+Quantities = dict[Name, Annotated[str, Field(max_length=64, pattern=UNSIGNED_PATTERN)]]
 
 
 class PlanError(ValueError):
@@ -68,16 +67,6 @@ class _Wire(BaseModel):
 class PlanResources(_Wire):
     requests: Quantities
     limits: Quantities | None = None
-
-    @field_validator("requests", "limits")
-    @classmethod
-    def _quantities(cls, value: dict[str, str] | None) -> dict[str, str] | None:
-        for name, quantity in (value or {}).items():
-            try:
-                resource_units(name, quantity)
-            except QuantityError as exc:
-                raise ValueError(str(exc)) from None
-        return value
 
 
 class PlanBundle(_Wire):
@@ -158,8 +147,12 @@ class Plan(_Wire):
         return limits or {}
 
     def request_units(self) -> dict[str, int]:
-        """The granted requests in the scheduler's units (millicores for cpu)."""
-        return {name: resource_units(name, value) for name, value in self.requests.items()}
+        """The granted requests in the scheduler's units (millicores for cpu); PlanError for an
+        amount past the range any resource has."""
+        try:
+            return {name: resource_units(name, value) for name, value in self.requests.items()}
+        except QuantityError as exc:
+            raise PlanError(f"the {PLAN_ANNOTATION} annotation grants {exc}") from None
 
     # -- writing -------------------------------------------------------------------------------
 

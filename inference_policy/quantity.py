@@ -57,6 +57,11 @@ _GRAMMAR = re.compile(
     r"(?:(?P<suffix>Ki|Mi|Gi|Ti|Pi|Ei|n|u|m|k|M|G|T|P|E)"
     r"|[eE](?P<exponent>[+-]?[0-9]+))?"
 )
+# The same grammar without a sign, as a plain pattern a schema can check (a plan's quantities
+# are amounts granted, never negative, and are range-checked when converted to units).
+UNSIGNED_PATTERN: Final = (
+    r"^(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:Ki|Mi|Gi|Ti|Pi|Ei|n|u|m|k|M|G|T|P|E|[eE][+-]?[0-9]+)?$"
+)
 _WHOLE_BINARY = re.compile(r"[1-9][0-9]{0,15}(?:Gi|Mi|Ki)")
 
 

@@ -393,7 +393,7 @@ class Reviewer:
             )
         assert planned.plan_json is not None
         edits = self.plan_edits(pod, index, plan, planned.plan_json)
-        edits += shield_edits(pod, to_shield(pod, plan))
+        edits += shield_edits(pod, to_shield(pod, plan, engine=engine))
         ops = edits_patch(pod, edits)
         outcome = _patched(uid, "planned" if ops else "unchanged", ops)
         outcome.plan = plan

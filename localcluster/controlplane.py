@@ -137,6 +137,9 @@ class ControlPlane:
     etcd_url: str
     logs_dir: Path
     _owns_workdir: bool = False
+    # etcd fsyncs its log by default; the tests skip that (--unsafe-no-fsync) for speed, and the
+    # Pod-create benchmark turns it back on to measure what a real cluster's user meets.
+    etcd_fsync: bool = False
     _processes: dict[str, ManagedProcess] = field(default_factory=dict)
     schedulers: dict[str, Scheduler] = field(default_factory=dict)
     _identities: dict[str, tuple[str, tuple[str, ...]]] = field(
@@ -161,6 +164,7 @@ class ControlPlane:
         start_kwok: bool = True,
         apiserver_args: Sequence[str] = (),
         scheduler_verbosity: int = 2,
+        etcd_fsync: bool = False,
     ) -> ControlPlane:
         """Bring up etcd, kube-apiserver, (optionally) KWOK and a scheduler.
 
@@ -183,6 +187,7 @@ class ControlPlane:
             etcd_url="",
             logs_dir=logs,
             _owns_workdir=owns,
+            etcd_fsync=etcd_fsync,
         )
         try:
             plane._start_etcd()
@@ -288,7 +293,7 @@ class ControlPlane:
                 f"--listen-peer-urls={peer_url}",
                 f"--initial-advertise-peer-urls={peer_url}",
                 f"--initial-cluster=tmi={peer_url}",
-                "--unsafe-no-fsync",
+                *(() if self.etcd_fsync else ("--unsafe-no-fsync",)),
                 "--log-level=warn",
             ]
 

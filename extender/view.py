@@ -156,16 +156,7 @@ class ClusterView:
                 )
                 return
             if self.policy.read_profile(dict(configmap), self.clock()):
-                refusal = self.policy.profile_refusal
-                if refusal is None and self.policy.profile is not None:
-                    log.info(
-                        "verified profile %s version %d (bundle sha256 %s)",
-                        name,
-                        self.policy.profile.version,
-                        self.policy.profile.sha256,
-                    )
-                elif refusal is not None:
-                    log.warning("profile %s refused: %s", name, refusal.check)
+                self.policy.log_verdict(name, log)
         except Exception as exc:
             log.exception("profile ConfigMap %s could not be used", name)
             self.policy.profile_missing(f"ConfigMap {name!r} could not be read: {exc}")

@@ -7,6 +7,7 @@ verifications so tests and benchmarks can prove it.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -127,6 +128,31 @@ class PolicyState:
         before = self.verifications
         self.set_profile(configmap, revision_of(configmap), now)
         return self.verifications != before
+
+    def log_verdict(self, name: str, log: logging.Logger) -> None:
+        """Log the verdict on the profile revision just read: verified (with its version and
+        bundle sha256) or refused (with the reason and the check), once per revision."""
+        refusal = self.profile_refusal
+        if refusal is None and self.profile is not None:
+            log.info(
+                "verified profile %s version %d (bundle sha256 %s)",
+                name,
+                self.profile.version,
+                self.profile.sha256,
+                extra={
+                    "profile": name,
+                    "version": self.profile.version,
+                    "sha256": self.profile.sha256,
+                },
+            )
+        elif refusal is not None:
+            log.warning(
+                "profile %s refused: %s (%s)",
+                name,
+                refusal.reason.value,
+                refusal.check,
+                extra={"profile": name, "code": "profile-refused", "reason": refusal.reason.value},
+            )
 
     def profile_missing(self, check: str) -> None:
         self.profile = None

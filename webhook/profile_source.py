@@ -179,16 +179,7 @@ class PolicyStore:
             log.warning("%s", refusal)
 
     def _log_profile(self, name: str) -> None:
-        refusal = self.state.profile_refusal
-        if refusal is None and self.state.profile is not None:
-            log.info(
-                "verified profile %s version %d (bundle sha256 %s)",
-                name,
-                self.state.profile.version,
-                self.state.profile.sha256,
-            )
-        elif refusal is not None:
-            log.warning("profile %s refused: %s (%s)", name, refusal.reason.value, refusal.check)
+        self.state.log_verdict(name, log)
 
     def epoch(self, now: datetime) -> int | None:
         """What a memoised answer made now may be reused under: the inputs' generation, or

@@ -43,7 +43,16 @@ import orjson
 from inference_policy.fragmentation import RequestMix
 from inference_policy.ledger import UsageLedger
 from inference_policy.nodes import FITS, NodeFacts, Verdict, node_facts
-from inference_policy.placement import Demand, check_nodes, demand_for, score_nodes
+from inference_policy.placement import (
+    Demand,
+    check,
+    check_nodes,
+    demand_for,
+    free_capacity,
+    free_of,
+    score_nodes,
+    scores_from,
+)
 from inference_policy.plan import PlanError, parse_plan
 from inference_policy.planner import PROFILE_PREFIX
 from inference_policy.signing import ProfileRefused
@@ -84,6 +93,25 @@ class Outcome:
     node_codes: dict[str, str] = field(default_factory=dict)
 
 
+MAX_CYCLES = 64
+
+
+@dataclass
+class _Cycle:
+    """What the last scheduling cycle for one demand over one candidate list found. The next
+    cycle for the same deployment (the next replica) sees the same candidates with one node's
+    load changed (where the last replica went), so only the nodes whose facts or load changed
+    since are judged again."""
+
+    names: list[str]
+    facts: list[NodeFacts | None]
+    version: int
+    verdicts: list[Verdict | None] | None = None
+    frees: list[int | None] | None = None
+    scale: int = 0
+    positions: dict[str, list[int]] = field(default_factory=dict)
+
+
 class ClusterView:
     """Nodes, accounted Pods and the verified profile, as last read from the API."""
 
@@ -103,6 +131,8 @@ class ClusterView:
         self.events = 0
         self.mix = RequestMix()
         self._observed: OrderedDict[str, None] = OrderedDict()
+        self._cycles: OrderedDict[tuple[Any, ...], _Cycle] = OrderedDict()
+        self.recomputed = 0
 
     # -- informer callbacks (event loop only) -------------------------------------------------
 
@@ -160,6 +190,46 @@ class ClusterView:
         except Exception as exc:
             log.exception("profile ConfigMap %s could not be used", name)
             self.policy.profile_missing(f"ConfigMap {name!r} could not be read: {exc}")
+
+    def cycle(self, demand: Demand, names: list[str], facts: list[NodeFacts | None]) -> _Cycle:
+        """The remembered cycle for this demand and candidate list, brought up to date by
+        judging again only the candidates whose node facts or accounted load changed."""
+        key = (demand.key, tuple((n, demand.requests.get(n, 0)) for n in demand.checked))
+        found = self._cycles.get(key)
+        changed = self.ledger.changed_since(found.version) if found is not None else None
+        if found is None or changed is None or found.names != names:
+            found = _Cycle(list(names), list(facts), self.ledger.version)
+            self._cycles[key] = found
+            if len(self._cycles) > MAX_CYCLES:
+                self._cycles.popitem(last=False)
+            return found
+        self._cycles.move_to_end(key)
+        if not found.positions:
+            for index, name in enumerate(found.names):
+                found.positions.setdefault(name, []).append(index)
+        stale = {i for name in changed for i in found.positions.get(name, ())}
+        moved = [
+            i for i, (old, new) in enumerate(zip(found.facts, facts, strict=True)) if old is not new
+        ]
+        for i in moved:
+            found.facts[i] = facts[i]
+        stale.update(moved)
+        used = self.ledger.used
+        if found.verdicts is not None:
+            for i in stale:
+                node = found.facts[i]
+                found.verdicts[i] = None if node is None else check(demand, node, used(node.name))
+        if found.frees is not None:
+            if moved:
+                # A node's allocatable may have changed, and with it the score's unit.
+                found.frees = None
+            else:
+                for i in stale:
+                    node = found.facts[i]
+                    found.frees[i] = free_of(demand, node, used(node.name) if node else {})[0]
+        self.recomputed += len(stale)
+        found.version = self.ledger.version
+        return found
 
     def observe(self, pod: Mapping[str, Any], demand: Demand) -> None:
         """Add the Pod's request to the workload histogram, once per Pod."""
@@ -247,10 +317,10 @@ class _Candidates:
 def _candidates(view: ClusterView, args: Mapping[str, Any]) -> _Candidates:
     names_raw = args.get("NodeNames")
     if names_raw is not None:
-        if not isinstance(names_raw, list) or not all(isinstance(n, str) for n in names_raw):
+        # map() keeps both passes in C: every scheduling cycle sends every candidate's name.
+        if not isinstance(names_raw, list) or not set(map(type, names_raw)) <= {str}:
             raise ArgsError("ExtenderArgs.NodeNames is not a list of node names")
-        nodes = view.nodes
-        return _Candidates(True, names_raw, [nodes.get(n) for n in names_raw], [], None)
+        return _Candidates(True, names_raw, list(map(view.nodes.get, names_raw)), [], None)
     node_list = args.get("Nodes")
     if node_list is None:
         raise ArgsError("ExtenderArgs carries neither Nodes nor NodeNames")
@@ -315,7 +385,14 @@ def filter_nodes(view: ClusterView, args: Any) -> Outcome:
     unresolvable: dict[str, str] = {}
     codes: dict[str, int] = {}
     node_codes: dict[str, str] = {}
-    verdicts = check_nodes(demand, cands.facts, view.ledger.used)
+    if cands.cache_mode:
+        cycle = view.cycle(demand, cands.names, cands.facts)
+        if cycle.verdicts is None:
+            cycle.verdicts = check_nodes(demand, cycle.facts, view.ledger.used)
+            view.recomputed += len(cycle.verdicts)
+        verdicts = cycle.verdicts
+    else:
+        verdicts = check_nodes(demand, cands.facts, view.ledger.used)
     names = cands.names
     keep = passed_idx.append
     for index, found in enumerate(verdicts):
@@ -373,7 +450,15 @@ def prioritize_nodes(view: ClusterView, args: Any) -> Outcome:
     if demand is None:
         return Outcome([{"Host": n, "Score": 0} for n in cands.names], "unplanned")
     view.observe(pod, demand)
-    scores = score_nodes(demand, cands.facts, view.ledger.used, view.mix.workload())
+    workload = view.mix.workload()
+    if cands.cache_mode and demand.path == "gpu" and len(demand.kind) == 1:
+        cycle = view.cycle(demand, cands.names, cands.facts)
+        if cycle.frees is None:
+            cycle.frees, cycle.scale = free_capacity(demand, cycle.facts, view.ledger.used)
+            view.recomputed += len(cycle.frees)
+        scores = scores_from(demand, cycle.frees, cycle.scale, workload)
+    else:
+        scores = score_nodes(demand, cands.facts, view.ledger.used, workload)
     body = [{"Host": name, "Score": value} for name, value in zip(cands.names, scores, strict=True)]
     return Outcome(body, "planned")
 

@@ -7,6 +7,7 @@ and keeps per-node totals that an informer event updates in a few dictionary ope
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Mapping
 from typing import Any
 
@@ -116,11 +117,34 @@ class UsageLedger:
 
     Updates are incremental (a Pod's previous contribution is taken back before its new one is
     added), so an informer event costs a few dictionary operations however many Pods there are.
+    Every change bumps `version` and is logged against its node, so a reader that remembers the
+    version it last saw can ask which nodes changed since (`changed_since`) and redo only those.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, history: int = 4096) -> None:
         self._pods: dict[str, tuple[str, dict[str, int]]] = {}
         self._nodes: dict[str, dict[str, int]] = {}
+        self.version = 0
+        self._changes: deque[tuple[int, str]] = deque(maxlen=history)
+
+    def _touch(self, node: str) -> None:
+        self.version += 1
+        self._changes.append((self.version, node))
+
+    def changed_since(self, version: int) -> set[str] | None:
+        """The nodes whose totals changed after `version`; None when the log no longer reaches
+        back that far (the reader must then look at every node)."""
+        if version == self.version:
+            return set()
+        changes = self._changes
+        if version > self.version or not changes or changes[0][0] > version + 1:
+            return None
+        out: set[str] = set()
+        for stamp, node in reversed(changes):
+            if stamp <= version:
+                break
+            out.add(node)
+        return out
 
     def __len__(self) -> int:
         return len(self._pods)
@@ -130,12 +154,14 @@ class UsageLedger:
         stored = dict(requests)
         self._pods[key] = (node, stored)
         _add(self._nodes.setdefault(node, {}), stored)
+        self._touch(node)
 
     def remove(self, key: str) -> None:
         previous = self._pods.pop(key, None)
         if previous is None:
             return
         node, requests = previous
+        self._touch(node)
         totals = self._nodes.get(node)
         if totals is None:  # pragma: no cover - the two maps change together
             return

@@ -352,8 +352,19 @@ def score_nodes(
         known = [node for node in nodes if node is not None]
         scales = best_fit_scales(demand, known)
         return [0 if n is None else score(demand, n, used_of(n.name), scales) for n in nodes]
+    frees, scale = free_capacity(demand, nodes, used_of)
+    return scores_from(demand, frees, scale, workload)
+
+
+def free_capacity(
+    demand: Demand,
+    nodes: Sequence[NodeFacts | None],
+    used_of: Callable[[str], Mapping[str, int]],
+) -> tuple[list[int | None], int]:
+    """For a one-resource GPU demand: each candidate's free amount of the resource (None where
+    the Pod cannot go at all) and the score's unit, the largest such candidate's allocatable.
+    A caller that keeps these may recompute only the nodes that changed."""
     name = demand.kind[0]
-    want = demand.requests.get(name, 0)
     key = demand.key
     scale = 0
     frees: list[int | None] = []
@@ -365,6 +376,26 @@ def score_nodes(
         have = node.allocatable[name]
         scale = max(scale, have)
         append(have - used_of(node.name).get(name, 0))
+    return frees, scale
+
+
+def free_of(
+    demand: Demand, node: NodeFacts | None, used: Mapping[str, int]
+) -> tuple[int | None, int]:
+    """One candidate's entry of `free_capacity`: its free amount and its allocatable."""
+    name = demand.kind[0]
+    if node is None or not (node.static.get(demand.key) or _static(demand, node)).fits:
+        return None, 0
+    have = node.allocatable[name]
+    return have - used.get(name, 0), have
+
+
+def scores_from(
+    demand: Demand, frees: Sequence[int | None], scale: int, workload: Workload | None = None
+) -> list[int]:
+    """The 0..10 scores of a one-resource GPU demand from `free_capacity`'s figures."""
+    name = demand.kind[0]
+    want = demand.requests.get(name, 0)
     sizes = workload.of(name) if workload is not None else None
     if sizes is not None:
         graded = _fragmentation_scores(frees, want, scale, sizes)
@@ -471,11 +502,14 @@ __all__ = [
     "check_nodes",
     "demand_for",
     "fits",
+    "free_capacity",
+    "free_of",
     "has_accelerator",
     "identity_verdict",
     "node_facts",
     "parse_plan",
     "score",
     "score_nodes",
+    "scores_from",
     "static_verdict",
 ]

@@ -191,10 +191,30 @@ class Plan(_Wire):
     @classmethod
     def from_planner(cls, body: Mapping[str, Any]) -> Plan:
         """A plan the planner built, validated like any other, keeping the planner's object as
-        its wire form (the same fields in the same order) instead of dumping it again."""
-        plan = cls.model_validate(body)
+        its wire form (the same fields in the same order) instead of dumping it again.
+
+        Many requests share a plan (replicas, and distinct deployments that land on the same
+        binding with the same image and size), and a plan is immutable, so one plan object is
+        kept per wire text: the same text validates once."""
+        text = strictjson.dumps_compact(body)
+        return _from_text(text, body)
+
+
+_PLANS: Final[dict[str, Plan]] = {}
+_MAX_PLANS: Final = 1024
+
+
+def _from_text(text: str, body: Mapping[str, Any]) -> Plan:
+    plan = _PLANS.get(text)
+    if plan is None:
+        plan = Plan.model_validate(body)
         plan.__dict__[_WIRE] = dict(body)
-        return plan
+        plan.__dict__[_TEXT] = text
+        if len(_PLANS) >= _MAX_PLANS:
+            # Plans change with each profile revision; start afresh rather than grow for ever.
+            _PLANS.clear()
+        _PLANS[text] = plan
+    return plan
 
 
 def parse_plan(annotation: str | bytes | Mapping[str, Any]) -> Plan:

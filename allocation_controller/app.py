@@ -11,6 +11,7 @@ from __future__ import annotations
 from aiohttp import web
 
 from allocation_controller.controller import Controller
+from allocation_controller.evidence import EvidenceBoard, add_evidence_routes
 from serving.probes import exposition, ok
 
 CONTROLLER = web.AppKey("controller", Controller)
@@ -43,4 +44,11 @@ def create_app(controller: Controller) -> web.Application:
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
     app.router.add_get("/metrics", metrics)
+    if controller.settings.evidence_token:
+        add_evidence_routes(
+            app,
+            EvidenceBoard(controller.settings.evidence_ttl),
+            controller.settings.evidence_token,
+            controller.metrics.registry,
+        )
     return app

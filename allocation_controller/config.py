@@ -51,6 +51,9 @@ class ControllerSettings:
     watch_timeout: int = 300
     reconcile_timeout: float = 30.0
     log_level: str = "INFO"
+    # GPU-sharing evidence (allocation_controller.evidence): served only with a token.
+    evidence_token: str = field(default="", repr=False)
+    evidence_ttl: float = 300.0
 
     @property
     def namespace(self) -> str:
@@ -85,6 +88,16 @@ _OPTIONS: tuple[Option, ...] = (
         f"HTTP port for /healthz, /readyz, /metrics (default {DEFAULT_PORT})",
     ),
     options.LOG_LEVEL,
+    Option(
+        "--evidence-token",
+        "TMI_EVIDENCE_TOKEN",
+        "bearer token GPU nodes' `tmi evidence --post` must present (default: no evidence route)",
+    ),
+    Option(
+        "--evidence-ttl-seconds",
+        "TMI_EVIDENCE_TTL_SECONDS",
+        "forget a node's evidence report after this long without a new one (default 300)",
+    ),
 )
 
 
@@ -180,4 +193,6 @@ def settings_from_args(
         workers=int(number("--workers", 8, 1, 64)),
         api_timeout=api_timeout,
         log_level=level,
+        evidence_token=get("--evidence-token") or "",
+        evidence_ttl=number("--evidence-ttl-seconds", 300.0, 10, 86400),
     )

@@ -47,6 +47,7 @@ from policy_io.catalog import packaged_catalog
 from policy_io.files import InputError, read_bytes, read_json
 from policy_io.state import PolicySettings, PolicyState
 from tmi_cli.detect import TOOLKIT_CONFIG, DetectionError, detect_accelerator, detect_toolkit
+from tmi_cli.evidence_command import add_evidence_parser
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_UNAVAILABLE = 0, 1, 2, 3
 
@@ -359,6 +360,8 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"the toolkit's config.toml (default {TOOLKIT_CONFIG})",
     )
     p.set_defaults(func=cmd_detect)
+
+    add_evidence_parser(sub)
 
     p = sub.add_parser("sign", help="sign an envelope into an immutable ConfigMap")
     p.add_argument("--envelope", required=True, metavar="FILE")

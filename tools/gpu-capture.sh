@@ -2,6 +2,7 @@
 # Record a GPU host's raw tool output as a test fixture for the GPU fact detector.
 #
 # Usage: tools/gpu-capture.sh DIR
+#        tools/gpu-capture.sh --sharing DIR
 #
 # Run it on the GPU host itself (or in a container with the host's GPUs and
 # driver utilities visible). It writes the same file set as
@@ -19,10 +20,33 @@
 # Every command runs with LC_ALL=C and a timeout; a failing command is recorded,
 # not fatal, because a failure (an old driver refusing a field, a host without
 # NVLink) is itself something the detector must be tested against.
+#
+# With --sharing it records a shared GPU instead, in the file set of
+# tests/fixtures/gpu/h200-shared (see that README) for `tmi evidence`'s tests:
+#
+#   nvml-samples.json            devices, MIG instances, and SHARING_SAMPLES samples of every
+#                                GPU's and MIG instance's compute processes and utilisation
+#   nvidia-smi-q.xml             `nvidia-smi -q -x` (processes, MIG devices) at the last sample
+#   nvidia-smi-compute-apps.csv  `--query-compute-apps=timestamp,gpu_uuid,pid,process_name,used_memory`
+#   nvidia-smi-L.txt, nvidia-smi-mig-lgi.txt, nvidia-smi-mig-lci.txt
+#   proc/<pid>/cgroup            each process's cgroup (the link to its Pod)
+#   pods.json                    `kubectl get pods -A -o json` for this node, when kubectl works
+#   evidence.json                `tmi evidence` on the capture itself, when tmi is installed
+#
+# Unless SHARING_PODS=1 (the workloads already run as Pods, e.g. the memory-pressure kit in
+# manifests/acceptance), it starts the scenario itself on GPU 0 with the kit's probe
+# (manifests/acceptance/cuda_pressure.py): two processes holding memory under two accounted
+# shares (4 GiB and 2 GiB shares, each 512 MiB under) and one exceeding its 1 GiB share by
+# 512 MiB, then stops them after the capture.
 set -u -o pipefail
 
+sharing=0
+if [ "${1:-}" = "--sharing" ]; then
+  sharing=1
+  shift
+fi
 if [ "$#" -ne 1 ]; then
-  echo "usage: $0 DIR" >&2
+  echo "usage: $0 [--sharing] DIR" >&2
   exit 2
 fi
 out=$1
@@ -43,6 +67,129 @@ run() {
   printf '%s %s\n' "$status" "$*" >>"$out/exit-codes.txt"
   return 0
 }
+
+capture_sharing() {
+  local samples=${SHARING_SAMPLES:-3} interval=${SHARING_INTERVAL:-5}
+  local here probe pids=()
+  here=$(cd "$(dirname "$0")/.." && pwd)
+  probe="$here/manifests/acceptance/cuda_pressure.py"
+  if [ "${SHARING_PODS:-0}" != 1 ]; then
+    # share GiB, overshoot MiB: two within their share, one past it.
+    for spec in "4 -512" "2 -512" "1 512"; do
+      set -- $spec
+      TMI_PLAN="{\"resources\":{\"requests\":{\"kamiwaza.ai/vram-gb-capture\":\"$1\"}}}" \
+        PRESSURE_OVERSHOOT_MIB=$2 PRESSURE_HOLD_SECONDS=$((samples * interval + 30)) \
+        CUDA_VISIBLE_DEVICES=0 "$python" -u "$probe" >"$out/probe-$1gib.log" 2>&1 &
+      pids+=($!)
+    done
+    sleep "${SHARING_WARMUP:-15}"
+  fi
+  SHARING_SAMPLES=$samples SHARING_INTERVAL=$interval timeout $((timeout_s + samples * interval)) \
+    "$python" - "$out" >"$out/nvml-samples.json" 2>"$out/nvml.stderr" <<'PY'
+import json, sys, time
+from datetime import datetime, timezone
+import os
+import pynvml
+
+def obj(p):
+    return {"pid": p.pid, "usedGpuMemory": p.usedGpuMemory,
+            "gpuInstanceId": p.gpuInstanceId, "computeInstanceId": p.computeInstanceId}
+
+def rec(fn, *args):
+    try:
+        return fn(*args)
+    except pynvml.NVMLError as err:
+        return f"ERR {type(err).__name__}: {err}"
+
+def procs(h):
+    value = rec(pynvml.nvmlDeviceGetComputeRunningProcesses, h)
+    return value if isinstance(value, str) else [obj(p) for p in value]
+
+pynvml.nvmlInit()
+out = {"driver": pynvml.nvmlSystemGetDriverVersion(), "count": pynvml.nvmlDeviceGetCount(),
+       "devices": [], "samples": []}
+handles = []
+for i in range(out["count"]):
+    h = pynvml.nvmlDeviceGetHandleByIndex(i)
+    mem = pynvml.nvmlDeviceGetMemoryInfo(h)
+    mode = rec(pynvml.nvmlDeviceGetMigMode, h)
+    d = {"index": i, "name": pynvml.nvmlDeviceGetName(h), "uuid": pynvml.nvmlDeviceGetUUID(h),
+         "memory": {"total": mem.total, "free": mem.free, "used": mem.used},
+         "migMode": list(mode) if not isinstance(mode, str) else mode,
+         "maxMigDevices": rec(pynvml.nvmlDeviceGetMaxMigDeviceCount, h), "migDevices": []}
+    migs = []
+    if isinstance(mode, (list, tuple)) and mode[0] == 1:
+        for slot in range(d["maxMigDevices"]):
+            m = rec(pynvml.nvmlDeviceGetMigDeviceHandleByIndex, h, slot)
+            if isinstance(m, str):
+                continue
+            mm = pynvml.nvmlDeviceGetMemoryInfo(m)
+            d["migDevices"].append({"index": slot, "name": pynvml.nvmlDeviceGetName(m),
+                "uuid": pynvml.nvmlDeviceGetUUID(m),
+                "gpuInstanceId": pynvml.nvmlDeviceGetGpuInstanceId(m),
+                "computeInstanceId": pynvml.nvmlDeviceGetComputeInstanceId(m),
+                "memory": {"total": mm.total, "free": mm.free, "used": mm.used}})
+            migs.append(m)
+    out["devices"].append(d)
+    handles.append((h, migs))
+samples, interval = int(os.environ["SHARING_SAMPLES"]), float(os.environ["SHARING_INTERVAL"])
+for s in range(samples):
+    if s:
+        time.sleep(interval)
+    devices = []
+    for h, migs in handles:
+        util = rec(pynvml.nvmlDeviceGetProcessUtilization, h, 0)
+        devices.append({
+            "processes": procs(h),
+            "processUtilization": util if isinstance(util, str) else [
+                {"pid": u.pid, "timeStamp": u.timeStamp, "smUtil": u.smUtil, "memUtil": u.memUtil,
+                 "encUtil": u.encUtil, "decUtil": u.decUtil} for u in util],
+            "migDevices": [{"processes": procs(m)} for m in migs]})
+    out["samples"].append({"timestamp": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
+                           "devices": devices})
+pynvml.nvmlShutdown()
+json.dump(out, sys.stdout, indent=1)
+sys.stdout.write("\n")
+PY
+  printf '%s %s\n' "$?" "$python (nvml sharing samples)" >>"$out/exit-codes.txt"
+  timeout "$timeout_s" nvidia-smi -q -x >"$out/nvidia-smi-q.xml" 2>>"$out/nvidia-smi.stderr"
+  printf '%s %s\n' "$?" "nvidia-smi -q -x" >>"$out/exit-codes.txt"
+  timeout "$timeout_s" nvidia-smi --query-compute-apps=timestamp,gpu_uuid,pid,process_name,used_memory \
+    --format=csv >"$out/nvidia-smi-compute-apps.csv" 2>>"$out/nvidia-smi.stderr"
+  printf '%s %s\n' "$?" "nvidia-smi --query-compute-apps" >>"$out/exit-codes.txt"
+  timeout "$timeout_s" nvidia-smi -L >"$out/nvidia-smi-L.txt" 2>>"$out/nvidia-smi.stderr"
+  timeout "$timeout_s" nvidia-smi mig -lgi >"$out/nvidia-smi-mig-lgi.txt" 2>>"$out/nvidia-smi.stderr"
+  timeout "$timeout_s" nvidia-smi mig -lci >"$out/nvidia-smi-mig-lci.txt" 2>>"$out/nvidia-smi.stderr"
+  for pid in $("$python" -c 'import json,sys
+d=json.load(open(sys.argv[1]))
+print(" ".join(sorted({str(p["pid"]) for s in d["samples"] for dev in s["devices"]
+  for group in [dev["processes"]] + [m["processes"] for m in dev["migDevices"]]
+  if isinstance(group, list) for p in group})))' "$out/nvml-samples.json"); do
+    mkdir -p "$out/proc/$pid"
+    cp "/proc/$pid/cgroup" "$out/proc/$pid/cgroup" 2>/dev/null || true
+  done
+  if command -v kubectl >/dev/null 2>&1; then
+    kubectl get pods -A -o json --field-selector "spec.nodeName=${NODE_NAME:-$(hostname)}" \
+      >"$out/pods.json" 2>>"$out/kubectl.stderr" || rm -f "$out/pods.json"
+  fi
+  [ -f "$out/pods.json" ] || printf '{"apiVersion": "v1", "kind": "List", "items": []}\n' >"$out/pods.json"
+  if command -v tmi >/dev/null 2>&1; then
+    tmi evidence --pods "$out/pods.json" --proc "$out/proc" --samples 1 >"$out/evidence.json" 2>>"$out/evidence.stderr"
+    printf '%s %s\n' "$?" "tmi evidence" >>"$out/exit-codes.txt"
+  fi
+  for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+  for f in nvml.stderr nvidia-smi.stderr kubectl.stderr evidence.stderr; do
+    [ -s "$out/$f" ] || rm -f "$out/$f"
+  done
+  echo "captured a shared GPU into $out:" >&2
+  ls -1 "$out" >&2
+}
+
+if [ "$sharing" = 1 ]; then
+  capture_sharing
+  exit 0
+fi
 
 if ! command -v nvidia-smi >/dev/null 2>&1; then
   echo "warning: nvidia-smi is not on PATH; its sections will record the failure" >&2

@@ -33,6 +33,10 @@ from serving.settings import (
 
 DEFAULT_PORT = 8080
 DEFAULT_LEASE = "tmi-allocation-controller"
+# A fault-injection point for the e2e fault tests, deliberately not a flag and not in the chart:
+# seconds to hold each verdict between the leader check and its patch (unset or 0: off), so a
+# test can kill the replica after it has read a Pod and before it has written the condition.
+FAULT_PAUSE_VARIABLE = "TMI_FAULT_PAUSE_BEFORE_PATCH_SECONDS"
 
 
 @dataclass(frozen=True)
@@ -51,6 +55,7 @@ class ControllerSettings:
     watch_timeout: int = 300
     reconcile_timeout: float = 30.0
     log_level: str = "INFO"
+    fault_pause_before_patch: float = 0.0
 
     @property
     def namespace(self) -> str:
@@ -167,6 +172,13 @@ def settings_from_args(
             f"({margin:g}s), so a write in flight cannot outlive this replica's leadership"
         )
     level = given.log_level()
+    pause_text = given.env.get(FAULT_PAUSE_VARIABLE, "").strip()
+    try:
+        pause = float(pause_text) if pause_text else 0.0
+    except ValueError:
+        raise ConfigError(f"{FAULT_PAUSE_VARIABLE} must be a number of seconds") from None
+    if not 0 <= pause <= 3600:
+        raise ConfigError(f"{FAULT_PAUSE_VARIABLE} must be between 0 and 3600 seconds")
     return ControllerSettings(
         policy=policy,
         kubeconfig=given.kubeconfig(),
@@ -180,4 +192,5 @@ def settings_from_args(
         workers=int(number("--workers", 8, 1, 64)),
         api_timeout=api_timeout,
         log_level=level,
+        fault_pause_before_patch=pause,
     )

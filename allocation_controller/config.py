@@ -33,6 +33,10 @@ from serving.settings import (
 
 DEFAULT_PORT = 8080
 DEFAULT_LEASE = "tmi-allocation-controller"
+# A fault-injection point for the e2e fault tests, deliberately not a flag and not in the chart:
+# seconds to hold each verdict between the leader check and its patch (unset or 0: off), so a
+# test can kill the replica after it has read a Pod and before it has written the condition.
+FAULT_PAUSE_VARIABLE = "TMI_FAULT_PAUSE_BEFORE_PATCH_SECONDS"
 
 
 @dataclass(frozen=True)
@@ -54,6 +58,7 @@ class ControllerSettings:
     # GPU-sharing evidence (allocation_controller.evidence): served only with a token.
     evidence_token: str = field(default="", repr=False)
     evidence_ttl: float = 300.0
+    fault_pause_before_patch: float = 0.0
 
     @property
     def namespace(self) -> str:
@@ -180,6 +185,13 @@ def settings_from_args(
             f"({margin:g}s), so a write in flight cannot outlive this replica's leadership"
         )
     level = given.log_level()
+    pause_text = given.env.get(FAULT_PAUSE_VARIABLE, "").strip()
+    try:
+        pause = float(pause_text) if pause_text else 0.0
+    except ValueError:
+        raise ConfigError(f"{FAULT_PAUSE_VARIABLE} must be a number of seconds") from None
+    if not 0 <= pause <= 3600:
+        raise ConfigError(f"{FAULT_PAUSE_VARIABLE} must be between 0 and 3600 seconds")
     return ControllerSettings(
         policy=policy,
         kubeconfig=given.kubeconfig(),
@@ -195,4 +207,5 @@ def settings_from_args(
         log_level=level,
         evidence_token=get("--evidence-token") or "",
         evidence_ttl=number("--evidence-ttl-seconds", 300.0, 10, 86400),
+        fault_pause_before_patch=pause,
     )

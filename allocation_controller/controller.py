@@ -135,7 +135,11 @@ class Controller:
         self.reconciler = Reconciler(
             CachedPods(api, self.pods.store),
             self.policy,
-            ReconcileSettings(settings.scheduling_timeout, instance=settings.leader.identity),
+            ReconcileSettings(
+                settings.scheduling_timeout,
+                instance=settings.leader.identity,
+                pause_before_patch=settings.fault_pause_before_patch,
+            ),
             clock=clock,
             metrics=self.metrics,
             may_write=self.may_write,

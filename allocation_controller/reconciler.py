@@ -60,6 +60,10 @@ class ReconcileSettings:
     scheduling_timeout: float = DEFAULT_SCHEDULING_TIMEOUT
     controller_name: str = CONTROLLER_NAME
     instance: str = "allocation-controller"
+    pause_before_patch: float = 0.0
+    """Test fault injection only (0, the default, is off): hold each verdict this long after
+    the leader check and before its patch, so a test can kill the replica in exactly that
+    window. See `allocation_controller.config.FAULT_PAUSE_VARIABLE`."""
 
 
 @dataclass(frozen=True)
@@ -202,6 +206,15 @@ class Reconciler:
         version = (pod.get("metadata") or {}).get("resourceVersion")
         if version:
             patch["metadata"] = {"resourceVersion": version}
+        if self.settings.pause_before_patch > 0:
+            # The window a crash between read and write falls into; the e2e fault tests wait for
+            # this line and kill the process while it sleeps.
+            log.warning(
+                "fault injection: pausing %.1fs before patching Pod %s",
+                self.settings.pause_before_patch,
+                pod["metadata"]["name"],
+            )
+            await asyncio.sleep(self.settings.pause_before_patch)
         updated = await self.port.patch_pod_status(pod["metadata"]["name"], patch)
         self.metrics.verdicts.labels(verdict.status, verdict.reason).inc()
         uid = str(pod["metadata"].get("uid", ""))

@@ -20,6 +20,7 @@ import copy
 import shutil
 import ssl
 import tempfile
+import time
 import urllib.request
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -404,6 +405,21 @@ class ControlPlane:
             # KWOK reads and writes ~/.kwok; keep it inside the work directory.
             env={"HOME": str(home)},
         )
+
+    def respawn(self, name: str, *, kill: bool = False, delay: float = 0.0) -> ManagedProcess:
+        """Stop a core component (``etcd``, ``kube-apiserver``) and start it again with the same
+        command line: the same ports, data directory and certificates, so every client finds it
+        where it was. ``kill`` ends it with SIGKILL (a crash) rather than SIGTERM; ``delay`` is
+        how long it stays down. Returns the new process at once; waiting for it to be ready is
+        the caller's (see ``localcluster.faults``).
+        """
+        old = self._processes[name]
+        if kill:
+            old.kill()
+        else:
+            old.stop()
+        time.sleep(delay)
+        return self._spawn(name, old.argv)
 
     # -- schedulers ------------------------------------------------------------
 

@@ -171,6 +171,16 @@ class ManagedProcess:
                 with contextlib.suppress(OSError):
                     self._popen.send_signal(signum)
 
+    def kill(self) -> None:
+        """SIGKILL the process group at once, as a crash or an OOM kill would end it."""
+        try:
+            if self._popen.poll() is None:
+                self._signal_group(signal.SIGKILL)
+                self._popen.wait(timeout=10)
+        finally:
+            with _LIVE_LOCK:
+                _LIVE.discard(self)
+
     def stop(self, grace: float = 10.0) -> None:
         """SIGTERM the process group, SIGKILL it after ``grace`` seconds."""
         try:

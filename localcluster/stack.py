@@ -344,6 +344,8 @@ class ControllerReplica:
     identity: str
     port: int = 0
     process: ManagedProcess | None = None
+    # Extra environment for its next start (the fault tests' injection points).
+    env: dict[str, str] = field(default_factory=dict)
 
     def running(self) -> bool:
         return self.process is not None and self.process.running()
@@ -398,7 +400,11 @@ class LocalController:
             if replica.port == 0:
                 replica.port = free_port()
             replica.process = ManagedProcess(
-                replica.identity, self.argv(replica), self.log_file(replica), cwd=ROOT
+                replica.identity,
+                self.argv(replica),
+                self.log_file(replica),
+                cwd=ROOT,
+                env=replica.env or None,
             )
 
     def wait_ready(self, index: int | None = None, timeout: float = START_TIMEOUT) -> None:

@@ -24,7 +24,12 @@ import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
 from allocation_controller.app import create_app
-from allocation_controller.config import ConfigError, ControllerSettings, settings_from_args
+from allocation_controller.config import (
+    FAULT_PAUSE_VARIABLE,
+    ConfigError,
+    ControllerSettings,
+    settings_from_args,
+)
 from allocation_controller.controller import Controller
 from allocation_controller.leader import LeaderElector, LeaderSettings
 from allocation_controller.memory import MemoryKube, bind, planned_pod, unschedulable
@@ -158,6 +163,31 @@ async def test_honest_pod_is_verified_by_a_strategic_merge_patch(
     assert event["reportingController"] == "kamiwaza.ai/allocation-controller"
     # Revision expiry is the next time-driven change; timers are capped at a day.
     assert result.requeue_after == 86400
+
+
+async def test_the_fault_injection_pause_holds_the_verdict_between_leader_check_and_patch(
+    kube: MemoryKube, owner: Owner, policy_settings: PolicySettings
+) -> None:
+    """The window the e2e fault test kills a replica in: decided, leader checked, not written."""
+    add_pod(kube, owner)
+    checks: list[bool] = []
+
+    def may_write() -> bool:
+        checks.append(True)
+        return True
+
+    reconciler = Reconciler(
+        kube,
+        make_policy(kube, policy_settings),
+        ReconcileSettings(instance="test-0", pause_before_patch=0.5),
+        clock=Clock(),
+        may_write=may_write,
+    )
+    task = asyncio.get_running_loop().create_task(reconciler.reconcile("tmi-1"))
+    await asyncio.sleep(0.2)
+    assert checks and not kube.patches and not task.done()
+    assert (await task).outcome == "written"
+    assert len(kube.patches) == 1
 
 
 @pytest.mark.parametrize(
@@ -774,6 +804,23 @@ def test_settings_from_flags_and_environment(owner: Owner) -> None:
         settings_from_args(["--api-timeout", "6"], env)
     with pytest.raises(ConfigError, match="renew deadline"):
         settings_from_args(["--renew-deadline", "20"], env)
+
+
+def test_the_fault_injection_pause_is_off_unless_its_variable_is_set(owner: Owner) -> None:
+    env = {
+        "POD_NAMESPACE": "kamiwaza",
+        "TMI_OWNER_PUBLIC_KEY": owner.public_key,
+        "TMI_CLUSTER_BINDING_ID": "demo-cluster",
+    }
+    assert settings_from_args([], env).fault_pause_before_patch == 0
+    paused = settings_from_args([], {**env, FAULT_PAUSE_VARIABLE: "2.5"})
+    assert paused.fault_pause_before_patch == 2.5
+    # Only the variable turns it on: no flag of that name exists.
+    with pytest.raises(SystemExit):
+        settings_from_args(["--fault-pause-before-patch-seconds", "1"], env)
+    for bad in ("soon", "-1"):
+        with pytest.raises(ConfigError, match=FAULT_PAUSE_VARIABLE):
+            settings_from_args([], {**env, FAULT_PAUSE_VARIABLE: bad})
 
 
 # -- the contract with the webhook --------------------------------------------------------------

@@ -40,7 +40,7 @@ class Phase:
 
 
 SETTINGS = ServingSettings(
-    policy=PolicySettings(), host="127.0.0.1", port=0, shutdown_timeout=1.0, drain_seconds=0.5
+    policy=PolicySettings(), host="127.0.0.1", port=0, shutdown_timeout=1.0, drain_seconds=2.0
 )
 PHASE = web.AppKey("phase", Phase)
 REGISTRY = web.AppKey("registry", CollectorRegistry)
@@ -152,7 +152,8 @@ async def test_sigterm_drains_unready_then_stops(caplog: pytest.LogCaptureFixtur
     task = asyncio.create_task(
         process.serve_draining(_app(phase), SETTINGS, phase, log, started=started)
     )
-    for _ in range(100):
+    # The unready window must outlast a loaded machine's delay before the client connects.
+    for _ in range(500):
         if phase.draining:
             break
         await asyncio.sleep(0.01)
@@ -165,7 +166,7 @@ async def test_sigterm_drains_unready_then_stops(caplog: pytest.LogCaptureFixtur
             assert resp.status == 200
     await asyncio.wait_for(task, 5)
     messages = [record.getMessage() for record in caplog.records]
-    assert messages == ["stopping: unready for 0.5s, then draining", "stopped"]
+    assert messages == ["stopping: unready for 2.0s, then draining", "stopped"]
 
 
 def _issue(ca: trustme.CA, cert: Path, key: Path) -> int:

@@ -1,12 +1,13 @@
 """A real Kubernetes control plane on 127.0.0.1 for e2e tests and demos.
 
 Starts etcd, kube-apiserver (TLS, RBAC, client-certificate identities),
-kube-scheduler(s) and KWOK from the self-built binaries, each on free ports under one
-work directory, waits for each by polling its health endpoint, and tears everything
-down again. There is no kube-controller-manager and no kubelet: KWOK plays the kubelet
-for fake nodes, and the API server's ServiceAccount and TaintNodesByCondition
-admission plugins are off because nothing would create default service accounts or
-lift the not-ready taint.
+kube-controller-manager, kube-scheduler(s) and KWOK from the self-built binaries, each on
+free ports under one work directory, waits for each by polling its health endpoint, and
+tears everything down again. kube-controller-manager makes a tenant's Deployments into
+ReplicaSets and Pods, fills the aggregated ``admin``/``edit``/``view`` roles, creates
+ServiceAccounts and finishes namespace deletion, as on a real cluster. There is no kubelet:
+KWOK plays it for fake nodes, and the API server's ServiceAccount and TaintNodesByCondition
+admission plugins stay off because no kubelet would mount tokens or lift the not-ready taint.
 
 Every component and every tmi server under test authenticates as its own user, so the
 RBAC rules the project ships are really exercised; only ``admin`` is in
@@ -48,6 +49,7 @@ IDENTITIES: dict[str, tuple[str, tuple[str, ...]]] = {
     "admin": ("admin", ("system:masters",)),
     "scheduler": ("system:kube-scheduler", ()),
     "kwok": ("kwok", ()),
+    "controller-manager": ("system:kube-controller-manager", ()),
     "tmi-webhook": ("tmi-webhook", ()),
     "tmi-extender": ("tmi-extender", ()),
     "tmi-controller": ("tmi-controller", ()),
@@ -159,6 +161,7 @@ class ControlPlane:
         scheduler_config: Mapping[str, Any] | str | None = None,
         start_scheduler: bool = True,
         start_kwok: bool = True,
+        start_controller_manager: bool = True,
         apiserver_args: Sequence[str] = (),
         scheduler_verbosity: int = 2,
     ) -> ControlPlane:
@@ -188,6 +191,8 @@ class ControlPlane:
             plane._start_etcd()
             plane._start_apiserver(apiserver_args)
             plane._bootstrap()
+            if start_controller_manager:
+                plane._start_controller_manager()
             if start_kwok:
                 plane._start_kwok()
             if start_scheduler:
@@ -362,6 +367,44 @@ class ControlPlane:
         )
         self.apply_manifest(_data_text("kwok-rbac.yaml"))
         self.aggregate_cluster_roles()
+
+    def _start_controller_manager(self) -> None:
+        pki = self.ca.directory
+        cert_dir = self.workdir / "kube-controller-manager"
+        cert_dir.mkdir(exist_ok=True)
+        kubeconfig = self.kubeconfig("controller-manager")
+
+        def argv(port: int) -> list[str]:
+            return [
+                str(self.bin_dir / "kube-controller-manager"),
+                f"--kubeconfig={kubeconfig}",
+                f"--authentication-kubeconfig={kubeconfig}",
+                f"--authorization-kubeconfig={kubeconfig}",
+                f"--bind-address={HOST}",
+                f"--secure-port={port}",
+                f"--cert-dir={cert_dir}",
+                "--leader-elect=false",
+                # Each controller under its own kube-system ServiceAccount, as kubeadm runs it,
+                # so the bootstrap roles (system:controller:*) are what authorise them.
+                "--use-service-account-credentials=true",
+                f"--service-account-private-key-file={pki / 'sa.key'}",
+                f"--root-ca-file={self.ca.cert_file}",
+                # No Node IPAM (there is no cluster CIDR) and no node lifecycle: KWOK owns its
+                # nodes' conditions, and a test deleting a node must not trigger evictions.
+                "--controllers=*,-nodeipam,-nodelifecycle,-service-lb-controller",
+                # Deployments roll within a test's patience.
+                "--concurrent-deployment-syncs=10",
+                "--concurrent-replicaset-syncs=10",
+                "--profiling=false",
+            ]
+
+        self._start_on_free_port(
+            "kube-controller-manager",
+            argv,
+            lambda p: f"https://{HOST}:{p}/healthz",
+            what="kube-controller-manager /healthz",
+            context=_insecure_context(),
+        )
 
     def _start_kwok(self) -> None:
         config_file = self.workdir / "kwok.yaml"
@@ -605,7 +648,7 @@ class ControlPlane:
         ]
 
     def create_namespace(self, name: str, labels: Mapping[str, str] | None = None) -> JSON:
-        """Create (or update) a namespace. Namespaces never finish deleting here (no KCM)."""
+        """Create (or update) a namespace."""
         meta: dict[str, Any] = {"name": name}
         if labels:
             meta["labels"] = dict(labels)

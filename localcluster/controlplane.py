@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import base64
 import copy
+import json
 import shutil
 import ssl
 import tempfile
@@ -146,6 +147,7 @@ class ControlPlane:
     )
     _kubeconfigs: dict[str, Path] = field(default_factory=dict)
     _client_certs: dict[str, KeyPair] = field(default_factory=dict)
+    _tokens: dict[str, str] = field(default_factory=dict)
     _api_clients: list[k8s.ApiClient] = field(default_factory=list)
     _kubes: dict[str, Kube] = field(default_factory=dict)
     _stopped: bool = False
@@ -307,6 +309,8 @@ class ControlPlane:
         serving = self.ca.issue_serving("apiserver", (HOST, "localhost"))
         sa = write_service_account_key(pki / "sa.key", pki / "sa.pub")
         ca_context = ssl.create_default_context(cafile=str(self.ca.cert_file))
+        audit_policy = self.workdir / "audit-policy.yaml"
+        audit_policy.write_text(_data_text("audit-policy.yaml"))
 
         def argv(port: int) -> list[str]:
             return [
@@ -334,6 +338,11 @@ class ControlPlane:
                 # Service's EndpointSlice; skip the reconciler and its log noise.
                 "--endpoint-reconciler-type=none",
                 "--profiling=false",
+                # What ServiceAccounts do, so a test can hold each server to its Role.
+                f"--audit-policy-file={audit_policy}",
+                f"--audit-log-path={self.audit_log}",
+                "--audit-log-format=json",
+                "--audit-log-mode=blocking",
                 *extra_args,
             ]
 
@@ -526,6 +535,30 @@ class ControlPlane:
             verbosity=old.verbosity,
         )
 
+    # -- the audit log ----------------------------------------------------------
+
+    @property
+    def audit_log(self) -> Path:
+        """Where the API server records each request a ServiceAccount outside kube-system
+        makes (localcluster/data/audit-policy.yaml)."""
+        return self.workdir / "audit.log"
+
+    def audit_events(self, user: str | None = None) -> list[JSON]:
+        """The requests recorded so far, once each, for ``user`` if given. A watch is recorded
+        when its response starts; it completes only when the watch ends."""
+        if not self.audit_log.is_file():
+            return []
+        events: dict[str, JSON] = {}
+        for line in self.audit_log.read_text().splitlines():
+            if not line.strip():
+                continue
+            event = json.loads(line)
+            if event.get("stage") not in ("ResponseStarted", "ResponseComplete"):
+                continue
+            if user is None or event.get("user", {}).get("username") == user:
+                events.setdefault(event["auditID"], event)
+        return list(events.values())
+
     # -- identities and clients ------------------------------------------------
 
     def add_identity(
@@ -536,6 +569,34 @@ class ControlPlane:
         self._kubeconfigs.pop(identity, None)
         self._kubes.pop(identity, None)
         return self.kubeconfig(identity)
+
+    def service_account_identity(
+        self, namespace: str, name: str, *, expiration_seconds: int = 6 * 3600
+    ) -> str:
+        """Register an identity that authenticates as a ServiceAccount, with a bound token from
+        the TokenRequest API (what a Pod's projected token is), and return the identity's name.
+
+        The servers under test run as the ServiceAccounts the chart creates, so the RBAC they
+        are held to is exactly what the chart binds to them. Asking again renews the token.
+        """
+        identity = f"sa:{namespace}:{name}"
+        answer = self.kube("admin").request(
+            "POST",
+            f"/api/v1/namespaces/{namespace}/serviceaccounts/{name}/token",
+            body={
+                "apiVersion": "authentication.k8s.io/v1",
+                "kind": "TokenRequest",
+                "spec": {"expirationSeconds": expiration_seconds},
+            },
+        )
+        self._tokens[identity] = str(answer["status"]["token"])
+        self._identities[identity] = (
+            f"system:serviceaccount:{namespace}:{name}",
+            ("system:serviceaccounts", f"system:serviceaccounts:{namespace}"),
+        )
+        self._kubeconfigs.pop(identity, None)
+        self._kubes.pop(identity, None)
+        return identity
 
     def user(self, identity: str) -> str:
         """The Kubernetes user name an identity authenticates as."""
@@ -554,8 +615,17 @@ class ControlPlane:
         if identity not in self._identities:
             raise KeyError(f"unknown identity {identity!r}; add it with add_identity()")
         user, groups = self._identities[identity]
-        pair = self.ca.issue_client(f"client-{identity.replace(':', '_')}", user, groups)
-        self._client_certs[identity] = pair
+        token = self._tokens.get(identity)
+        credentials: dict[str, str]
+        if token is not None:
+            credentials = {"token": token}
+        else:
+            pair = self.ca.issue_client(f"client-{identity.replace(':', '_')}", user, groups)
+            self._client_certs[identity] = pair
+            credentials = {
+                "client-certificate": str(pair.cert_file),
+                "client-key": str(pair.key_file),
+            }
         path = self.workdir / "kubeconfig" / f"{identity.replace(':', '_')}.yaml"
         path.parent.mkdir(exist_ok=True)
         doc = {
@@ -570,15 +640,7 @@ class ControlPlane:
                     },
                 }
             ],
-            "users": [
-                {
-                    "name": identity,
-                    "user": {
-                        "client-certificate": str(pair.cert_file),
-                        "client-key": str(pair.key_file),
-                    },
-                }
-            ],
+            "users": [{"name": identity, "user": credentials}],
             "contexts": [{"name": identity, "context": {"cluster": "tmi-local", "user": identity}}],
             "current-context": identity,
         }
@@ -605,13 +667,22 @@ class ControlPlane:
         """A ``kubernetes.client.ApiClient`` authenticated as ``identity``."""
         if not self.server:
             raise RuntimeError("the API server is not running")
-        pair = self.client_cert(identity)
-        conf = k8s.Configuration(
-            host=self.server,
-            ssl_ca_cert=str(self.ca.cert_file),
-            cert_file=str(pair.cert_file),
-            key_file=str(pair.key_file),
-        )
+        token = self._tokens.get(identity)
+        if token is not None:
+            conf = k8s.Configuration(
+                host=self.server,
+                ssl_ca_cert=str(self.ca.cert_file),
+                api_key={"authorization": token},
+                api_key_prefix={"authorization": "Bearer"},
+            )
+        else:
+            pair = self.client_cert(identity)
+            conf = k8s.Configuration(
+                host=self.server,
+                ssl_ca_cert=str(self.ca.cert_file),
+                cert_file=str(pair.cert_file),
+                key_file=str(pair.key_file),
+            )
         api = k8s.ApiClient(conf)
         self._api_clients.append(api)
         return api

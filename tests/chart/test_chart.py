@@ -10,6 +10,7 @@ build to exactly what `helm template` produces.
 from __future__ import annotations
 
 import copy
+import json
 from pathlib import Path
 from typing import Any
 
@@ -235,3 +236,17 @@ def test_each_overlay_is_the_chart_with_the_same_values(
     from_kustomize = _normalised(kustomize_build(ROOT / "manifests" / "overlays" / overlay))
     from_helm = _normalised(rendered(merged(values, extra), part))
     assert from_kustomize == from_helm
+
+
+def test_the_alerts_and_the_dashboard_ship_as_files_say(values: dict[str, Any]) -> None:
+    change = {"monitoring": {"prometheusRule": {"enabled": True}, "dashboard": {"enabled": True}}}
+    docs = rendered(merged(values, change), TENANT)
+    rule = find(docs, "PrometheusRule", "tmi")
+    files = CHART / "files"
+    assert rule["spec"]["groups"] == yaml.safe_load((files / "alerts.yaml").read_text())["groups"]
+    dashboard = find(docs, "ConfigMap", "tmi-dashboard")
+    assert dashboard["metadata"]["labels"]["grafana_dashboard"] == "1"
+    shipped = json.loads((files / "grafana-dashboard.json").read_text())
+    assert json.loads(dashboard["data"]["tmi.json"]) == shipped
+    off = {(d["kind"], d["metadata"]["name"]) for d in rendered(values, TENANT)}
+    assert ("PrometheusRule", "tmi") not in off

@@ -21,6 +21,7 @@ REQUIRED_BINARIES = (
     "kwok",
     "helm",
     "kustomize",
+    "tmi-oci",
 )
 
 # Used only when the checkout's versions.env cannot be found (an installed wheel);

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Builds etcd, kube-apiserver, kube-scheduler, kube-controller-manager, kwok, helm and
-# kustomize from the Go module proxy into a versioned cache directory outside the checkout, so
+# Builds etcd, kube-apiserver, kube-scheduler, kube-controller-manager, kwok, helm, kustomize
+# and tmi-oci (ocibuild/: an OCI image layout from layer tarballs, with go-containerregistry)
+# from the Go module proxy into a versioned cache directory outside the checkout, so
 # CI (and developers) pay the slow first build once and reuse the binaries afterwards. No-op
 # when all of them are present.
 #
@@ -14,7 +15,7 @@ source "$here/versions.env"
 
 key="${K8S_VERSION}-etcd${ETCD_VERSION#v}-kwok${KWOK_VERSION#v}-helm${HELM_VERSION#v}-kustomize${KUSTOMIZE_VERSION#v}"
 bin_dir="${TMI_K8S_BIN_DIR:-$HOME/.cache/tmi/k8sbin/$key}"
-binaries=(etcd kube-apiserver kube-scheduler kube-controller-manager kwok helm kustomize)
+binaries=(etcd kube-apiserver kube-scheduler kube-controller-manager kwok helm kustomize tmi-oci)
 
 all_present() {
   local b
@@ -107,15 +108,24 @@ go -C "$here/kustomize" build -trimpath \
   -ldflags "-s -w -X sigs.k8s.io/kustomize/api/provenance.version=${KUSTOMIZE_VERSION}" \
   -o "$tmp/kustomize" sigs.k8s.io/kustomize/kustomize/v5
 
+echo ">> building tmi-oci (go-containerregistry)" >&2
+go -C "$here/ocibuild" build -trimpath -ldflags "-s -w" -o "$tmp/tmi-oci" .
+
 printf 'K8S_VERSION=%s\nETCD_VERSION=%s\nKWOK_VERSION=%s\nHELM_VERSION=%s\nKUSTOMIZE_VERSION=%s\nGO=%s\n' \
   "$K8S_VERSION" "$ETCD_VERSION" "$KWOK_VERSION" "$HELM_VERSION" "$KUSTOMIZE_VERSION" \
   "$(go env GOVERSION)" > "$tmp/VERSIONS"
 
-# Another build may have finished first; keep whichever directory is complete.
+# Another build may have finished first; keep whichever directory is complete. A directory
+# that only lacks binaries added since it was built gets just those, each by an atomic rename,
+# so processes already running from it are never disturbed.
 if all_present; then
   echo "another build finished first; keeping $bin_dir" >&2
+elif [[ -d "$bin_dir" ]]; then
+  for b in "${binaries[@]}"; do
+    [[ -x "$bin_dir/$b" ]] || mv "$tmp/$b" "$bin_dir/$b"
+  done
+  cp "$tmp/VERSIONS" "$bin_dir/VERSIONS.tmp" && mv "$bin_dir/VERSIONS.tmp" "$bin_dir/VERSIONS"
 else
-  rm -rf "$bin_dir"
   mv "$tmp" "$bin_dir"
   trap - EXIT
 fi

@@ -1,14 +1,23 @@
 # One image for every tmi component: the owner CLI (`tmi`), the admission webhook
 # (`tmi-webhook`), the scheduler extender (`tmi-extender`) and the allocation controller
-# (`tmi-controller`). The Deployments in manifests/ choose the component with `command`.
+# (`tmi-controller`). The chart's Deployments choose the component with `command`.
 #
-# Dependencies come from uv.lock, so the image holds exactly what the tests ran with.
+# Dependencies come from uv.lock, so the image holds exactly what the tests ran with; the lock
+# file and a CycloneDX SBOM exported from it are in /opt/tmi/share/tmi. The test harness
+# (localcluster) is not copied in. The base is pinned by digest; to move it, look the digest up
+#   docker buildx imagetools inspect python:3.11-slim-bookworm
+# and pass it with --build-arg PYTHON_BASE=python:3.11-slim-bookworm@sha256:<digest>.
+# tests/unit/test_image.py holds this file to those rules.
 
-FROM python:3.11-slim-bookworm AS build
-RUN pip install --no-cache-dir uv==0.13.9
+ARG PYTHON_BASE=python:3.11-slim-bookworm@sha256:a36c24f9cbdf4fd0f52d67f0823eeac19c2028c637cecc392d97f980d4fec56b
+
+FROM ${PYTHON_BASE} AS build
+ARG UV_VERSION=0.13.9
+RUN pip install --no-cache-dir "uv==${UV_VERSION}"
 WORKDIR /src
 COPY pyproject.toml uv.lock README.md ./
-RUN uv venv /opt/tmi && VIRTUAL_ENV=/opt/tmi uv sync --frozen --no-dev --no-install-project --active
+RUN uv venv /opt/tmi \
+    && VIRTUAL_ENV=/opt/tmi uv sync --frozen --no-dev --no-install-project --active
 COPY inference_policy ./inference_policy
 COPY policy_io ./policy_io
 COPY serving ./serving
@@ -16,10 +25,16 @@ COPY webhook ./webhook
 COPY extender ./extender
 COPY allocation_controller ./allocation_controller
 COPY tmi_cli ./tmi_cli
-COPY localcluster ./localcluster
-RUN VIRTUAL_ENV=/opt/tmi uv pip install --no-deps --python /opt/tmi/bin/python .
+RUN VIRTUAL_ENV=/opt/tmi uv pip install --no-deps --python /opt/tmi/bin/python . \
+    && mkdir -p /opt/tmi/share/tmi \
+    && cp uv.lock /opt/tmi/share/tmi/uv.lock \
+    && uv export --frozen --no-dev --format cyclonedx1.5 --preview-features sbom-export \
+       --output-file /opt/tmi/share/tmi/sbom.cdx.json \
+    && /opt/tmi/bin/python -c "import importlib.util as u, sys; sys.exit(u.find_spec('localcluster') is not None)"
 
-FROM python:3.11-slim-bookworm
+FROM ${PYTHON_BASE}
+LABEL org.opencontainers.image.title="tmi" \
+      org.opencontainers.image.description="Tenant-mode inference admission for Kubernetes"
 COPY --from=build /opt/tmi /opt/tmi
 ENV PATH=/opt/tmi/bin:$PATH \
     PYTHONDONTWRITEBYTECODE=1 \

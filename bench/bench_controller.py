@@ -182,6 +182,8 @@ def _manifests(namespace: str) -> list[dict[str, Any]]:
 
     documents: list[dict[str, Any]] = []
     for path in sorted((ROOT / "manifests" / "controller").glob("*.yaml")):
+        if path.name == "kustomization.yaml":  # the kustomize base's index, not an object
+            continue
         for doc in yaml.safe_load_all(path.read_text()):
             if not doc:
                 continue

@@ -1,4 +1,4 @@
-"""Locate the self-built etcd, kube-apiserver, kube-scheduler and kwok binaries.
+"""Locate the self-built control-plane binaries, helm and kustomize.
 
 The binaries are built from the Go module proxy by ``tools/k8sbin/build.sh`` into a
 cache directory outside the checkout, keyed by the versions in
@@ -13,7 +13,16 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-REQUIRED_BINARIES = ("etcd", "kube-apiserver", "kube-scheduler", "kwok")
+REQUIRED_BINARIES = (
+    "etcd",
+    "kube-apiserver",
+    "kube-scheduler",
+    "kube-controller-manager",
+    "kwok",
+    "helm",
+    "kustomize",
+    "tmi-oci",
+)
 
 # Used only when the checkout's versions.env cannot be found (an installed wheel);
 # keep in step with tools/k8sbin/versions.env.
@@ -21,6 +30,8 @@ _FALLBACK_VERSIONS = {
     "K8S_VERSION": "v1.36.3",
     "ETCD_VERSION": "v3.6.16",
     "KWOK_VERSION": "v0.8.0",
+    "HELM_VERSION": "v3.22.0",
+    "KUSTOMIZE_VERSION": "v5.8.2",
 }
 
 
@@ -33,12 +44,15 @@ class Versions:
     kubernetes: str
     etcd: str
     kwok: str
+    helm: str = _FALLBACK_VERSIONS["HELM_VERSION"]
+    kustomize: str = _FALLBACK_VERSIONS["KUSTOMIZE_VERSION"]
 
     @property
     def cache_key(self) -> str:
         # Must match the key build.sh computes.
         return (
             f"{self.kubernetes}-etcd{self.etcd.removeprefix('v')}-kwok{self.kwok.removeprefix('v')}"
+            f"-helm{self.helm.removeprefix('v')}-kustomize{self.kustomize.removeprefix('v')}"
         )
 
 
@@ -57,7 +71,13 @@ def versions() -> Versions:
                 continue
             key, _, value = line.partition("=")
             values[key.strip()] = value.strip().strip("'\"")
-    return Versions(values["K8S_VERSION"], values["ETCD_VERSION"], values["KWOK_VERSION"])
+    return Versions(
+        values["K8S_VERSION"],
+        values["ETCD_VERSION"],
+        values["KWOK_VERSION"],
+        values["HELM_VERSION"],
+        values["KUSTOMIZE_VERSION"],
+    )
 
 
 def default_bin_dir() -> Path:
@@ -69,7 +89,7 @@ def default_bin_dir() -> Path:
 
 
 def bin_dir() -> Path:
-    """Return the directory holding all four binaries, or raise BinariesMissingError."""
+    """Return the directory holding every binary, or raise BinariesMissingError."""
     path = default_bin_dir()
     missing = [
         name

@@ -1,12 +1,13 @@
 """A real Kubernetes control plane on 127.0.0.1 for e2e tests and demos.
 
 Starts etcd, kube-apiserver (TLS, RBAC, client-certificate identities),
-kube-scheduler(s) and KWOK from the self-built binaries, each on free ports under one
-work directory, waits for each by polling its health endpoint, and tears everything
-down again. There is no kube-controller-manager and no kubelet: KWOK plays the kubelet
-for fake nodes, and the API server's ServiceAccount and TaintNodesByCondition
-admission plugins are off because nothing would create default service accounts or
-lift the not-ready taint.
+kube-controller-manager, kube-scheduler(s) and KWOK from the self-built binaries, each on
+free ports under one work directory, waits for each by polling its health endpoint, and
+tears everything down again. kube-controller-manager makes a tenant's Deployments into
+ReplicaSets and Pods, fills the aggregated ``admin``/``edit``/``view`` roles, creates
+ServiceAccounts and finishes namespace deletion, as on a real cluster. There is no kubelet:
+KWOK plays it for fake nodes, and the API server's ServiceAccount and TaintNodesByCondition
+admission plugins stay off because no kubelet would mount tokens or lift the not-ready taint.
 
 Every component and every tmi server under test authenticates as its own user, so the
 RBAC rules the project ships are really exercised; only ``admin`` is in
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import base64
 import copy
+import json
 import shutil
 import ssl
 import tempfile
@@ -49,6 +51,7 @@ IDENTITIES: dict[str, tuple[str, tuple[str, ...]]] = {
     "admin": ("admin", ("system:masters",)),
     "scheduler": ("system:kube-scheduler", ()),
     "kwok": ("kwok", ()),
+    "controller-manager": ("system:kube-controller-manager", ()),
     "tmi-webhook": ("tmi-webhook", ()),
     "tmi-extender": ("tmi-extender", ()),
     "tmi-controller": ("tmi-controller", ()),
@@ -148,6 +151,7 @@ class ControlPlane:
     )
     _kubeconfigs: dict[str, Path] = field(default_factory=dict)
     _client_certs: dict[str, KeyPair] = field(default_factory=dict)
+    _tokens: dict[str, str] = field(default_factory=dict)
     _api_clients: list[k8s.ApiClient] = field(default_factory=list)
     _kubes: dict[str, Kube] = field(default_factory=dict)
     _stopped: bool = False
@@ -163,6 +167,7 @@ class ControlPlane:
         scheduler_config: Mapping[str, Any] | str | None = None,
         start_scheduler: bool = True,
         start_kwok: bool = True,
+        start_controller_manager: bool = True,
         apiserver_args: Sequence[str] = (),
         scheduler_verbosity: int = 2,
         etcd_fsync: bool = False,
@@ -194,6 +199,8 @@ class ControlPlane:
             plane._start_etcd()
             plane._start_apiserver(apiserver_args)
             plane._bootstrap()
+            if start_controller_manager:
+                plane._start_controller_manager()
             if start_kwok:
                 plane._start_kwok()
             if start_scheduler:
@@ -308,6 +315,8 @@ class ControlPlane:
         serving = self.ca.issue_serving("apiserver", (HOST, "localhost"))
         sa = write_service_account_key(pki / "sa.key", pki / "sa.pub")
         ca_context = ssl.create_default_context(cafile=str(self.ca.cert_file))
+        audit_policy = self.workdir / "audit-policy.yaml"
+        audit_policy.write_text(_data_text("audit-policy.yaml"))
 
         def argv(port: int) -> list[str]:
             return [
@@ -335,6 +344,11 @@ class ControlPlane:
                 # Service's EndpointSlice; skip the reconciler and its log noise.
                 "--endpoint-reconciler-type=none",
                 "--profiling=false",
+                # What ServiceAccounts do, so a test can hold each server to its Role.
+                f"--audit-policy-file={audit_policy}",
+                f"--audit-log-path={self.audit_log}",
+                "--audit-log-format=json",
+                "--audit-log-mode=blocking",
                 *extra_args,
             ]
 
@@ -368,6 +382,44 @@ class ControlPlane:
         )
         self.apply_manifest(_data_text("kwok-rbac.yaml"))
         self.aggregate_cluster_roles()
+
+    def _start_controller_manager(self) -> None:
+        pki = self.ca.directory
+        cert_dir = self.workdir / "kube-controller-manager"
+        cert_dir.mkdir(exist_ok=True)
+        kubeconfig = self.kubeconfig("controller-manager")
+
+        def argv(port: int) -> list[str]:
+            return [
+                str(self.bin_dir / "kube-controller-manager"),
+                f"--kubeconfig={kubeconfig}",
+                f"--authentication-kubeconfig={kubeconfig}",
+                f"--authorization-kubeconfig={kubeconfig}",
+                f"--bind-address={HOST}",
+                f"--secure-port={port}",
+                f"--cert-dir={cert_dir}",
+                "--leader-elect=false",
+                # Each controller under its own kube-system ServiceAccount, as kubeadm runs it,
+                # so the bootstrap roles (system:controller:*) are what authorise them.
+                "--use-service-account-credentials=true",
+                f"--service-account-private-key-file={pki / 'sa.key'}",
+                f"--root-ca-file={self.ca.cert_file}",
+                # No Node IPAM (there is no cluster CIDR) and no node lifecycle: KWOK owns its
+                # nodes' conditions, and a test deleting a node must not trigger evictions.
+                "--controllers=*,-nodeipam,-nodelifecycle,-service-lb-controller",
+                # Deployments roll within a test's patience.
+                "--concurrent-deployment-syncs=10",
+                "--concurrent-replicaset-syncs=10",
+                "--profiling=false",
+            ]
+
+        self._start_on_free_port(
+            "kube-controller-manager",
+            argv,
+            lambda p: f"https://{HOST}:{p}/healthz",
+            what="kube-controller-manager /healthz",
+            context=_insecure_context(),
+        )
 
     def _start_kwok(self) -> None:
         config_file = self.workdir / "kwok.yaml"
@@ -504,6 +556,30 @@ class ControlPlane:
             verbosity=old.verbosity,
         )
 
+    # -- the audit log ----------------------------------------------------------
+
+    @property
+    def audit_log(self) -> Path:
+        """Where the API server records each request a ServiceAccount outside kube-system
+        makes (localcluster/data/audit-policy.yaml)."""
+        return self.workdir / "audit.log"
+
+    def audit_events(self, user: str | None = None) -> list[JSON]:
+        """The requests recorded so far, once each, for ``user`` if given. A watch is recorded
+        when its response starts; it completes only when the watch ends."""
+        if not self.audit_log.is_file():
+            return []
+        events: dict[str, JSON] = {}
+        for line in self.audit_log.read_text().splitlines():
+            if not line.strip():
+                continue
+            event = json.loads(line)
+            if event.get("stage") not in ("ResponseStarted", "ResponseComplete"):
+                continue
+            if user is None or event.get("user", {}).get("username") == user:
+                events.setdefault(event["auditID"], event)
+        return list(events.values())
+
     # -- identities and clients ------------------------------------------------
 
     def add_identity(
@@ -514,6 +590,34 @@ class ControlPlane:
         self._kubeconfigs.pop(identity, None)
         self._kubes.pop(identity, None)
         return self.kubeconfig(identity)
+
+    def service_account_identity(
+        self, namespace: str, name: str, *, expiration_seconds: int = 6 * 3600
+    ) -> str:
+        """Register an identity that authenticates as a ServiceAccount, with a bound token from
+        the TokenRequest API (what a Pod's projected token is), and return the identity's name.
+
+        The servers under test run as the ServiceAccounts the chart creates, so the RBAC they
+        are held to is exactly what the chart binds to them. Asking again renews the token.
+        """
+        identity = f"sa:{namespace}:{name}"
+        answer = self.kube("admin").request(
+            "POST",
+            f"/api/v1/namespaces/{namespace}/serviceaccounts/{name}/token",
+            body={
+                "apiVersion": "authentication.k8s.io/v1",
+                "kind": "TokenRequest",
+                "spec": {"expirationSeconds": expiration_seconds},
+            },
+        )
+        self._tokens[identity] = str(answer["status"]["token"])
+        self._identities[identity] = (
+            f"system:serviceaccount:{namespace}:{name}",
+            ("system:serviceaccounts", f"system:serviceaccounts:{namespace}"),
+        )
+        self._kubeconfigs.pop(identity, None)
+        self._kubes.pop(identity, None)
+        return identity
 
     def user(self, identity: str) -> str:
         """The Kubernetes user name an identity authenticates as."""
@@ -532,8 +636,17 @@ class ControlPlane:
         if identity not in self._identities:
             raise KeyError(f"unknown identity {identity!r}; add it with add_identity()")
         user, groups = self._identities[identity]
-        pair = self.ca.issue_client(f"client-{identity.replace(':', '_')}", user, groups)
-        self._client_certs[identity] = pair
+        token = self._tokens.get(identity)
+        credentials: dict[str, str]
+        if token is not None:
+            credentials = {"token": token}
+        else:
+            pair = self.ca.issue_client(f"client-{identity.replace(':', '_')}", user, groups)
+            self._client_certs[identity] = pair
+            credentials = {
+                "client-certificate": str(pair.cert_file),
+                "client-key": str(pair.key_file),
+            }
         path = self.workdir / "kubeconfig" / f"{identity.replace(':', '_')}.yaml"
         path.parent.mkdir(exist_ok=True)
         doc = {
@@ -548,15 +661,7 @@ class ControlPlane:
                     },
                 }
             ],
-            "users": [
-                {
-                    "name": identity,
-                    "user": {
-                        "client-certificate": str(pair.cert_file),
-                        "client-key": str(pair.key_file),
-                    },
-                }
-            ],
+            "users": [{"name": identity, "user": credentials}],
             "contexts": [{"name": identity, "context": {"cluster": "tmi-local", "user": identity}}],
             "current-context": identity,
         }
@@ -583,13 +688,22 @@ class ControlPlane:
         """A ``kubernetes.client.ApiClient`` authenticated as ``identity``."""
         if not self.server:
             raise RuntimeError("the API server is not running")
-        pair = self.client_cert(identity)
-        conf = k8s.Configuration(
-            host=self.server,
-            ssl_ca_cert=str(self.ca.cert_file),
-            cert_file=str(pair.cert_file),
-            key_file=str(pair.key_file),
-        )
+        token = self._tokens.get(identity)
+        if token is not None:
+            conf = k8s.Configuration(
+                host=self.server,
+                ssl_ca_cert=str(self.ca.cert_file),
+                api_key={"authorization": token},
+                api_key_prefix={"authorization": "Bearer"},
+            )
+        else:
+            pair = self.client_cert(identity)
+            conf = k8s.Configuration(
+                host=self.server,
+                ssl_ca_cert=str(self.ca.cert_file),
+                cert_file=str(pair.cert_file),
+                key_file=str(pair.key_file),
+            )
         api = k8s.ApiClient(conf)
         self._api_clients.append(api)
         return api
@@ -626,7 +740,7 @@ class ControlPlane:
         ]
 
     def create_namespace(self, name: str, labels: Mapping[str, str] | None = None) -> JSON:
-        """Create (or update) a namespace. Namespaces never finish deleting here (no KCM)."""
+        """Create (or update) a namespace."""
         meta: dict[str, Any] = {"name": name}
         if labels:
             meta["labels"] = dict(labels)

@@ -1,24 +1,22 @@
 """The whole tenant-mode stack on a local control plane: webhook, extender, scheduler, controller.
 
-The placement and verification e2e tests and `make demo` need every tmi server behind the real
-API server and a real second kube-scheduler, wired the way an owner wires them, so that what is
-proven is the shipped configuration rather than a test double. Each server runs as a local
-process under its own harness identity, with the project's RBAC manifests applied unchanged and
-one extra binding per manifest that grants the same role to that identity, because the shipped
-bindings name ServiceAccounts that no process here can be:
+The placement, verification and rollout e2e tests and `make demo` need every tmi server behind
+the real API server and a real second kube-scheduler, installed the way users install them, so
+that what is proven is the shipped chart rather than a test double. ``deploy_stack`` renders
+charts/tmi with the test's values (``localcluster.install``), applies the tenant part as the
+namespace's installer identity and the owner part as cluster admin, and runs each server as a
+local process under the ServiceAccount the chart creates (a TokenRequest token), with the
+arguments and settings of its Deployment:
 
-* the webhook through ``localcluster.webhook.deploy_webhook`` (signed profile, RuntimeClasses,
-  opt-in, the owner's MutatingWebhookConfiguration);
-* the extender (``python -m extender``) over HTTPS with a certificate from the plane's CA, under
-  ``manifests/scheduler/extender-rbac.yaml`` bound to ``tmi-extender``;
+* the webhook (``python -m webhook``), reached at the URL the chart's owner.webhook.url value
+  names, trusted through owner.webhook.caBundle (the plane's CA);
+* the extender (``python -m extender``) over HTTPS with a certificate from the plane's CA;
 * the owner's second scheduler ``kamiwaza-inference-scheduler``, started by
-  ``plane.start_scheduler`` with the KubeSchedulerConfiguration that
+  ``plane.start_scheduler`` with the configuration the chart installed: the one
   ``inference_policy.schedconfig`` renders from the verified profile (the renderer behind
-  ``tmi render-scheduler-config``), pointed at the local extender with the plane's CA as
-  ``caData``, leader election included (the shipped Role for its Lease is bound to the harness
-  scheduler user);
+  ``tmi render-scheduler-config``) for the local extender, passed as owner.scheduler.config;
 * the allocation controller (``python -m allocation_controller``), two replicas electing a leader
-  through their Lease, under ``manifests/controller``'s Role bound to ``tmi-controller``.
+  through their Lease.
 
 Every step the API server completes asynchronously (RBAC from its informer cache, a process's
 caches, leadership) is waited for by polling what it changes, so a returned stack is one that
@@ -30,16 +28,19 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 import ssl
 import sys
 import urllib.request
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from types import TracebackType
 from typing import Any
+
+import yaml
 
 from inference_policy.schedconfig import (
     DEFAULT_SCHEDULER_NAME,
@@ -48,20 +49,30 @@ from inference_policy.schedconfig import (
 )
 from inference_policy.signing import TrustedKeys, VerifiedProfile, VerifyPolicy, verify_configmap
 from localcluster.controlplane import HOST, ControlPlane
-from localcluster.kube import JSON, ApiError, load_documents
+from localcluster.install import (
+    INSTALLER,
+    Rendered,
+    chart_values,
+    grant_installer,
+    render_owner,
+    render_tenant,
+    wait_allowed,
+)
+from localcluster.kube import JSON, ApiError
 from localcluster.process import ComponentError, ManagedProcess, free_port, wait_until
 from localcluster.webhook import (
+    CONFIGURATION_NAME,
     DEFAULT_BUNDLE_CONFIGMAP,
     ENGINE_LABEL,
     REQUEST_ANNOTATION,
     LocalWebhook,
     WebhookSettings,
-    deploy_webhook,
+    apply_runtime_class,
+    publish_profile,
+    set_opt_in,
 )
 
 ROOT = Path(__file__).resolve().parent.parent
-SCHEDULER_MANIFESTS = ROOT / "manifests" / "scheduler"
-CONTROLLER_MANIFESTS = ROOT / "manifests" / "controller"
 # The tenant namespace and profile ConfigMap name the shipped manifests are written for.
 SHIPPED_NAMESPACE = "kamiwaza"
 SHIPPED_BUNDLE_CONFIGMAP = DEFAULT_BUNDLE_CONFIGMAP
@@ -70,11 +81,24 @@ CONTROLLER_IDENTITY = "tmi-controller"
 SCHEDULER_IDENTITY = "scheduler"
 CONTROLLER_LEASE = "tmi-allocation-controller"
 CONDITION = "kamiwaza.ai/AllocationVerified"
-USER_BINDING_SUFFIX = "-local-user"
 FIELD_MANAGER = "tmi-localcluster-stack"
 START_TIMEOUT = 60.0
 RBAC_TIMEOUT = 30.0
 _PORT_RETRIES = 3
+WEBHOOK_DEPLOYMENT = "tmi-webhook"
+EXTENDER_DEPLOYMENT = "tmi-extender"
+CONTROLLER_DEPLOYMENT = "tmi-allocation-controller"
+# What the harness sets itself in place of a Pod's: where to listen and with which certificate.
+_LOCAL_FLAGS = ("--cert", "--key", "--port", "--host")
+# Installed by their own step: the webhook configuration once the webhook answers (and removed
+# first at teardown); the namespaces, which outlive a stack.
+_OWNED_ELSEWHERE = ("MutatingWebhookConfiguration", "Namespace")
+
+
+def _blank_tmi() -> dict[str, str]:
+    # A server reads an empty TMI_* variable as unset: blank whatever the calling shell
+    # exports, so only the chart's settings are in force.
+    return {name: "" for name in os.environ if name.startswith("TMI_")}
 
 
 @dataclass(frozen=True)
@@ -96,6 +120,19 @@ class StackSettings:
     retry_period: float = 2.0
     runtime_classes: tuple[str, ...] = ("nvidia",)
     log_level: str = "INFO"
+
+    def chart_values(self, **extra: Any) -> dict[str, Any]:
+        """The values file an owner and a tenant would install the chart with."""
+        return chart_values(
+            owner_public_keys=self.owner_public_keys,
+            cluster_binding_id=self.cluster_binding_id,
+            bundle_configmap=self.bundle_configmap,
+            scheduler_name=self.scheduler_name,
+            tenant_namespace=self.namespace,
+            scheduling_timeout_seconds=self.scheduling_timeout_seconds,
+            log_level=self.log_level,
+            **extra,
+        )
 
     def webhook_settings(self) -> WebhookSettings:
         return WebhookSettings(
@@ -162,67 +199,6 @@ def _ok(url: str, context: ssl.SSLContext | None = None) -> bool:
         return bool(resp.status == 200)
 
 
-# -- RBAC -----------------------------------------------------------------------------------------
-
-
-def _localised(
-    docs: Sequence[JSON], settings: StackSettings, user: str, *, kinds: Sequence[str] = ()
-) -> list[JSON]:
-    """The shipped documents for this install, plus a binding to ``user`` beside each binding.
-
-    Two things differ from a cluster and nothing else is touched: a tenant namespace other than
-    the shipped ``kamiwaza`` (and then the profile ConfigMap name the Role reads), exactly the
-    edits the manifests' comments ask an owner to make; and the subject, a harness user.
-    """
-    out: list[JSON] = []
-    for original in docs:
-        if kinds and original.get("kind") not in kinds:
-            continue
-        doc = copy.deepcopy(original)
-        meta = doc["metadata"]
-        if meta.get("namespace") == SHIPPED_NAMESPACE:
-            meta["namespace"] = settings.namespace
-        for rule in doc.get("rules") or []:
-            names = rule.get("resourceNames")
-            if names and SHIPPED_BUNDLE_CONFIGMAP in names:
-                rule["resourceNames"] = [
-                    settings.bundle_configmap if n == SHIPPED_BUNDLE_CONFIGMAP else n for n in names
-                ]
-        for subject in doc.get("subjects") or []:
-            if subject.get("namespace") == SHIPPED_NAMESPACE:
-                subject["namespace"] = settings.namespace
-        out.append(doc)
-        if doc["kind"] in ("RoleBinding", "ClusterRoleBinding"):
-            twin = copy.deepcopy(doc)
-            twin["metadata"]["name"] = meta["name"] + USER_BINDING_SUFFIX
-            twin["subjects"] = [
-                {"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}
-            ]
-            out.append(twin)
-    return out
-
-
-def _wait_allowed(
-    plane: ControlPlane, user: str, checks: Sequence[Mapping[str, str]], timeout: float
-) -> None:
-    """Until the authorizer (which reads bindings from an informer cache) grants every check."""
-    kube = plane.kube("admin")
-    for attrs in checks:
-        review = {
-            "apiVersion": "authorization.k8s.io/v1",
-            "kind": "SubjectAccessReview",
-            "spec": {"user": user, "resourceAttributes": dict(attrs)},
-        }
-
-        def allowed(body: JSON = review) -> bool:
-            answer = kube.request(
-                "POST", "/apis/authorization.k8s.io/v1/subjectaccessreviews", body=body
-            )
-            return bool(answer["status"].get("allowed"))
-
-        wait_until(allowed, timeout=timeout, what=f"RBAC to let {user} {dict(attrs)}")
-
-
 # -- the extender ---------------------------------------------------------------------------------
 
 
@@ -236,6 +212,10 @@ class LocalExtender:
     name: str = "tmi-extender"
     port: int = 0
     process: ManagedProcess | None = None
+    # The owner's rendered part and the ServiceAccount identity: with them the process runs
+    # with the Deployment's arguments and settings; without, from ``settings`` as flags.
+    install: Rendered | None = None
+    identity: str = EXTENDER_IDENTITY
     _cert: Path | None = None
     _key: Path | None = None
 
@@ -255,15 +235,24 @@ class LocalExtender:
             pair = self.plane.issue_serving_cert(self.name, (HOST,))
             self._cert, self._key = pair.cert_file, pair.key_file
         s = self.settings
-        return [
-            sys.executable,
-            "-m",
-            "extender",
+        local = [
             f"--cert={self._cert}",
             f"--key={self._key}",
             f"--host={HOST}",
             f"--port={self.port}",
-            f"--kubeconfig={self.plane.kubeconfig(EXTENDER_IDENTITY)}",
+            f"--kubeconfig={self.plane.kubeconfig(self.identity)}",
+            # Teardown, not a rolling update: nobody needs the drain.
+            "--drain-seconds=0",
+            "--shutdown-timeout=2",
+        ]
+        if self.install is not None:
+            shipped = self.install.args(EXTENDER_DEPLOYMENT, replace=_LOCAL_FLAGS)
+            return [sys.executable, "-m", "extender", *shipped, *local]
+        return [
+            sys.executable,
+            "-m",
+            "extender",
+            *local[:5],
             f"--namespace={s.namespace}",
             f"--pod-namespaces={s.namespace}",
             f"--bundle-configmap={s.bundle_configmap}",
@@ -280,7 +269,14 @@ class LocalExtender:
             raise ComponentError(f"{self.name} is already running")
         if self.port == 0:
             self.port = free_port()
-        self.process = ManagedProcess(self.name, self.argv(), self.log_file, cwd=ROOT)
+        self.process = ManagedProcess(
+            self.name, self.argv(), self.log_file, cwd=ROOT, env=self._environment()
+        )
+
+    def _environment(self) -> dict[str, str]:
+        if self.install is None:
+            return {}
+        return {**_blank_tmi(), **self.install.environment(EXTENDER_DEPLOYMENT, self.name)}
 
     def ready(self) -> bool:
         return _ok(f"{self.url}/readyz", self._context())
@@ -313,8 +309,11 @@ class LocalExtender:
         self.stop()
         self.start()
 
+    def metrics_text(self) -> str:
+        return _get(f"{self.url}/metrics", self._context())
+
     def metrics(self) -> list[Sample]:
-        return parse_metrics(_get(f"{self.url}/metrics", self._context()))
+        return parse_metrics(self.metrics_text())
 
     def wait_nodes(self, names: Iterable[str], timeout: float = 30.0) -> None:
         """Until the extender's node cache holds every node the API lists and ``names`` exist.
@@ -358,6 +357,9 @@ class LocalController:
     plane: ControlPlane
     settings: StackSettings
     replicas: list[ControllerReplica] = field(default_factory=list)
+    # The tenant's rendered part and the ServiceAccount identity, as for the extender.
+    install: Rendered | None = None
+    identity: str = CONTROLLER_IDENTITY
 
     def __post_init__(self) -> None:
         if not self.replicas:
@@ -371,12 +373,24 @@ class LocalController:
 
     def argv(self, replica: ControllerReplica) -> list[str]:
         s = self.settings
+        if self.install is not None:
+            shipped = self.install.args(CONTROLLER_DEPLOYMENT, replace=_LOCAL_FLAGS)
+            # The replica's identity is its Pod name (POD_NAME), as in the Deployment.
+            return [
+                sys.executable,
+                "-m",
+                "allocation_controller",
+                *shipped,
+                f"--kubeconfig={self.plane.kubeconfig(self.identity)}",
+                f"--host={HOST}",
+                f"--port={replica.port}",
+            ]
         return [
             sys.executable,
             "-m",
             "allocation_controller",
             f"--namespace={s.namespace}",
-            f"--kubeconfig={self.plane.kubeconfig(CONTROLLER_IDENTITY)}",
+            f"--kubeconfig={self.plane.kubeconfig(self.identity)}",
             f"--owner-public-key={','.join(s.owner_public_keys)}",
             f"--cluster-binding-id={s.cluster_binding_id}",
             f"--scheduling-timeout-seconds={s.scheduling_timeout_seconds:g}",
@@ -399,12 +413,21 @@ class LocalController:
                 raise ComponentError(f"{replica.identity} is already running")
             if replica.port == 0:
                 replica.port = free_port()
+            env = (
+                {}
+                if self.install is None
+                else {
+                    **_blank_tmi(),
+                    **self.install.environment(CONTROLLER_DEPLOYMENT, replica.identity),
+                }
+            )
             replica.process = ManagedProcess(
                 replica.identity,
                 self.argv(replica),
                 self.log_file(replica),
                 cwd=ROOT,
-                env=replica.env or None,
+                # The fault tests add their injection point on top of the chart's settings.
+                env={**env, **replica.env} or None,
             )
 
     def wait_ready(self, index: int | None = None, timeout: float = START_TIMEOUT) -> None:
@@ -454,6 +477,9 @@ class LocalController:
         holder = self.wait_leader()
         return next(i for i, r in enumerate(self.replicas) if r.identity == holder)
 
+    def metrics_text(self, index: int) -> str:
+        return _get(f"http://{HOST}:{self.replicas[index].port}/metrics")
+
     def is_leader(self, index: int) -> bool:
         """What the replica itself reports (its tmi_allocation_is_leader gauge)."""
         replica = self.replicas[index]
@@ -488,6 +514,10 @@ class TenantStack:
     extender: LocalExtender | None = None
     controller: LocalController | None = None
     scheduler_config: JSON | None = None
+    # The chart as installed: the tenant's part and the owner's, rendered for this stack.
+    tenant: Rendered | None = None
+    owner: Rendered | None = None
+    scheduler_identity: str = SCHEDULER_IDENTITY
     applied: list[JSON] = field(default_factory=list)
     _stopped: bool = False
 
@@ -506,10 +536,15 @@ class TenantStack:
         )
 
     def start_scheduler(self) -> None:
+        """Start the owner's scheduler with the configuration the chart installed (its
+        ConfigMap's config.yaml) under the chart's ServiceAccount."""
+        if self.owner is not None:
+            installed = self.owner.get("ConfigMap", f"{self.settings.scheduler_name}-config")
+            self.scheduler_config = yaml.safe_load(installed["data"]["config.yaml"])
         if self.scheduler_config is None:
             self.scheduler_config = self.render_scheduler_config()
         self.plane.start_scheduler(
-            self.scheduler_config, self.settings.scheduler_name, identity=SCHEDULER_IDENTITY
+            self.scheduler_config, self.settings.scheduler_name, identity=self.scheduler_identity
         )
         self.wait_scheduler_leader()
 
@@ -545,6 +580,66 @@ class TenantStack:
             what=f"scheduler {self.settings.scheduler_name} to hold its Lease",
             proc=sched.process,
         )
+
+    # -- upgrades ----------------------------------------------------------------------------
+
+    def values(self, settings: StackSettings | None = None) -> dict[str, Any]:
+        """The values this stack's chart is installed with (for ``settings``, if given)."""
+        assert self.webhook is not None and self.scheduler_config is not None
+        return (settings or self.settings).chart_values(
+            webhook_url=f"{self.webhook.url}/mutate",
+            ca_bundle=self.plane.ca_bundle,
+            scheduler_config=yaml.safe_dump(self.scheduler_config, sort_keys=False),
+        )
+
+    def upgrade(self, **changes: Any) -> list[str]:
+        """``helm upgrade`` with ``changes`` to the settings; return the Deployments that rolled.
+
+        Both parts are rendered again and applied (the tenant's by its installer), and each
+        server whose Deployment's Pod template changed is restarted with its new arguments and
+        settings, as that Deployment's rollout would replace its Pods: the controller one
+        replica at a time, so a leader keeps verifying throughout.
+        """
+        assert self.tenant is not None and self.owner is not None
+        assert self.webhook is not None and self.extender is not None
+        assert self.controller is not None
+        settings = replace(self.settings, **changes)
+        values = self.values(settings)
+        tenant = render_tenant(values, settings.namespace)
+        owner = render_owner(values, settings.scheduler_namespace)
+        _apply(self, tenant.applied(), identity=INSTALLER)
+        _apply(self, [d for d in owner.applied() if d["kind"] not in _OWNED_ELSEWHERE])
+        _wait_rbac(self.plane, settings)
+        rolled = [
+            name
+            for name, (before, after) in {
+                WEBHOOK_DEPLOYMENT: (self.tenant, tenant),
+                CONTROLLER_DEPLOYMENT: (self.tenant, tenant),
+                EXTENDER_DEPLOYMENT: (self.owner, owner),
+            }.items()
+            if _pod_template(before, name) != _pod_template(after, name)
+        ]
+        self.settings, self.tenant, self.owner = settings, tenant, owner
+        if WEBHOOK_DEPLOYMENT in rolled:
+            self.webhook.restart(
+                replace(
+                    self.webhook.settings,
+                    shipped_args=tuple(tenant.args(WEBHOOK_DEPLOYMENT, replace=_LOCAL_FLAGS)),
+                    environment=tuple(
+                        tenant.environment(WEBHOOK_DEPLOYMENT, self.webhook.directory.name).items()
+                    ),
+                )
+            )
+        if EXTENDER_DEPLOYMENT in rolled:
+            self.extender.settings = settings
+            self.extender.install = owner
+            self.extender.restart()
+        if CONTROLLER_DEPLOYMENT in rolled:
+            self.controller.settings = settings
+            self.controller.install = tenant
+            for index in range(len(self.controller.replicas)):
+                self.controller.restart(index)
+        return rolled
 
     # -- teardown ------------------------------------------------------------------------
 
@@ -583,48 +678,30 @@ class TenantStack:
         self.stop()
 
 
-def _apply(stack: TenantStack, docs: Sequence[JSON]) -> None:
-    kube = stack.plane.kube("admin")
+def _apply(stack: TenantStack, docs: Sequence[JSON], identity: str = "admin") -> None:
+    kube = stack.plane.kube(identity)
     for doc in docs:
-        # Recorded before the request, so a half-applied stack is still cleaned up.
-        stack.applied.append(doc)
+        # Recorded before the request, so a half-applied stack is still cleaned up; an upgrade
+        # applies the same objects again, which are removed once.
+        if not any(_same(doc, seen) for seen in stack.applied):
+            stack.applied.append(doc)
         kube.apply(doc, field_manager=FIELD_MANAGER)
 
 
-def _extender_rbac(plane: ControlPlane, settings: StackSettings) -> list[JSON]:
-    docs = load_documents(SCHEDULER_MANIFESTS / "extender-rbac.yaml")
-    return _localised(docs, settings, plane.user(EXTENDER_IDENTITY))
-
-
-def _scheduler_rbac(plane: ControlPlane, settings: StackSettings) -> list[JSON]:
-    # The harness scheduler user already holds system:kube-scheduler; what the stock role lacks
-    # is this scheduler's own Lease, which the shipped Role grants.
-    docs = load_documents(SCHEDULER_MANIFESTS / "scheduler-rbac.yaml")
-    wanted = [
-        d
-        for d in docs
-        if d["kind"] in ("Role", "RoleBinding")
-        and d["metadata"]["namespace"] == DEFAULT_SCHEDULER_NAMESPACE
-    ]
-    for doc in wanted:
-        doc["metadata"]["namespace"] = settings.scheduler_namespace
-    return _localised(wanted, settings, plane.user(SCHEDULER_IDENTITY))
-
-
-def _controller_rbac(plane: ControlPlane, settings: StackSettings) -> list[JSON]:
-    docs = load_documents(CONTROLLER_MANIFESTS)
-    return _localised(
-        docs,
-        settings,
-        plane.user(CONTROLLER_IDENTITY),
-        kinds=("ServiceAccount", "Role", "RoleBinding"),
+def _same(a: JSON, b: JSON) -> bool:
+    return (a["kind"], a["metadata"]["name"], a["metadata"].get("namespace")) == (
+        b["kind"],
+        b["metadata"]["name"],
+        b["metadata"].get("namespace"),
     )
 
 
-def _scheduler_namespace(settings: StackSettings) -> JSON:
-    (doc,) = load_documents(SCHEDULER_MANIFESTS / "namespace.yaml")
-    doc["metadata"]["name"] = settings.scheduler_namespace
-    return doc
+def _pod_template(part: Rendered, deployment: str) -> JSON:
+    return dict(part.get("Deployment", deployment)["spec"]["template"])
+
+
+def _user(namespace: str, name: str) -> str:
+    return f"system:serviceaccount:{namespace}:{name}"
 
 
 def deploy_stack(
@@ -634,79 +711,72 @@ def deploy_stack(
     *,
     webhook_name: str = "tmi-webhook",
 ) -> TenantStack:
-    """Bring the whole stack up for ``settings.namespace`` and return it working.
+    """Install the chart for ``settings.namespace`` and bring every server up; return it working.
 
     ``profile`` is the signed ConfigMap, published under ``settings.bundle_configmap``. The
     profile is verified here first, exactly as the servers will, because the scheduler's
-    configuration is rendered from it. Use as a context manager, or call ``stop()``.
+    configuration is rendered from it (``tmi render-scheduler-config``) and installed through
+    the chart's owner.scheduler.config value. The tenant part is applied by ``tmi-installer``,
+    the namespace's installer identity; the owner part by the cluster admin. Use as a context
+    manager, or call ``stop()``.
     """
     configmap = copy.deepcopy(dict(profile))
     configmap["metadata"]["name"] = settings.bundle_configmap
     verified = settings.verify(configmap)
     stack = TenantStack(plane, settings, configmap, verified)
+    ns, owner_ns = settings.namespace, settings.scheduler_namespace
     try:
-        plane.apply_manifest(_scheduler_namespace(settings), field_manager=FIELD_MANAGER)
-        stack.webhook = deploy_webhook(
+        plane.create_namespace(ns)
+        plane.create_namespace(owner_ns)
+        grant_installer(plane, ns)
+        # The owner part names the webhook's and the extender's addresses: choose them first.
+        stack.extender = LocalExtender(plane, settings, port=free_port())
+        webhook_port = free_port()
+        stack.scheduler_config = stack.render_scheduler_config()
+        values = settings.chart_values(
+            webhook_url=f"https://{HOST}:{webhook_port}/mutate",
+            ca_bundle=plane.ca_bundle,
+            scheduler_config=yaml.safe_dump(stack.scheduler_config, sort_keys=False),
+        )
+        stack.tenant = render_tenant(values, ns)
+        stack.owner = render_owner(values, owner_ns)
+        _apply(stack, stack.tenant.applied(), identity=INSTALLER)
+        _apply(stack, [d for d in stack.owner.applied() if d["kind"] not in _OWNED_ELSEWHERE])
+        # The owner publishes the signed profile (seed step 5) and the RuntimeClasses.
+        publish_profile(plane, configmap)
+        for runtime_class in settings.runtime_classes:
+            apply_runtime_class(plane, runtime_class)
+
+        webhook_sa = plane.service_account_identity(ns, WEBHOOK_DEPLOYMENT)
+        stack.extender.identity = plane.service_account_identity(owner_ns, EXTENDER_DEPLOYMENT)
+        stack.extender.install = stack.owner
+        stack.controller = LocalController(
             plane,
+            settings,
+            install=stack.tenant,
+            identity=plane.service_account_identity(ns, CONTROLLER_DEPLOYMENT),
+        )
+        stack.scheduler_identity = plane.service_account_identity(owner_ns, settings.scheduler_name)
+        _wait_rbac(plane, settings)
+
+        webhook_settings = replace(
             settings.webhook_settings(),
-            configmap,
-            runtime_classes=settings.runtime_classes,
-            name=webhook_name,
+            shipped_args=tuple(stack.tenant.args(WEBHOOK_DEPLOYMENT, replace=_LOCAL_FLAGS)),
+            environment=tuple(stack.tenant.environment(WEBHOOK_DEPLOYMENT, webhook_name).items()),
         )
-        _apply(stack, _extender_rbac(plane, settings))
-        _apply(stack, _scheduler_rbac(plane, settings))
-        _apply(stack, _controller_rbac(plane, settings))
-        ns = settings.namespace
-        _wait_allowed(
-            plane,
-            plane.user(EXTENDER_IDENTITY),
-            [
-                {"resource": "nodes", "verb": "watch"},
-                {"resource": "pods", "verb": "watch", "namespace": ns},
-                {
-                    "resource": "configmaps",
-                    "verb": "watch",
-                    "namespace": ns,
-                    "name": settings.bundle_configmap,
-                },
-            ],
-            RBAC_TIMEOUT,
+        directory = plane.workdir / webhook_name
+        directory.mkdir(parents=True, exist_ok=True)
+        stack.webhook = LocalWebhook(
+            plane, webhook_settings, directory, port=webhook_port, identity=webhook_sa
         )
-        _wait_allowed(
-            plane,
-            plane.user(CONTROLLER_IDENTITY),
-            [
-                {"resource": "pods", "verb": "watch", "namespace": ns},
-                {"resource": "pods", "subresource": "status", "verb": "patch", "namespace": ns},
-                {"resource": "configmaps", "verb": "watch", "namespace": ns},
-                {
-                    "group": "coordination.k8s.io",
-                    "resource": "leases",
-                    "verb": "update",
-                    "namespace": ns,
-                    "name": CONTROLLER_LEASE,
-                },
-            ],
-            RBAC_TIMEOUT,
-        )
-        _wait_allowed(
-            plane,
-            plane.user(SCHEDULER_IDENTITY),
-            [
-                {
-                    "group": "coordination.k8s.io",
-                    "resource": "leases",
-                    "verb": "update",
-                    "namespace": settings.scheduler_namespace,
-                    "name": settings.scheduler_name,
-                }
-            ],
-            RBAC_TIMEOUT,
+        stack.webhook.start()
+        set_opt_in(plane, ns, True)
+        stack.webhook.opted_in = True
+        stack.webhook.install_configuration(
+            stack.owner.get("MutatingWebhookConfiguration", CONFIGURATION_NAME)
         )
         # The Python servers start in parallel (their imports dominate on a small machine); the
         # scheduler waits for the extender, since its first calls would fail otherwise.
-        stack.extender = LocalExtender(plane, settings)
-        stack.controller = LocalController(plane, settings)
         stack.extender.spawn()
         stack.controller.spawn()
         stack.extender.wait_ready()
@@ -717,6 +787,67 @@ def deploy_stack(
         stack.stop()
         raise
     return stack
+
+
+def _wait_rbac(plane: ControlPlane, settings: StackSettings) -> None:
+    """Until the authorizer grants each ServiceAccount what it needs first."""
+    ns, owner_ns = settings.namespace, settings.scheduler_namespace
+    wait_allowed(
+        plane,
+        _user(ns, WEBHOOK_DEPLOYMENT),
+        [
+            {
+                "resource": "configmaps",
+                "verb": "watch",
+                "namespace": ns,
+                "name": settings.bundle_configmap,
+            }
+        ],
+    )
+    wait_allowed(
+        plane,
+        _user(owner_ns, EXTENDER_DEPLOYMENT),
+        [
+            {"resource": "nodes", "verb": "watch"},
+            {"resource": "pods", "verb": "watch", "namespace": ns},
+            {
+                "resource": "configmaps",
+                "verb": "watch",
+                "namespace": ns,
+                "name": settings.bundle_configmap,
+            },
+        ],
+    )
+    wait_allowed(
+        plane,
+        _user(ns, CONTROLLER_DEPLOYMENT),
+        [
+            {"resource": "pods", "verb": "watch", "namespace": ns},
+            {"resource": "pods", "subresource": "status", "verb": "patch", "namespace": ns},
+            {"resource": "configmaps", "verb": "watch", "namespace": ns},
+            {
+                "group": "coordination.k8s.io",
+                "resource": "leases",
+                "verb": "update",
+                "namespace": ns,
+                "name": CONTROLLER_LEASE,
+            },
+        ],
+    )
+    wait_allowed(
+        plane,
+        _user(owner_ns, settings.scheduler_name),
+        [
+            {"resource": "pods", "subresource": "binding", "verb": "create", "namespace": ns},
+            {
+                "group": "coordination.k8s.io",
+                "resource": "leases",
+                "verb": "update",
+                "namespace": owner_ns,
+                "name": settings.scheduler_name,
+            },
+        ],
+    )
 
 
 # -- engine Pods ----------------------------------------------------------------------------------

@@ -1,16 +1,16 @@
 """Deploy the tmi admission webhook on the local control plane, wired as an owner would wire it.
 
 The e2e tests, the Pod-create benchmark and `make demo` need the webhook behind the real API
-server, configured by the manifests the project ships rather than by hand-written stand-ins.
-There is no kubelet or Service here, so two things are adapted and nothing else:
+server, configured by the chart the project ships (charts/tmi) rather than by hand-written
+stand-ins. There is no kubelet or Service here, so two things are adapted and nothing else:
 
-* the webhook runs as a local process (``python -m webhook``) that authenticates as the
-  harness user ``tmi-webhook``; the shipped Role (``manifests/webhook/rbac.yaml``) is applied
-  unchanged, and a second RoleBinding grants that same Role to the user, because the shipped
-  binding names a ServiceAccount no process here can be;
-* each entry of ``manifests/owner/mutating-webhook.yaml`` gets ``clientConfig.url`` pointing at
-  that process and the plane's CA as ``caBundle`` (what cert-manager's cainjector would fill
-  in); every rule, selector, match condition and policy stays as shipped.
+* the webhook runs as a local process (``python -m webhook``) under the chart's ServiceAccount
+  ``tmi-webhook``, with a token from the TokenRequest API, held to the chart's Role, rendered
+  for the test's namespace and profile name;
+* the chart's MutatingWebhookConfiguration is rendered with the values for a webhook outside
+  the cluster (``owner.webhook.url`` pointing at that process, ``owner.webhook.caBundle`` the
+  plane's CA, what cert-manager's cainjector would fill in); every rule, selector, match
+  condition and policy stays as rendered.
 
 Every step that the API server completes asynchronously (RBAC from its informer cache, a new
 webhook configuration, a deleted one) is waited for by polling what it changes, so a
@@ -19,7 +19,6 @@ returned ``deploy_webhook`` is a webhook that is already planning Pods.
 
 from __future__ import annotations
 
-import copy
 import json
 import os
 import socket
@@ -35,17 +34,21 @@ from typing import Any
 
 from cryptography import x509
 
+from inference_policy.schedconfig import DEFAULT_SCHEDULER_NAME, DEFAULT_SCHEDULER_NAMESPACE
 from localcluster.controlplane import HOST, ControlPlane
-from localcluster.kube import JSON, ApiError, load_documents
+from localcluster.install import chart_values, render_owner, render_tenant, wait_allowed
+from localcluster.kube import JSON, ApiError
 from localcluster.pki import KeyPair
 from localcluster.process import ComponentError, ManagedProcess, free_port, wait_until
 
 ROOT = Path(__file__).resolve().parent.parent
-WEBHOOK_MANIFESTS = ROOT / "manifests" / "webhook"
-OWNER_CONFIGURATION = ROOT / "manifests" / "owner" / "mutating-webhook.yaml"
 PROBE_REQUEST = ROOT / "examples" / "request-qwen7b-gguf.json"
 
 IDENTITY = "tmi-webhook"
+WEBHOOK_ROLE = "tmi-webhook-read-profiles"
+CONFIGURATION_NAME = "kamiwaza-tenant-inference"
+# The configuration does not depend on the trust values, but the chart requires well-formed ones.
+_WELL_FORMED_KEY = "A" * 43 + "="
 # The name rbac.yaml's resourceNames grants; any other name is unreadable under the shipped Role.
 DEFAULT_BUNDLE_CONFIGMAP = "kamiwaza-inference-profiles-r1"
 OPT_IN_LABEL = "kamiwaza.ai/tenant-inference"
@@ -78,17 +81,40 @@ class WebhookSettings:
     drain_seconds: float = 0.0
     shutdown_timeout: float = 2.0
     extra_args: tuple[str, ...] = ()
+    # Installed from the chart: the Deployment container's arguments (without address and
+    # certificate) and its environment (tmi-settings, POD_NAMESPACE). The settings above then
+    # come from that environment alone, as in a Pod, and are not passed as flags.
+    shipped_args: tuple[str, ...] = ()
+    environment: tuple[tuple[str, str], ...] = ()
 
     def argv(self, cert: KeyPair, port: int, kubeconfig: Path) -> list[str]:
-        args = [
-            sys.executable,
-            "-m",
-            "webhook",
+        local = [
             f"--cert={cert.cert_file}",
             f"--key={cert.key_file}",
             f"--host={HOST}",
             f"--port={port}",
             f"--kubeconfig={kubeconfig}",
+        ]
+        timings = [
+            f"--cert-reload-seconds={self.cert_reload_seconds}",
+            f"--drain-seconds={self.drain_seconds}",
+            f"--shutdown-timeout={self.shutdown_timeout}",
+        ]
+        if self.environment:
+            return [
+                sys.executable,
+                "-m",
+                "webhook",
+                *self.shipped_args,
+                *local,
+                *timings,
+                *self.extra_args,
+            ]
+        args = [
+            sys.executable,
+            "-m",
+            "webhook",
+            *local,
             f"--namespace={self.namespace}",
             "--enabled" if self.enabled else "--no-enabled",
             f"--bundle-configmap={self.bundle_configmap}",
@@ -161,64 +187,66 @@ def set_opt_in(plane: ControlPlane, namespace: str, enabled: bool) -> None:
     )
 
 
+def chart_values_for(settings: WebhookSettings, **extra: Any) -> dict[str, Any]:
+    """The chart's values for these settings (what an owner would write in a values file)."""
+    return chart_values(
+        owner_public_keys=settings.owner_public_keys,
+        cluster_binding_id=settings.cluster_binding_id,
+        bundle_configmap=settings.bundle_configmap,
+        scheduler_name=settings.scheduler_name or DEFAULT_SCHEDULER_NAME,
+        tenant_namespace=settings.namespace,
+        enabled=settings.enabled,
+        gpu_registry_credentials_secret=settings.gpu_registry_credentials_secret,
+        cpu_registry_credentials_secret=settings.cpu_registry_credentials_secret,
+        **extra,
+    )
+
+
 def apply_webhook_rbac(
     plane: ControlPlane, settings: WebhookSettings, timeout: float = 30.0
 ) -> list[JSON]:
-    """Apply the shipped Role and RoleBinding, bind the Role to ``tmi-webhook`` as well, and
-    wait until the authorizer lets that user watch the profile ConfigMap."""
-    docs = load_documents(WEBHOOK_MANIFESTS / "rbac.yaml")
-    for doc in docs:
-        doc["metadata"]["namespace"] = settings.namespace
-    binding = next(d for d in docs if d["kind"] == "RoleBinding")
-    user = plane.user(IDENTITY)
-    user_binding = {
-        "apiVersion": binding["apiVersion"],
-        "kind": "RoleBinding",
-        "metadata": {
-            "name": binding["metadata"]["name"] + USER_BINDING_SUFFIX,
-            "namespace": settings.namespace,
-            "labels": dict(binding["metadata"].get("labels") or {}),
-        },
-        "roleRef": copy.deepcopy(binding["roleRef"]),
-        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}],
-    }
-    applied = plane.apply_manifest([*docs, user_binding])
-    kube = plane.kube("admin")
-
-    def allowed(verb: str) -> bool:
-        review = {
-            "apiVersion": "authorization.k8s.io/v1",
-            "kind": "SubjectAccessReview",
-            "spec": {
-                "user": user,
-                "resourceAttributes": {
-                    "namespace": settings.namespace,
-                    "resource": "configmaps",
-                    "verb": verb,
-                    "name": settings.bundle_configmap,
-                },
-            },
-        }
-        answer = kube.request(
-            "POST", "/apis/authorization.k8s.io/v1/subjectaccessreviews", body=review
-        )
-        return bool(answer["status"].get("allowed"))
-
-    for verb in ("get", "list", "watch"):
-        wait_until(
-            lambda v=verb: allowed(v),  # type: ignore[misc]
-            timeout=timeout,
-            what=f"RBAC to let {user} {verb} ConfigMap {settings.bundle_configmap}",
-        )
+    """Apply the chart's ServiceAccount, Role and RoleBinding for the webhook, rendered for
+    ``settings``, and wait until the authorizer lets that ServiceAccount read the profile."""
+    tenant = render_tenant(chart_values_for(settings), settings.namespace)
+    docs = [
+        tenant.get("ServiceAccount", IDENTITY),
+        tenant.get("Role", WEBHOOK_ROLE),
+        tenant.get("RoleBinding", WEBHOOK_ROLE),
+    ]
+    applied = plane.apply_manifest(docs)
+    user = f"system:serviceaccount:{settings.namespace}:{IDENTITY}"
+    wait_allowed(
+        plane,
+        user,
+        [
+            {
+                "namespace": settings.namespace,
+                "resource": "configmaps",
+                "verb": verb,
+                "name": settings.bundle_configmap,
+            }
+            for verb in ("list", "watch")
+        ],
+        timeout,
+    )
     return applied
 
 
 def webhook_configuration(url: str, ca_bundle: str) -> JSON:
-    """The shipped MutatingWebhookConfiguration with every entry calling ``url``."""
-    (doc,) = load_documents(OWNER_CONFIGURATION)
-    for entry in doc["webhooks"]:
-        entry["clientConfig"] = {"url": url, "caBundle": ca_bundle}
-    return doc
+    """The chart's MutatingWebhookConfiguration with every entry calling ``url`` and trusting
+    ``ca_bundle`` (the owner.webhook.url and caBundle values)."""
+    values = chart_values(
+        owner_public_keys=(_WELL_FORMED_KEY,),
+        cluster_binding_id="any",
+        bundle_configmap=DEFAULT_BUNDLE_CONFIGMAP,
+        scheduler_name=DEFAULT_SCHEDULER_NAME,
+        tenant_namespace="kamiwaza",
+        webhook_url=url,
+        ca_bundle=ca_bundle,
+    )
+    return render_owner(values, DEFAULT_SCHEDULER_NAMESPACE).get(
+        "MutatingWebhookConfiguration", CONFIGURATION_NAME
+    )
 
 
 def engine_probe_pod(
@@ -255,6 +283,8 @@ class LocalWebhook:
     configuration: JSON | None = None
     probe_request: Mapping[str, Any] | None = None
     opted_in: bool = False
+    # The ServiceAccount identity (``ControlPlane.service_account_identity``) it runs as.
+    identity: str = IDENTITY
     _issued: int = field(default=0, repr=False)
 
     # -- addresses and certificates -------------------------------------------------------
@@ -323,6 +353,13 @@ class LocalWebhook:
             proc=self.process,
         )
 
+    def metrics_text(self) -> str:
+        """The process's /metrics exposition."""
+        with urllib.request.urlopen(  # noqa: S310 - fixed local URL
+            f"{self.url}/metrics", timeout=5, context=self._ssl_context()
+        ) as resp:
+            return str(resp.read().decode())
+
     def reviews(self) -> int:
         """How many admission reviews the process has answered (its /metrics counter)."""
         with urllib.request.urlopen(  # noqa: S310 - fixed local URL
@@ -349,7 +386,7 @@ class LocalWebhook:
             raise ComponentError(f"{self.directory.name} is already running")
         if not self.tls.cert_file.exists():
             self._write_certificate()
-        kubeconfig = self.plane.kubeconfig(IDENTITY)
+        kubeconfig = self.plane.kubeconfig(self.identity)
         fixed = self.port != 0
         for attempt in range(_PORT_RETRIES):
             port = self.port if fixed else free_port()
@@ -358,7 +395,7 @@ class LocalWebhook:
                 self.settings.argv(self.tls, port, kubeconfig),
                 self.log_file,
                 cwd=ROOT,
-                env=_without_tmi_variables(),
+                env={**_without_tmi_variables(), **dict(self.settings.environment)},
             )
             self.process, self.port = proc, port
             try:
@@ -401,12 +438,17 @@ class LocalWebhook:
             return any(f'admission webhook "{name}" denied' in exc.message for name in self.names)
 
     def install_configuration(
-        self, *, wait: bool = True, require_plan: bool = True, timeout: float = 60.0
+        self,
+        rendered: JSON | None = None,
+        *,
+        wait: bool = True,
+        require_plan: bool = True,
+        timeout: float = 60.0,
     ) -> JSON:
-        """Apply the owner's configuration for this process; by default wait until the API
-        server plans engine Pods with it (or, without ``require_plan``, until the webhook
-        answers, a refusal included)."""
-        doc = webhook_configuration(f"{self.url}/mutate", self.plane.ca_bundle)
+        """Apply the owner's configuration for this process (``rendered`` by the chart for its
+        URL, or rendered here); by default wait until the API server plans engine Pods with it
+        (or, without ``require_plan``, until the webhook answers, a refusal included)."""
+        doc = rendered or webhook_configuration(f"{self.url}/mutate", self.plane.ca_bundle)
         self.configuration = self.plane.kube("admin").apply(doc)
         if wait:
             wait_until(
@@ -491,13 +533,14 @@ def deploy_webhook(
     """
     plane.create_namespace(settings.namespace)
     apply_webhook_rbac(plane, settings)
+    identity = plane.service_account_identity(settings.namespace, IDENTITY)
     if profile is not None:
         publish_profile(plane, profile)
     for runtime_class in runtime_classes:
         apply_runtime_class(plane, runtime_class)
     directory = plane.workdir / name
     directory.mkdir(parents=True, exist_ok=True)
-    hook = LocalWebhook(plane, settings, directory, probe_request=probe_request)
+    hook = LocalWebhook(plane, settings, directory, probe_request=probe_request, identity=identity)
     try:
         hook.start()
         if opt_in:
@@ -521,6 +564,7 @@ __all__ = [
     "WebhookSettings",
     "apply_runtime_class",
     "apply_webhook_rbac",
+    "chart_values_for",
     "delete_profile",
     "deploy_webhook",
     "engine_probe_pod",

@@ -1,8 +1,9 @@
 # Local Kubernetes control plane for e2e tests and the demo.
 #
-# `make controlplane` builds etcd, kube-apiserver, kube-scheduler and kwok from the Go
-# module proxy into ~/.cache/tmi/k8sbin/<versions>/ (or $TMI_K8S_BIN_DIR); it is a
-# no-op when they are already there, so CI can cache that directory.
+# `make controlplane` builds etcd, kube-apiserver, kube-scheduler, kube-controller-manager,
+# kwok, helm, kustomize and tmi-oci from the Go module proxy into
+# ~/.cache/tmi/k8sbin/<versions>/ (or $TMI_K8S_BIN_DIR); it is a no-op when they are already
+# there, so CI can cache that directory.
 # `make test-e2e` runs the tests against it; component logs of failed tests are copied
 # to .artifacts/<test>/.
 

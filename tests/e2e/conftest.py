@@ -1,8 +1,8 @@
 """Fixtures for e2e tests against the real local Kubernetes control plane.
 
-One control plane (etcd, kube-apiserver, kube-scheduler, KWOK) serves the whole test
-session; each test gets fresh namespaces, because without a kube-controller-manager a
-deleted namespace never finishes terminating. Missing binaries fail the tests with
+One control plane (etcd, kube-apiserver, kube-controller-manager, kube-scheduler, KWOK)
+serves the whole test session; each test gets fresh namespaces rather than reusing deleted
+ones, since a namespace takes a while to finish terminating. Missing binaries fail the tests with
 instructions instead of skipping them, so CI cannot silently pass without e2e
 coverage; set TMI_SKIP_E2E=1 to skip them deliberately. When a test fails, every
 component log is copied to .artifacts/<test-name>/.

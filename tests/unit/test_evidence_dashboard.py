@@ -25,7 +25,7 @@ from tmi_cli.main import build_parser
 
 ROOT = Path(__file__).resolve().parents[2]
 MONITORING = ROOT / "manifests" / "monitoring"
-DASHBOARD = MONITORING / "tmi-gpu-sharing-evidence.json"
+DASHBOARD = ROOT / "charts" / "tmi" / "files" / "gpu-sharing-evidence-dashboard.json"
 _METRIC = re.compile(r"\btmi_evidence_[a-z_]+")
 _BY = re.compile(r"\bby\s*\(([^)]*)\)")
 _SELECTOR = re.compile(r"(tmi_evidence_[a-z_]+)\{([^}]*)\}")

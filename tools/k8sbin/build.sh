@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# Builds etcd, kube-apiserver, kube-scheduler and kwok from the Go module proxy into a
-# versioned cache directory outside the checkout, so CI (and developers) pay the slow
-# first build once and reuse the binaries afterwards. No-op when all four are present.
+# Builds etcd, kube-apiserver, kube-scheduler, kube-controller-manager, kwok, helm, kustomize
+# and tmi-oci (ocibuild/: an OCI image layout from layer tarballs, with go-containerregistry)
+# from the Go module proxy into a versioned cache directory outside the checkout, so
+# CI (and developers) pay the slow first build once and reuse the binaries afterwards. No-op
+# when all of them are present.
 #
 #   tools/k8sbin/build.sh            # build (or reuse) and print the directory
 #   TMI_K8S_BIN_DIR=/some/dir tools/k8sbin/build.sh
@@ -11,9 +13,9 @@ here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 # shellcheck source=versions.env
 source "$here/versions.env"
 
-key="${K8S_VERSION}-etcd${ETCD_VERSION#v}-kwok${KWOK_VERSION#v}"
+key="${K8S_VERSION}-etcd${ETCD_VERSION#v}-kwok${KWOK_VERSION#v}-helm${HELM_VERSION#v}-kustomize${KUSTOMIZE_VERSION#v}"
 bin_dir="${TMI_K8S_BIN_DIR:-$HOME/.cache/tmi/k8sbin/$key}"
-binaries=(etcd kube-apiserver kube-scheduler kwok)
+binaries=(etcd kube-apiserver kube-scheduler kube-controller-manager kwok helm kustomize tmi-oci)
 
 all_present() {
   local b
@@ -52,6 +54,8 @@ check_pin() {  # check_pin <dir> <module> <expected>
 check_pin "$here" k8s.io/kubernetes "$K8S_VERSION"
 check_pin "$here/etcd" go.etcd.io/etcd/server/v3 "$ETCD_VERSION"
 check_pin "$here/kwok" sigs.k8s.io/kwok "$KWOK_VERSION"
+check_pin "$here/helm" helm.sh/helm/v3 "$HELM_VERSION"
+check_pin "$here/kustomize" sigs.k8s.io/kustomize/kustomize/v5 "$KUSTOMIZE_VERSION"
 
 # Build into a sibling temp dir and rename at the end, so an interrupted build never
 # leaves a half-filled directory that the presence check would accept.
@@ -71,9 +75,10 @@ k8s_ldflags="-s -w \
  -X k8s.io/client-go/pkg/version.gitMajor=1 \
  -X k8s.io/client-go/pkg/version.gitMinor=${k8s_minor}"
 
-echo ">> building kube-apiserver, kube-scheduler ${K8S_VERSION}" >&2
+echo ">> building kube-apiserver, kube-scheduler, kube-controller-manager ${K8S_VERSION}" >&2
 go -C "$here" build -trimpath -ldflags "$k8s_ldflags" -o "$tmp/" \
-  k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-scheduler
+  k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-scheduler \
+  k8s.io/kubernetes/cmd/kube-controller-manager
 
 echo ">> building etcd ${ETCD_VERSION}" >&2
 # The package's default binary name would be "server".
@@ -86,14 +91,41 @@ go -C "$here/kwok" build -trimpath \
   -ldflags "-s -w -X sigs.k8s.io/kwok/pkg/consts.Version=${KWOK_VERSION#v}" \
   -o "$tmp/kwok" sigs.k8s.io/kwok/cmd/kwok
 
-printf 'K8S_VERSION=%s\nETCD_VERSION=%s\nKWOK_VERSION=%s\nGO=%s\n' \
-  "$K8S_VERSION" "$ETCD_VERSION" "$KWOK_VERSION" "$(go env GOVERSION)" > "$tmp/VERSIONS"
+echo ">> building helm ${HELM_VERSION}" >&2
+# Without the k8sVersion stamps (helm's own Makefile sets them) `helm template` and `helm lint`
+# assume Kubernetes v1.20 and refuse the chart's kubeVersion.
+helm_k8s="$(go -C "$here/helm" list -m -f '{{.Version}}' k8s.io/client-go)"
+helm_k8s_minor="$(echo "$helm_k8s" | cut -d. -f2)"
+helm_ldflags="-s -w -X helm.sh/helm/v3/internal/version.version=${HELM_VERSION}"
+for pkg in helm.sh/helm/v3/pkg/lint/rules helm.sh/helm/v3/pkg/chartutil; do
+  helm_ldflags+=" -X ${pkg}.k8sVersionMajor=1 -X ${pkg}.k8sVersionMinor=${helm_k8s_minor}"
+done
+go -C "$here/helm" build -trimpath -ldflags "$helm_ldflags" \
+  -o "$tmp/helm" helm.sh/helm/v3/cmd/helm
 
-# Another build may have finished first; keep whichever directory is complete.
+echo ">> building kustomize ${KUSTOMIZE_VERSION}" >&2
+go -C "$here/kustomize" build -trimpath \
+  -ldflags "-s -w -X sigs.k8s.io/kustomize/api/provenance.version=${KUSTOMIZE_VERSION}" \
+  -o "$tmp/kustomize" sigs.k8s.io/kustomize/kustomize/v5
+
+echo ">> building tmi-oci (go-containerregistry)" >&2
+go -C "$here/ocibuild" build -trimpath -ldflags "-s -w" -o "$tmp/tmi-oci" .
+
+printf 'K8S_VERSION=%s\nETCD_VERSION=%s\nKWOK_VERSION=%s\nHELM_VERSION=%s\nKUSTOMIZE_VERSION=%s\nGO=%s\n' \
+  "$K8S_VERSION" "$ETCD_VERSION" "$KWOK_VERSION" "$HELM_VERSION" "$KUSTOMIZE_VERSION" \
+  "$(go env GOVERSION)" > "$tmp/VERSIONS"
+
+# Another build may have finished first; keep whichever directory is complete. A directory
+# that only lacks binaries added since it was built gets just those, each by an atomic rename,
+# so processes already running from it are never disturbed.
 if all_present; then
   echo "another build finished first; keeping $bin_dir" >&2
+elif [[ -d "$bin_dir" ]]; then
+  for b in "${binaries[@]}"; do
+    [[ -x "$bin_dir/$b" ]] || mv "$tmp/$b" "$bin_dir/$b"
+  done
+  cp "$tmp/VERSIONS" "$bin_dir/VERSIONS.tmp" && mv "$bin_dir/VERSIONS.tmp" "$bin_dir/VERSIONS"
 else
-  rm -rf "$bin_dir"
   mv "$tmp" "$bin_dir"
   trap - EXIT
 fi

@@ -41,7 +41,8 @@ done
 # The replaces must exist before resolving, or k8s.io/api@v0.0.0 cannot be found.
 go -C "$here" get -tool \
   "k8s.io/kubernetes/cmd/kube-apiserver@${K8S_VERSION}" \
-  "k8s.io/kubernetes/cmd/kube-scheduler@${K8S_VERSION}"
+  "k8s.io/kubernetes/cmd/kube-scheduler@${K8S_VERSION}" \
+  "k8s.io/kubernetes/cmd/kube-controller-manager@${K8S_VERSION}"
 
 mkdir -p "$here/etcd" "$here/kwok"
 regen "$here/etcd" tmi.local/k8sbin/etcd
@@ -49,4 +50,9 @@ go -C "$here/etcd" get -tool "go.etcd.io/etcd/server/v3@${ETCD_VERSION}"
 
 regen "$here/kwok" tmi.local/k8sbin/kwok
 go -C "$here/kwok" get -tool "sigs.k8s.io/kwok/cmd/kwok@${KWOK_VERSION}"
-echo "updated go.mod/go.sum in $here, $here/etcd, $here/kwok" >&2
+regen "$here/helm" tmi.local/k8sbin/helm
+go -C "$here/helm" get -tool "helm.sh/helm/v3/cmd/helm@${HELM_VERSION}"
+
+regen "$here/kustomize" tmi.local/k8sbin/kustomize
+go -C "$here/kustomize" get -tool "sigs.k8s.io/kustomize/kustomize/v5@${KUSTOMIZE_VERSION}"
+echo "updated go.mod/go.sum in $here and its etcd, kwok, helm and kustomize modules" >&2

@@ -1,0 +1,113 @@
+{{/* Names, labels and the settings every part derives from core.inferenceResources. */}}
+
+{{- define "tmi.labels" -}}
+app.kubernetes.io/part-of: kamiwaza-tenant-inference
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
+{{- end -}}
+
+{{/* The tmi image, relocated like the platform's own images, a digest winning over the tag. */}}
+{{- define "tmi.image" -}}
+{{- $repo := .Values.image.repository -}}
+{{- with .Values.global.imageRegistryPrefix -}}
+{{- $repo = printf "%s/images/%s" (trimSuffix "/" .) (last (splitList "/" $.Values.image.repository)) -}}
+{{- end -}}
+{{- if .Values.image.digest -}}
+{{- printf "%s@%s" $repo .Values.image.digest -}}
+{{- else -}}
+{{- printf "%s:%s" $repo .Values.image.tag -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The tenant namespace: the tenant release's own, or the one the owner release names. */}}
+{{- define "tmi.tenantNamespace" -}}
+{{- if .Values.tenant.enabled -}}{{ .Release.Namespace }}{{- else -}}{{ .Values.owner.tenantNamespace }}{{- end -}}
+{{- end -}}
+
+{{- define "tmi.pullSecret" -}}
+{{- with .Values.global.imagePullSecrets -}}
+{{- $first := first . -}}
+{{- if kindIs "map" $first -}}{{ $first.name }}{{- else -}}{{ $first }}{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
+The TMI_* settings both tenant servers read (envFrom), one ConfigMap so that the webhook and the
+controller cannot disagree on trust, relocation or recipes.
+*/}}
+{{- define "tmi.policySettings" -}}
+{{- $ir := .Values.core.inferenceResources -}}
+TMI_ENABLED: {{ ternary "true" "false" $ir.enabled | quote }}
+TMI_BUNDLE_CONFIGMAP: {{ required "core.inferenceResources.bundleConfigMap is required" $ir.bundleConfigMap | quote }}
+TMI_OWNER_PUBLIC_KEY: {{ required "core.inferenceResources.ownerPublicKey is required" $ir.ownerPublicKey | quote }}
+TMI_CLUSTER_BINDING_ID: {{ required "core.inferenceResources.clusterBindingId is required" $ir.clusterBindingId | quote }}
+TMI_MINIMUM_BUNDLE_VERSION: {{ $ir.minimumBundleVersion | int | toString | quote }}
+{{- with $ir.engineImageMap }}
+TMI_ENGINE_IMAGE_MAP: {{ toJson . | quote }}
+{{- end }}
+{{- with .Values.global.imageRegistryPrefix }}
+TMI_IMAGE_REGISTRY_PREFIX: {{ . | quote }}
+{{- end }}
+{{- with .Values.global.airgap.registry.url }}
+TMI_AIRGAP_REGISTRY: {{ . | quote }}
+{{- end }}
+{{- with $ir.gpuRecipeCatalogConfigMap }}
+TMI_GPU_RECIPE_CATALOG_CONFIGMAP: {{ . | quote }}
+{{- end }}
+{{- with $ir.cpuRecipeCatalogConfigMap }}
+TMI_CPU_RECIPE_CATALOG_CONFIGMAP: {{ . | quote }}
+{{- end }}
+{{- end -}}
+
+{{/* The ConfigMaps a tenant server reads by name: the profile and the pinned recipe catalogs. */}}
+{{- define "tmi.namedConfigMaps" -}}
+{{- $ir := .Values.core.inferenceResources -}}
+- {{ $ir.bundleConfigMap | quote }}
+{{- with $ir.gpuRecipeCatalogConfigMap }}
+- {{ . | quote }}
+{{- end }}
+{{- with $ir.cpuRecipeCatalogConfigMap }}
+- {{ . | quote }}
+{{- end }}
+{{- end -}}
+
+{{/* The two webhook entries' shared parts: where the API server calls, and what it sends. */}}
+{{- define "tmi.webhookClientConfig" -}}
+clientConfig:
+  {{- if .o.webhook.url }}
+  url: {{ .o.webhook.url | quote }}
+  {{- else }}
+  service:
+    namespace: {{ .ns }}
+    name: tmi-webhook
+    path: /mutate
+    port: 443
+  {{- end }}
+  {{- with .o.webhook.caBundle }}
+  caBundle: {{ . | quote }}
+  {{- end }}
+{{- end }}
+{{- define "tmi.webhookMatch" -}}
+admissionReviewVersions: ["v1"]
+sideEffects: None
+failurePolicy: {{ .o.webhook.failurePolicy }}
+matchPolicy: Equivalent
+# Re-run after any later mutating webhook changes the Pod, so it is checked as stored.
+reinvocationPolicy: IfNeeded
+timeoutSeconds: {{ .o.webhook.timeoutSeconds }}
+rules:
+  - operations: ["CREATE", "UPDATE"]
+    apiGroups: [""]
+    apiVersions: ["v1"]
+    resources: ["pods", "pods/ephemeralcontainers"]
+    scope: Namespaced
+namespaceSelector:
+  matchExpressions:
+    - key: {{ .o.optInLabel }}
+      operator: In
+      values: ["enabled"]
+    - key: kubernetes.io/metadata.name
+      operator: NotIn
+      values: ["kube-system", "kube-public", "kube-node-lease"]
+{{- end }}

@@ -1,0 +1,236 @@
+"""Install the shipped chart on the local control plane, as the tenant and the owner would.
+
+The e2e stack must prove the install users get, so it renders charts/tmi with the test's values
+(``helm template``), applies the tenant part server-side as the namespace's installer identity
+(seed 001: the built-in ``admin`` role in the namespace plus the delegation Role) and the owner
+part as a cluster administrator, and runs each server under the ServiceAccount the chart
+creates, with a token from the TokenRequest API. There is no kubelet, so two things are played
+by the harness and nothing else:
+
+* a Deployment's Pods are local processes. The Deployments themselves are not applied (their
+  Pods would land on the tests' fake nodes); each process gets the container's arguments, the
+  environment of its ``envFrom`` ConfigMap and ``fieldRef`` variables, and the harness's own
+  address, certificate and kubeconfig;
+* the webhook and the extender are reached by URL on 127.0.0.1, which the chart supports as
+  values (``owner.webhook.url``/``caBundle``, and the scheduler configuration rendered for the
+  extender's URL), so the MutatingWebhookConfiguration is applied exactly as rendered.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from localcluster.chart import OWNER, TENANT, find, part_values, render
+from localcluster.controlplane import ControlPlane
+from localcluster.kube import JSON
+from localcluster.process import wait_until
+
+FIELD_MANAGER = "helm"
+INSTALLER = "tmi-installer"
+DELEGATION_ROLE = "kamiwaza-installer-delegation"
+# The kinds a kubelet-less plane applies; Deployments are played by local processes.
+NOT_APPLIED = frozenset({"Deployment"})
+RBAC_TIMEOUT = 30.0
+
+
+def chart_values(
+    *,
+    owner_public_keys: Sequence[str],
+    cluster_binding_id: str,
+    bundle_configmap: str,
+    scheduler_name: str,
+    tenant_namespace: str,
+    enabled: bool = True,
+    gpu_registry_credentials_secret: str | None = None,
+    cpu_registry_credentials_secret: str | None = None,
+    scheduling_timeout_seconds: float = 300,
+    log_level: str = "INFO",
+    webhook_url: str | None = None,
+    ca_bundle: str | None = None,
+    scheduler_config: str | None = None,
+) -> dict[str, Any]:
+    """The values file a test installs with: the seed's names, plus the local addresses."""
+    resources: dict[str, Any] = {
+        "enabled": enabled,
+        "bundleConfigMap": bundle_configmap,
+        "ownerPublicKey": ",".join(owner_public_keys),
+        "clusterBindingId": cluster_binding_id,
+        "schedulerName": scheduler_name,
+    }
+    if gpu_registry_credentials_secret:
+        resources["gpuRegistryCredentialsSecret"] = gpu_registry_credentials_secret
+    if cpu_registry_credentials_secret:
+        resources["cpuRegistryCredentialsSecret"] = cpu_registry_credentials_secret
+    owner: dict[str, Any] = {
+        "tenantNamespace": tenant_namespace,
+        "extender": {"certManager": False, "logLevel": log_level},
+        "scheduler": {"enabled": scheduler_config is not None, "config": scheduler_config or ""},
+        "webhook": {"url": webhook_url or "", "caBundle": ca_bundle or ""},
+    }
+    return {
+        "core": {"inferenceResources": resources},
+        # No cert-manager here: the harness issues serving certificates from the plane's CA.
+        "tenant": {
+            "certManager": False,
+            "webhook": {"logLevel": log_level},
+            "controller": {
+                "logLevel": log_level,
+                "schedulingTimeoutSeconds": max(1, round(scheduling_timeout_seconds)),
+            },
+        },
+        "owner": owner,
+    }
+
+
+@dataclass(frozen=True)
+class Rendered:
+    """One part of the chart, rendered for one namespace."""
+
+    namespace: str
+    docs: list[JSON]
+
+    def get(self, kind: str, name: str) -> JSON:
+        return find(self.docs, kind, name)
+
+    def applied(self) -> list[JSON]:
+        return [d for d in self.docs if d["kind"] not in NOT_APPLIED]
+
+    def container(self, deployment: str) -> JSON:
+        (container,) = self.get("Deployment", deployment)["spec"]["template"]["spec"]["containers"]
+        return dict(container)
+
+    def environment(self, deployment: str, pod_name: str) -> dict[str, str]:
+        """The container's environment as a kubelet would build it: its envFrom ConfigMaps
+        (from the rendered part), then its own variables (``fieldRef``s resolved)."""
+        container = self.container(deployment)
+        env: dict[str, str] = {}
+        for source in container.get("envFrom") or []:
+            ref = source["configMapRef"]["name"]
+            env.update(
+                {k: str(v) for k, v in (self.get("ConfigMap", ref).get("data") or {}).items()}
+            )
+        fields = {"metadata.namespace": self.namespace, "metadata.name": pod_name}
+        for var in container.get("env") or []:
+            if "value" in var:
+                env[var["name"]] = str(var["value"])
+            else:
+                env[var["name"]] = fields[var["valueFrom"]["fieldRef"]["fieldPath"]]
+        return env
+
+    def args(self, deployment: str, *, replace: Iterable[str] = ()) -> list[str]:
+        """The container's arguments without the flags named in ``replace`` (the harness sets
+        those: address, certificate, port)."""
+        dropped = tuple(f"{flag}=" for flag in replace)
+        return [
+            a for a in self.container(deployment).get("args") or [] if not a.startswith(dropped)
+        ]
+
+
+def render_part(part: str, values: Mapping[str, Any], namespace: str) -> Rendered:
+    return Rendered(namespace, render(part_values(part, values), namespace=namespace))
+
+
+def render_tenant(values: Mapping[str, Any], namespace: str) -> Rendered:
+    return render_part(TENANT, values, namespace)
+
+
+def render_owner(values: Mapping[str, Any], namespace: str) -> Rendered:
+    return render_part(OWNER, values, namespace)
+
+
+def grant_installer(plane: ControlPlane, namespace: str) -> None:
+    """Make ``tmi-installer`` the namespace's installer identity as seed 001 sets it up: the
+    built-in ``admin`` ClusterRole bound in the namespace, and the delegation Role (what the
+    chart grants its own ServiceAccounts beyond ``admin``: pods/status patch)."""
+    kube = plane.kube("admin")
+    kube.apply(
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "Role",
+            "metadata": {"name": DELEGATION_ROLE, "namespace": namespace},
+            "rules": [
+                {
+                    "apiGroups": [""],
+                    "resources": ["endpoints"],
+                    "verbs": ["create", "delete", "patch", "update"],
+                },
+                {"apiGroups": [""], "resources": ["pods/status"], "verbs": ["patch"]},
+            ],
+        }
+    )
+    kube.apply(
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "RoleBinding",
+            "metadata": {"name": DELEGATION_ROLE, "namespace": namespace},
+            "roleRef": {
+                "apiGroup": "rbac.authorization.k8s.io",
+                "kind": "Role",
+                "name": DELEGATION_ROLE,
+            },
+            "subjects": [
+                {
+                    "apiGroup": "rbac.authorization.k8s.io",
+                    "kind": "User",
+                    "name": plane.user(INSTALLER),
+                }
+            ],
+        }
+    )
+    plane.grant_namespace_admin(INSTALLER, namespace)
+    wait_allowed(
+        plane,
+        plane.user(INSTALLER),
+        [{"resource": "pods", "subresource": "status", "verb": "patch", "namespace": namespace}],
+    )
+
+
+def apply(plane: ControlPlane, docs: Sequence[JSON], identity: str = "admin") -> list[JSON]:
+    """Server-side apply, in order, as ``identity``; returns what was applied."""
+    kube = plane.kube(identity)
+    out: list[JSON] = []
+    for doc in docs:
+        kube.apply(doc, field_manager=FIELD_MANAGER)
+        out.append(doc)
+    return out
+
+
+def wait_allowed(
+    plane: ControlPlane,
+    user: str,
+    checks: Sequence[Mapping[str, str]],
+    timeout: float = RBAC_TIMEOUT,
+) -> None:
+    """Until the authorizer (which reads bindings from an informer cache) grants every check."""
+    kube = plane.kube("admin")
+    for attrs in checks:
+        review = {
+            "apiVersion": "authorization.k8s.io/v1",
+            "kind": "SubjectAccessReview",
+            "spec": {"user": user, "resourceAttributes": dict(attrs)},
+        }
+
+        def allowed(body: JSON = review) -> bool:
+            answer = kube.request(
+                "POST", "/apis/authorization.k8s.io/v1/subjectaccessreviews", body=body
+            )
+            return bool(answer["status"].get("allowed"))
+
+        wait_until(allowed, timeout=timeout, what=f"RBAC to let {user} {dict(attrs)}")
+
+
+__all__ = [
+    "FIELD_MANAGER",
+    "INSTALLER",
+    "NOT_APPLIED",
+    "Rendered",
+    "apply",
+    "chart_values",
+    "grant_installer",
+    "render_owner",
+    "render_part",
+    "render_tenant",
+    "wait_allowed",
+]

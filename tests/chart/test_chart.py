@@ -1,0 +1,254 @@
+"""The Helm chart and the kustomize bases, rendered by the pinned helm and kustomize.
+
+What a user installs is the chart (or the kustomize bases generated from it), so these tests
+hold the chart to what the project promises: it lints strictly, its schema refuses malformed
+values, the two parts are separable (the tenant part is namespaced only), one value moves a
+profile revision everywhere, the guard's CEL is the core's, and the kustomize bases and overlays
+build to exactly what `helm template` produces.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from inference_policy.access import cel_condition
+from localcluster import chartgen
+from localcluster.chart import (
+    CHART,
+    OWNER,
+    TENANT,
+    ChartError,
+    find,
+    kustomize_build,
+    lint,
+    part_values,
+    render,
+)
+from localcluster.kube import JSON
+
+ROOT = Path(__file__).resolve().parents[2]
+OVERLAY_VALUES = CHART / "ci" / "overlay-values.yaml"
+TENANT_NS = chartgen.TENANT_NAMESPACE
+OWNER_NS = chartgen.OWNER_NAMESPACE
+CLUSTER_SCOPED = {
+    "ClusterRole",
+    "ClusterRoleBinding",
+    "MutatingWebhookConfiguration",
+    "Namespace",
+}
+
+
+def merged(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
+    out = copy.deepcopy(base)
+    for key, value in extra.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = merged(out[key], value)
+        else:
+            out[key] = copy.deepcopy(value)
+    return out
+
+
+@pytest.fixture(scope="module")
+def values() -> dict[str, Any]:
+    return chartgen.base_values()
+
+
+def rendered(values: dict[str, Any], part: str) -> list[JSON]:
+    namespace = TENANT_NS if part == TENANT else OWNER_NS
+    return render(part_values(part, values), namespace=namespace)
+
+
+def identity(doc: JSON) -> tuple[str, str, str]:
+    meta = doc["metadata"]
+    return (doc["kind"], meta.get("namespace") or "", meta["name"])
+
+
+def test_the_chart_lints_strictly_with_each_part(values: dict[str, Any], tmp_path: Path) -> None:
+    for part in (TENANT, OWNER):
+        path = tmp_path / f"{part}.yaml"
+        path.write_text(yaml.safe_dump(part_values(part, values)))
+        assert "0 chart(s) failed" in lint([path])
+
+
+@pytest.mark.parametrize(
+    ("change", "complaint"),
+    [
+        ({"core": {"inferenceResources": {"ownerPublicKey": "not-a-key"}}}, "ownerPublicKey"),
+        ({"core": {"inferenceResources": {"bundleConfigMap": "Has_Capitals"}}}, "bundleConfigMap"),
+        ({"core": {"inferenceResources": {"minimumBundleVersion": 0}}}, "minimumBundleVersion"),
+        ({"core": {"inferenceResources": {"bundelConfigMap": "x"}}}, "bundelConfigMap"),
+        ({"image": {"digest": "latest"}}, "digest"),
+        ({"tenant": {"webhook": {"replicas": 0}}}, "replicas"),
+    ],
+)
+def test_the_schema_refuses_malformed_values(
+    values: dict[str, Any], change: dict[str, Any], complaint: str
+) -> None:
+    with pytest.raises(ChartError, match=complaint):
+        render(part_values(TENANT, merged(values, change)), namespace=TENANT_NS)
+
+
+@pytest.mark.parametrize("missing", ["ownerPublicKey", "clusterBindingId"])
+def test_the_trust_values_are_required(values: dict[str, Any], missing: str) -> None:
+    change = {"core": {"inferenceResources": {missing: ""}}}
+    with pytest.raises(ChartError, match=missing):
+        render(part_values(TENANT, merged(values, change)), namespace=TENANT_NS)
+
+
+def test_the_owner_part_requires_the_rendered_scheduler_configuration(
+    values: dict[str, Any],
+) -> None:
+    change = {"owner": {"scheduler": {"config": ""}}}
+    with pytest.raises(ChartError, match="render-scheduler-config"):
+        render(part_values(OWNER, merged(values, change)), namespace=OWNER_NS)
+
+
+def test_the_tenant_part_is_namespaced_and_stays_in_its_namespace(values: dict[str, Any]) -> None:
+    docs = rendered(values, TENANT)
+    assert docs
+    for doc in docs:
+        assert doc["kind"] not in CLUSTER_SCOPED, identity(doc)
+        assert doc["metadata"]["namespace"] == TENANT_NS, identity(doc)
+        for subject in doc.get("subjects") or []:
+            assert subject["namespace"] == TENANT_NS
+
+
+def test_the_owner_part_touches_the_tenant_namespace_only_to_read_the_profile(
+    values: dict[str, Any],
+) -> None:
+    docs = rendered(values, OWNER)
+    in_tenant = sorted(identity(d) for d in docs if d["metadata"].get("namespace") == TENANT_NS)
+    assert in_tenant == [
+        ("Role", TENANT_NS, "tmi-extender-read-profiles"),
+        ("RoleBinding", TENANT_NS, "tmi-extender-read-profiles"),
+    ]
+    assert {d["kind"] for d in docs} >= {"MutatingWebhookConfiguration", "ClusterRole"}
+
+
+def test_the_guard_expression_is_the_cores(values: dict[str, Any]) -> None:
+    configuration = find(
+        rendered(values, OWNER), "MutatingWebhookConfiguration", "kamiwaza-tenant-inference"
+    )
+    guard = next(w for w in configuration["webhooks"] if w["name"].startswith("guard."))
+    expressions = {c["name"]: c["expression"] for c in guard["matchConditions"]}
+    assert expressions["reaches-for-an-accelerator"] == cel_condition()
+
+
+def test_the_webhook_can_be_called_by_url_with_a_given_ca(values: dict[str, Any]) -> None:
+    change = {"owner": {"webhook": {"url": "https://127.0.0.1:9443/mutate", "caBundle": "Q0E="}}}
+    docs = rendered(merged(values, change), OWNER)
+    configuration = find(docs, "MutatingWebhookConfiguration", "kamiwaza-tenant-inference")
+    assert "annotations" not in configuration["metadata"]
+    for entry in configuration["webhooks"]:
+        assert entry["clientConfig"] == {"url": "https://127.0.0.1:9443/mutate", "caBundle": "Q0E="}
+
+
+def _references(docs: list[JSON]) -> list[str]:
+    """Every place a profile ConfigMap name appears: Role resourceNames and settings."""
+    names: list[str] = []
+    for doc in docs:
+        for rule in doc.get("rules") or []:
+            names.extend(n for n in rule.get("resourceNames") or [] if "profiles" in n)
+        if doc["kind"] == "ConfigMap" and "TMI_BUNDLE_CONFIGMAP" in (doc.get("data") or {}):
+            names.append(doc["data"]["TMI_BUNDLE_CONFIGMAP"])
+    return names
+
+
+def _pod_annotations(docs: list[JSON]) -> dict[str, dict[str, str]]:
+    return {
+        d["metadata"]["name"]: d["spec"]["template"]["metadata"].get("annotations") or {}
+        for d in docs
+        if d["kind"] == "Deployment"
+    }
+
+
+def test_one_value_moves_a_profile_revision_everywhere(values: dict[str, Any]) -> None:
+    revision = {
+        "core": {"inferenceResources": {"bundleConfigMap": "kamiwaza-inference-profiles-r2"}}
+    }
+    for part in (TENANT, OWNER):
+        before = rendered(values, part)
+        after = rendered(merged(values, revision), part)
+        assert set(_references(before)) == {"kamiwaza-inference-profiles-r1"}
+        # Webhook Role and settings, or extender Role and settings: all of them, from one value.
+        assert len(_references(after)) >= 2
+        assert set(_references(after)) == {"kamiwaza-inference-profiles-r2"}
+        # Every tmi server Deployment rolls, so it starts with the new settings.
+        old, new = _pod_annotations(before), _pod_annotations(after)
+        for name in new:
+            if name.startswith("tmi-"):
+                assert old[name]["checksum/settings"] != new[name]["checksum/settings"], name
+
+
+def test_the_controller_takes_the_webhooks_settings_not_a_copy(values: dict[str, Any]) -> None:
+    docs = rendered(values, TENANT)
+    for name in ("tmi-webhook", "tmi-allocation-controller"):
+        (container,) = find(docs, "Deployment", name)["spec"]["template"]["spec"]["containers"]
+        assert container["envFrom"] == [{"configMapRef": {"name": "tmi-settings"}}]
+        assert not any(e["name"].startswith("TMI_") for e in container.get("env") or [])
+
+
+def test_the_generated_files_are_current() -> None:
+    stale = chartgen.stale(chartgen.expected_files())
+    assert not stale, f"run `python -m localcluster.chartgen`: {stale}"
+
+
+def _normalised(docs: list[JSON]) -> dict[tuple[str, str, str], JSON]:
+    """Objects by identity, without what legitimately differs between the install paths: the
+    labels naming the tool, and checksums of settings an overlay patches after rendering."""
+    out: dict[tuple[str, str, str], JSON] = {}
+    for original in docs:
+        doc = copy.deepcopy(original)
+        labels = doc["metadata"].get("labels") or {}
+        labels.pop("app.kubernetes.io/managed-by", None)
+        template = (doc.get("spec") or {}).get("template") or {}
+        annotations = (template.get("metadata") or {}).get("annotations") or {}
+        for key in [k for k in annotations if k.startswith("checksum/")]:
+            del annotations[key]
+        out[identity(doc)] = doc
+    return out
+
+
+@pytest.mark.parametrize(("part", "base"), [(TENANT, "tenant"), (OWNER, "owner-all")])
+def test_each_kustomize_base_is_the_chart(values: dict[str, Any], part: str, base: str) -> None:
+    from_kustomize = _normalised(kustomize_build(ROOT / "manifests" / base))
+    from_helm = _normalised(rendered(values, part))
+    key = chartgen.KEY_STAND_IN
+    for doc in from_helm.values():
+        for field, text in (doc.get("data") or {}).items():
+            if text == key:
+                doc["data"][field] = chartgen.KEY_PLACEHOLDER
+    assert sorted(from_kustomize) == sorted(from_helm)
+    assert from_kustomize == from_helm
+
+
+@pytest.mark.parametrize(("part", "overlay"), [(TENANT, "tenant"), (OWNER, "owner")])
+def test_each_overlay_is_the_chart_with_the_same_values(
+    values: dict[str, Any], part: str, overlay: str
+) -> None:
+    extra = yaml.safe_load(OVERLAY_VALUES.read_text())
+    from_kustomize = _normalised(kustomize_build(ROOT / "manifests" / "overlays" / overlay))
+    from_helm = _normalised(rendered(merged(values, extra), part))
+    assert from_kustomize == from_helm
+
+
+def test_the_alerts_and_the_dashboard_ship_as_files_say(values: dict[str, Any]) -> None:
+    change = {"monitoring": {"prometheusRule": {"enabled": True}, "dashboard": {"enabled": True}}}
+    docs = rendered(merged(values, change), TENANT)
+    rule = find(docs, "PrometheusRule", "tmi")
+    files = CHART / "files"
+    assert rule["spec"]["groups"] == yaml.safe_load((files / "alerts.yaml").read_text())["groups"]
+    dashboard = find(docs, "ConfigMap", "tmi-dashboard")
+    assert dashboard["metadata"]["labels"]["grafana_dashboard"] == "1"
+    shipped = json.loads((files / "grafana-dashboard.json").read_text())
+    assert json.loads(dashboard["data"]["tmi.json"]) == shipped
+    evidence = json.loads((files / "gpu-sharing-evidence-dashboard.json").read_text())
+    assert json.loads(dashboard["data"]["tmi-gpu-sharing-evidence.json"]) == evidence
+    off = {(d["kind"], d["metadata"]["name"]) for d in rendered(values, TENANT)}
+    assert ("PrometheusRule", "tmi") not in off

@@ -1,0 +1,200 @@
+"""The image, proven without a registry: assembled as an OCI layout and run from its files.
+
+``localcluster.image`` builds the image's two layers the way the Dockerfile does (Python 3.11
+from the Debian bookworm packages, then /opt/tmi from uv.lock and the packages the Dockerfile
+copies), ``tmi-oci`` (go-containerregistry) writes them as an OCI image layout, and the layout's
+layers are unpacked into a root filesystem. The tests check the layout and what is (and is not)
+inside, then run each server's entry point from that filesystem as the image's user, and the
+webhook as a server against the real API server until it reports ready.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import shutil
+import ssl
+import subprocess
+import urllib.request
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import yaml
+
+from localcluster import ControlPlane
+from localcluster.controlplane import HOST
+from localcluster.image import USER, Layout, app_layer, assemble, base_layer, debian_closure
+from localcluster.process import ManagedProcess, free_port, wait_until
+from localcluster.webhook import IDENTITY, WebhookSettings, apply_webhook_rbac, publish_profile
+from tests.e2e.stackkit import dated
+from tests.profilekit import CLUSTER, Owner
+
+pytestmark = pytest.mark.e2e
+
+ROOT = Path(__file__).resolve().parents[2]
+SHARE = "opt/tmi/share/tmi"
+ENTRY_POINTS = ("tmi", "tmi-webhook", "tmi-extender", "tmi-controller")
+
+
+@dataclass(frozen=True)
+class Built:
+    layout: Layout
+    digest: str
+    rootfs: Path
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory: pytest.TempPathFactory) -> Built:
+    work = tmp_path_factory.mktemp("image")
+    base = base_layer(work / "base.tar", debian_closure())
+    app = app_layer(work / "app.tar", work / "build")
+    digest = assemble(work / "layout", [base, app])
+    layout = Layout.read(work / "layout")
+    rootfs = layout.unpack(work / "rootfs")
+    # The Deployments mount an emptyDir at /tmp (the root filesystem is read-only).
+    (rootfs / "tmp").chmod(0o1777)
+    return Built(layout, digest, rootfs)
+
+
+def as_image_user(rootfs: Path, *argv: str) -> list[str]:
+    """Run ``argv`` inside ``rootfs`` as the image's user (chroot needs root; otherwise a user
+    namespace maps the caller to root inside, which is as far as an unprivileged run goes)."""
+    if os.geteuid() == 0:
+        return ["chroot", f"--userspec={USER}", str(rootfs), *argv]
+    return ["unshare", "--map-root-user", f"--root={rootfs}", *argv]
+
+
+def test_the_layout_is_one_oci_image_for_the_non_root_user(built: Built) -> None:
+    layout = built.layout
+    assert json.loads((layout.path / "oci-layout").read_text())["imageLayoutVersion"] == "1.0.0"
+    assert layout.manifest["mediaType"] == "application/vnd.oci.image.manifest.v1+json"
+    config = layout.config["config"]
+    assert isinstance(config, dict)
+    assert config["User"] == USER
+    assert any(str(e).startswith("PATH=/opt/tmi/bin:") for e in config["Env"])
+    assert len(layout.layers) == 2
+    assert built.digest.startswith("sha256:")
+
+
+def test_the_image_holds_the_lock_file_and_its_sbom_and_no_harness(built: Built) -> None:
+    names = built.layout.names()
+    assert f"{SHARE}/uv.lock" in names and f"{SHARE}/sbom.cdx.json" in names
+    assert (built.rootfs / SHARE / "uv.lock").read_bytes() == (ROOT / "uv.lock").read_bytes()
+    sbom = json.loads((built.rootfs / SHARE / "sbom.cdx.json").read_text())
+    assert sbom["bomFormat"] == "CycloneDX"
+    assert {"aiohttp", "kubernetes", "cryptography"} <= {c["name"] for c in sbom["components"]}
+    for harness in ("localcluster", "tests", "bench"):
+        assert not [n for n in names if f"site-packages/{harness}/" in n or n.startswith(harness)]
+    packages = {n.split("site-packages/")[1].split("/")[0] for n in names if "site-packages/" in n}
+    assert {"webhook", "extender", "allocation_controller", "inference_policy"} <= packages
+
+
+def test_every_entry_point_starts_from_the_image(built: Built) -> None:
+    for entry in ENTRY_POINTS:
+        done = subprocess.run(
+            as_image_user(built.rootfs, f"/opt/tmi/bin/{entry}", "--help"),
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert done.returncode == 0, (entry, done.stderr[-2000:])
+        assert "usage" in done.stdout.lower()
+
+
+@pytest.fixture
+def webhook_files(
+    control_plane: ControlPlane, built: Built
+) -> Iterator[tuple[Path, WebhookSettings]]:
+    """The namespace, RBAC, profile, certificate and kubeconfig a webhook in the image needs,
+    the files placed where the image's user can read them."""
+    owner = Owner()
+    namespace = f"tmi-image-{uuid.uuid4().hex[:6]}"
+    control_plane.create_namespace(namespace)
+    settings = WebhookSettings(
+        owner_public_keys=(owner.public_key,), cluster_binding_id=CLUSTER, namespace=namespace
+    )
+    apply_webhook_rbac(control_plane, settings)
+    profile = owner.sign(dated(owner.envelope(), namespace), name=settings.bundle_configmap)
+    publish_profile(control_plane, profile)
+    identity = control_plane.service_account_identity(namespace, IDENTITY)
+    files = built.rootfs / "run" / "tmi"
+    files.mkdir(parents=True, exist_ok=True)
+    pair = control_plane.issue_serving_cert(f"image-{namespace}", (HOST,))
+    shutil.copy(pair.cert_file, files / "tls.crt")
+    shutil.copy(pair.key_file, files / "tls.key")
+    token = yaml.safe_load(control_plane.kubeconfig(identity).read_text())["users"][0]["user"]
+    (files / "kubeconfig").write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [
+                    {
+                        "name": "local",
+                        "cluster": {
+                            "server": control_plane.server,
+                            "certificate-authority-data": base64.b64encode(
+                                control_plane.ca.cert_pem()
+                            ).decode(),
+                        },
+                    }
+                ],
+                "users": [{"name": "webhook", "user": token}],
+                "contexts": [{"name": "c", "context": {"cluster": "local", "user": "webhook"}}],
+                "current-context": "c",
+            }
+        )
+    )
+    if os.geteuid() == 0:
+        for path in (files, *files.iterdir()):
+            os.chown(path, 65532, 65532)
+    try:
+        yield files, settings
+    finally:
+        shutil.rmtree(files, ignore_errors=True)
+
+
+def test_the_webhook_serves_from_the_image_against_the_api_server(
+    control_plane: ControlPlane, built: Built, webhook_files: tuple[Path, WebhookSettings]
+) -> None:
+    _, settings = webhook_files
+    port = free_port()
+    argv = as_image_user(
+        built.rootfs,
+        "/opt/tmi/bin/tmi-webhook",
+        "--cert=/run/tmi/tls.crt",
+        "--key=/run/tmi/tls.key",
+        f"--host={HOST}",
+        f"--port={port}",
+        "--kubeconfig=/run/tmi/kubeconfig",
+        f"--namespace={settings.namespace}",
+        "--enabled",
+        f"--bundle-configmap={settings.bundle_configmap}",
+        f"--owner-public-key={settings.owner_public_keys[0]}",
+        f"--cluster-binding-id={settings.cluster_binding_id}",
+        "--drain-seconds=0",
+    )
+    context = ssl.create_default_context(cafile=str(control_plane.ca_file))
+    process = ManagedProcess(
+        "tmi-webhook-image", argv, control_plane.logs_dir / "tmi-webhook-image.log", cwd=ROOT
+    )
+    try:
+
+        def ready() -> bool:
+            with urllib.request.urlopen(
+                f"https://{HOST}:{port}/readyz", timeout=5, context=context
+            ) as resp:
+                return bool(resp.status == 200)
+
+        wait_until(ready, timeout=60, what="the webhook in the image /readyz", proc=process)
+        with urllib.request.urlopen(
+            f"https://{HOST}:{port}/metrics", timeout=5, context=context
+        ) as resp:
+            assert "tmi_webhook_profile_valid 1.0" in resp.read().decode()
+    finally:
+        process.stop()

@@ -1,0 +1,123 @@
+"""Publishing profile revision N+1 is one new ConfigMap and one changed value.
+
+The owner publishes the new immutable ConfigMap under its own name and changes one value,
+core.inferenceResources.bundleConfigMap; `helm upgrade` does the rest. The chart derives every
+place that name appears (the webhook's and the extender's Roles, both settings ConfigMaps) from
+that value, and the Deployments whose settings changed roll. The test makes that one edit
+(``TenantStack.upgrade``) and checks that each server follows: a Pod created afterwards is
+planned with the new revision, placed and verified against it, while a Pod planned with the old
+revision stays verified, since the controller still reads every published revision.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from localcluster import ControlPlane, FakeNode, create_fake_nodes
+from localcluster.nodes import delete_fake_nodes
+from localcluster.stack import (
+    CONDITION,
+    CONTROLLER_DEPLOYMENT,
+    EXTENDER_DEPLOYMENT,
+    WEBHOOK_DEPLOYMENT,
+    StackSettings,
+    TenantStack,
+    condition,
+    deploy_stack,
+    engine_pod,
+)
+from localcluster.webhook import PLAN_ANNOTATION, publish_profile
+from tests.e2e.stackkit import LARGE, dated, whole_h100_profile
+from tests.profilekit import CLUSTER, Owner, with_profiles
+
+pytestmark = pytest.mark.e2e
+
+R1 = "kamiwaza-inference-profiles-r1"
+R2 = "kamiwaza-inference-profiles-r2"
+
+
+def revision(owner: Owner, namespace: str, version: int, name: str) -> dict[str, Any]:
+    envelope = dated(with_profiles(owner, whole_h100_profile()), namespace)
+    envelope["version"] = version
+    return owner.sign(envelope, name=name)
+
+
+def planned_with(pod: dict[str, Any]) -> str:
+    plan = json.loads(pod["metadata"]["annotations"][PLAN_ANNOTATION])
+    return str(plan["bundle"]["sha256"])
+
+
+@pytest.fixture(scope="module")
+def setup(control_plane: ControlPlane) -> Iterator[tuple[TenantStack, Owner, dict[str, Any]]]:
+    owner = Owner()
+    namespace = f"tmi-rev-{uuid.uuid4().hex[:6]}"
+    settings = StackSettings(
+        owner_public_keys=(owner.public_key,),
+        cluster_binding_id=CLUSTER,
+        namespace=namespace,
+        bundle_configmap=R1,
+        scheduling_timeout_seconds=30,
+    )
+    admin = control_plane.kube("admin")
+    node = f"rev-h100-{uuid.uuid4().hex[:4]}"
+    first = revision(owner, namespace, 1, R1)
+    with deploy_stack(control_plane, settings, first) as stack:
+        control_plane.grant_namespace_admin("tmi-installer", namespace)
+        create_fake_nodes(
+            admin, [FakeNode(node, gpu_product="NVIDIA-H100-80GB-HBM3", gpus=2, vram_gb=80)]
+        )
+        assert stack.extender is not None
+        stack.extender.wait_nodes([node])
+        try:
+            yield stack, owner, first
+        finally:
+            delete_fake_nodes(admin, [node])
+
+
+def verified_pod(control_plane: ControlPlane, stack: TenantStack, name: str) -> dict[str, Any]:
+    return control_plane.kube("admin").wait_for(
+        "v1",
+        "Pod",
+        name,
+        stack.settings.namespace,
+        lambda p: (condition(p, CONDITION) or {}).get("status") == "True",
+        timeout=60,
+        what=f"Pod {name} verified",
+    )
+
+
+def test_one_value_rolls_a_new_revision_out_to_every_server(
+    control_plane: ControlPlane, setup: tuple[TenantStack, Owner, dict[str, Any]]
+) -> None:
+    stack, owner, first = setup
+    namespace = stack.settings.namespace
+    installer = control_plane.kube("tmi-installer")
+    before = f"before-{uuid.uuid4().hex[:6]}"
+    installer.create(engine_pod(namespace, LARGE, name=before))
+    old = verified_pod(control_plane, stack, before)
+    assert planned_with(old) == first["data"]["bundle.sha256"]
+
+    # The owner publishes revision 2 beside revision 1 ...
+    second = revision(owner, namespace, 2, R2)
+    publish_profile(control_plane, second)
+    # ... and changes one value.
+    rolled = stack.upgrade(bundle_configmap=R2)
+    assert sorted(rolled) == sorted(
+        [WEBHOOK_DEPLOYMENT, CONTROLLER_DEPLOYMENT, EXTENDER_DEPLOYMENT]
+    )
+
+    after = f"after-{uuid.uuid4().hex[:6]}"
+    installer.create(engine_pod(namespace, LARGE, name=after))
+    new = verified_pod(control_plane, stack, after)
+    assert planned_with(new) == second["data"]["bundle.sha256"]
+    assert new["spec"]["nodeName"]
+    # The old Pod keeps the verdict it was given against the revision it was planned with.
+    kept = control_plane.kube("admin").get("v1", "Pod", before, namespace)
+    assert condition(kept, CONDITION) == condition(old, CONDITION)
+    for pod in (before, after):
+        control_plane.kube("admin").delete("v1", "Pod", pod, namespace, grace_period_seconds=0)

@@ -205,7 +205,8 @@ def test_webhook_replica_killed_during_a_burst_admits_nothing_unrewritten(
     assert first is not None
     directory = control_plane.workdir / f"tmi-webhook-b-{uuid.uuid4().hex[:4]}"
     directory.mkdir()
-    second = LocalWebhook(control_plane, first.settings, directory)
+    # The second replica runs as the first does: the chart's settings and ServiceAccount.
+    second = LocalWebhook(control_plane, first.settings, directory, identity=first.identity)
     second.start()
     proxy = RoundRobinProxy([first.port, second.port]).start()
     namespace = stack.settings.namespace

@@ -426,7 +426,9 @@ values = st.one_of(
     st.integers(-10, 10**6).map(str),
     st.floats(allow_nan=True).map(str),
     st.text(alphabet=st.characters(blacklist_categories=["Cs"]), max_size=8),
-)
+    # Neither an argument nor an environment variable can hold a NUL byte (both are C strings
+    # to the kernel), so no value here does.
+).map(lambda text: text.replace("\x00", ""))
 
 
 def _whole(text: str) -> int | None:

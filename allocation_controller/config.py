@@ -150,7 +150,7 @@ def settings_from_args(
         namespace=namespace,
         owner_public_keys=keys,
         cluster_binding_id=binding,
-        minimum_bundle_version=int(number("--minimum-bundle-version", 1, 1, 2**53 - 1)),
+        minimum_bundle_version=given.whole("--minimum-bundle-version", 1, 1, 2**53 - 1),
         engine_image_map=(
             parse_image_map(image_map, expected="must be a JSON object of image references")
             if image_map
@@ -196,13 +196,13 @@ def settings_from_args(
         policy=policy,
         kubeconfig=given.kubeconfig(),
         host=get("--host"),
-        port=int(number("--port", DEFAULT_PORT, 1, 65535)),
+        port=given.whole("--port", DEFAULT_PORT, 1, 65535),
         scheduling_timeout=number(
             "--scheduling-timeout-seconds", DEFAULT_SCHEDULING_TIMEOUT, 1, 7 * 86400
         ),
         leader_elect=leader_elect,
         leader=leader,
-        workers=int(number("--workers", 8, 1, 64)),
+        workers=given.whole("--workers", 8, 1, 64),
         api_timeout=api_timeout,
         log_level=level,
         evidence_token=get("--evidence-token") or "",

@@ -64,6 +64,7 @@ def prepare(settings: ExtenderSettings) -> Coroutine[Any, Any, None]:
         max_body_bytes=settings.max_body_bytes,
         reloader=reloader,
         cert_reload_seconds=settings.cert_reload_seconds,
+        read_timeout=settings.limits.read_timeout,
     )
     view = app[RUNTIME].view
     if view.policy.trust_error:

@@ -38,8 +38,9 @@ from extender.view import (
     unencodable,
 )
 from policy_io.state import PolicySettings
-from serving.app import read_limited, running
+from serving.app import READ_TIMEOUT, read_limited, running
 from serving.probes import add_probes, json_response
+from serving.settings import ConnectionLimits
 from serving.tls import CertificateReloader
 
 log = logging.getLogger(__name__)
@@ -263,6 +264,7 @@ def create_app(
     reloader: CertificateReloader | None = None,
     cert_reload_seconds: float = 10.0,
     clock: Callable[[], datetime] | None = None,
+    read_timeout: float = ConnectionLimits().read_timeout,
 ) -> web.Application:
     """The extender application; `source` defaults to an empty in-memory one."""
     clock = clock or (lambda: datetime.now(UTC))
@@ -278,6 +280,7 @@ def create_app(
     )
     app = web.Application(client_max_size=max_body_bytes)
     app[RUNTIME] = runtime
+    app[READ_TIMEOUT] = read_timeout
     app.router.add_post("/filter", filter_handler)
     app.router.add_post("/prioritize", prioritize_handler)
     add_probes(app, unready=_unready, registry=lambda app: app[RUNTIME].metrics.registry)

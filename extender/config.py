@@ -66,6 +66,7 @@ _OPTIONS: tuple[Option, ...] = (
     options.SHUTDOWN_TIMEOUT,
     options.DRAIN_SECONDS,
     options.MAX_BODY_BYTES,
+    *options.LIMITS,
     options.LOG_LEVEL,
 )
 
@@ -139,4 +140,5 @@ def settings_from_args(
             "--max-body-bytes", defaults.max_body_bytes, 64 * 1024, 512 * 1024 * 1024
         ),
         log_level=level,
+        limits=given.limits(),
     )

@@ -29,7 +29,7 @@ from pydantic import model_validator as _model_validator
 
 from inference_policy import strictjson
 from inference_policy.errors import describe
-from inference_policy.profile import ARCH_KEY
+from inference_policy.profile import ARCH_KEY, MAX_VERSION
 from inference_policy.quantity import UNSIGNED_PATTERN, QuantityError, resource_units
 from inference_policy.request import InferenceResources
 from inference_policy.wire import PLAN_ANNOTATION
@@ -70,7 +70,8 @@ class PlanResources(_Wire):
 
 
 class PlanBundle(_Wire):
-    version: Annotated[int, Field(ge=1)]
+    # A profile version, bounded as the profile bounds it.
+    version: Annotated[int, Field(ge=1, le=MAX_VERSION)]
     sha256: Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]
 
 
@@ -248,11 +249,22 @@ def _validate(document: Any) -> Plan:
     if document.get("status") != 200:
         raise PlanError(f"the {PLAN_ANNOTATION} annotation is not a plan (status is not 200)")
     try:
-        return Plan.model_validate(document)
+        plan = Plan.model_validate(document)
     except ValidationError as exc:
         raise PlanError(
             f"the {PLAN_ANNOTATION} annotation is not a plan: {describe(exc)}"
         ) from None
+    # A plan read is a plan that can be written again (compared, re-annotated, logged): JSON
+    # text may hold an integer wider than 64 bits, which the model takes and no encoder here
+    # writes back, so such a text is refused here rather than failing whoever writes it.
+    try:
+        plan.text()
+    except strictjson.StrictJSONError as exc:
+        raise PlanError(
+            f"the {PLAN_ANNOTATION} annotation is not a plan: it holds a value that cannot be "
+            f"written back ({exc})"
+        ) from None
+    return plan
 
 
 __all__ = ["MAX_PLAN_BYTES", "Plan", "PlanBundle", "PlanError", "PlanResources", "parse_plan"]

@@ -1,5 +1,6 @@
 """What a server's aiohttp app does the same way in every server: read a body under the size
-limit, and run its cluster source (and certificate reloader) for as long as the app runs.
+limit and in time, and run its cluster source (and certificate reloader) for as long as the app
+runs.
 
 The answers stay each server's own: the 413 body is the caller's document, and what the source
 feeds (a store, a cluster view) is the caller's to start.
@@ -7,21 +8,44 @@ feeds (a store, a cluster view) is the caller's to start.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import orjson
 from aiohttp import web
 
+from serving.settings import ConnectionLimits
 from serving.tls import CertificateReloader, reloading
+
+log = logging.getLogger(__name__)
+
+# The app's body read timeout (`ConnectionLimits.read_timeout`), set by its factory.
+READ_TIMEOUT = web.AppKey("read_timeout", float)
 
 
 async def read_limited(request: web.Request, max_body_bytes: int, too_large: Any) -> bytes:
     """The body, or HTTPRequestEntityTooLarge with `too_large` as its JSON body when the body is
-    over `max_body_bytes` (the app's `client_max_size`)."""
+    over `max_body_bytes` (the app's `client_max_size`), or HTTPRequestTimeout (408, with the
+    connection closed) when it has not all arrived within the app's `READ_TIMEOUT`: a body
+    that trickles in would otherwise hold its connection and handler for as long as the caller
+    likes."""
+    timeout = request.app.get(READ_TIMEOUT, ConnectionLimits().read_timeout)
     try:
-        return await request.read()
+        async with asyncio.timeout(timeout):
+            return await request.read()
+    except TimeoutError:
+        # Caught here: a TimeoutError that reached aiohttp would become its bare 504.
+        detail = f"the request body did not arrive within {timeout:g} seconds"
+        log.warning("request body not read in time", extra={"status": 408, "path": request.path})
+        slow = web.HTTPRequestTimeout(
+            text=orjson.dumps({"status": 408, "detail": detail}).decode(),
+            content_type="application/json",
+        )
+        slow.force_close()
+        raise slow from None
     except web.HTTPRequestEntityTooLarge:
         raise web.HTTPRequestEntityTooLarge(
             max_size=max_body_bytes,

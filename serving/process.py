@@ -24,7 +24,7 @@ from aiohttp import web
 
 from serving import logs
 from serving.kube import ClientConfigError
-from serving.settings import ConfigError, ServingSettings
+from serving.settings import ConfigError, ConnectionLimits, ServingSettings
 from serving.tls import CertificateError
 
 EXIT_UNUSABLE = 2
@@ -82,6 +82,43 @@ def addresses(runner: web.AppRunner) -> str:
     return ", ".join(f"{address[0]}:{address[1]}" for address in runner.addresses)
 
 
+class _Site(web.TCPSite):
+    """A TCP site whose TLS handshakes are bounded: aiohttp's `TCPSite` passes no handshake
+    timeout, which leaves asyncio's 60 s to every connection that opens and never finishes one."""
+
+    def __init__(
+        self,
+        runner: web.AppRunner,
+        host: str | None,
+        port: int,
+        *,
+        handshake_timeout: float,
+        ssl_context: ssl.SSLContext | None,
+        backlog: int,
+    ) -> None:
+        super().__init__(
+            runner, host, port, ssl_context=ssl_context, backlog=backlog, reuse_address=True
+        )
+        self._handshake_timeout = handshake_timeout
+
+    async def start(self) -> None:
+        await web.BaseSite.start(self)
+        server = self._runner.server
+        assert server is not None
+        self._server = await asyncio.get_running_loop().create_server(
+            server,
+            self._host,
+            self._port,
+            ssl=self._ssl_context,
+            backlog=self._backlog,
+            reuse_address=self._reuse_address,
+            reuse_port=self._reuse_port,
+            ssl_handshake_timeout=self._handshake_timeout if self._ssl_context else None,
+        )
+        sockets = self._server.sockets
+        self._bound_port = sockets[0].getsockname()[1] if sockets else self._port
+
+
 async def serve(
     app: web.Application,
     host: str | None,
@@ -92,14 +129,24 @@ async def serve(
     until: Callable[[asyncio.Event], Awaitable[None]],
     ssl_context: ssl.SSLContext | None = None,
     backlog: int = 128,
+    limits: ConnectionLimits | None = None,
 ) -> None:
     """Listen, call `started`, and serve until `until` returns; `until` gets an event that
     SIGTERM and SIGINT set. Then stop listening and give requests in flight `shutdown_timeout`
-    seconds before they are cancelled."""
-    runner = web.AppRunner(app, access_log=None, shutdown_timeout=shutdown_timeout)
+    seconds before they are cancelled. `limits` bound what one connection may hold (the body's
+    own read timeout is the app's, `serving.app.read_limited`)."""
+    limits = limits or ConnectionLimits()
+    runner = web.AppRunner(
+        app, access_log=None, shutdown_timeout=shutdown_timeout, **limits.handler_options()
+    )
     await runner.setup()
-    site = web.TCPSite(
-        runner, host, port, ssl_context=ssl_context, backlog=backlog, reuse_address=True
+    site = _Site(
+        runner,
+        host,
+        port,
+        handshake_timeout=limits.tls_handshake_timeout,
+        ssl_context=ssl_context,
+        backlog=backlog,
     )
     await site.start()
     started(runner)
@@ -142,5 +189,6 @@ async def serve_draining(
         until=drain,
         ssl_context=ssl_context,
         backlog=BURST_BACKLOG,
+        limits=settings.limits,
     )
     log.info("stopped")

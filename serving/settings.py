@@ -17,7 +17,7 @@ import os
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import NamedTuple, NoReturn
+from typing import Any, NamedTuple, NoReturn
 
 from inference_policy import strictjson
 from policy_io.files import InputError, read_json
@@ -25,6 +25,9 @@ from policy_io.state import PolicySettings
 
 HTTPS_PORT = 8443
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+# aiohttp's own limit on a request line and on one header field; a real caller's headers (the
+# API server's, kube-scheduler's) are a few hundred bytes.
+DEFAULT_MAX_HEADER_BYTES = 8190
 _TRUE = frozenset({"1", "true", "yes", "on"})
 _FALSE = frozenset({"0", "false", "no", "off", ""})
 _EPILOG = "Every flag may instead be given as the environment variable in brackets."
@@ -32,6 +35,41 @@ _EPILOG = "Every flag may instead be given as the environment variable in bracke
 
 class ConfigError(ValueError):
     """A setting that cannot be used; the message names the flag and its variable."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class ConnectionLimits:
+    """How long and how much a caller may take before the server gives up on its connection.
+
+    The callers (the API server, kube-scheduler) give up after their own timeout, 5 s as the
+    shipped manifests set it and 30 s at most, so a body still arriving after `read_timeout`
+    is from no caller that will read the answer; it gets 408 and its connection closed. A
+    connection that sends no complete request head for `idle_timeout` seconds is closed, which
+    bounds both a header trickle and an idle keep-alive connection; it is above the 90 s after
+    which Go's HTTP client drops idle connections itself, so the client, not the server, ends
+    an idle connection and never sends a request into one being closed. A TLS handshake gets
+    `tls_handshake_timeout` seconds instead of asyncio's 60. `max_header_bytes` caps the request
+    line and each header field (431/400 past it), `max_headers` their number.
+    """
+
+    read_timeout: float = 10.0
+    idle_timeout: float = 120.0
+    tls_handshake_timeout: float = 10.0
+    max_header_bytes: int = DEFAULT_MAX_HEADER_BYTES
+    max_headers: int = 128
+    # How long the server keeps reading a body it will not use (a 408 or a 413 answered before
+    # the body ended) so the caller reads the answer rather than a reset; a trickle is cut then.
+    linger_seconds: float = 1.0
+
+    def handler_options(self) -> dict[str, Any]:
+        """The keyword arguments aiohttp's request handler takes for these limits."""
+        return {
+            "keepalive_timeout": self.idle_timeout,
+            "max_line_size": self.max_header_bytes,
+            "max_field_size": self.max_header_bytes,
+            "max_headers": self.max_headers,
+            "lingering_time": self.linger_seconds,
+        }
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -49,6 +87,7 @@ class ServingSettings:
     shutdown_timeout: float = 15.0
     drain_seconds: float = 3.0
     log_level: str = "INFO"
+    limits: ConnectionLimits = ConnectionLimits()
 
     @property
     def namespace(self) -> str:
@@ -110,6 +149,26 @@ DRAIN_SECONDS = Option(
 )
 MAX_BODY_BYTES = Option("--max-body-bytes", "TMI_MAX_BODY_BYTES", "largest request body accepted")
 LOG_LEVEL = Option("--log-level", "TMI_LOG_LEVEL", "DEBUG, INFO, WARNING or ERROR")
+READ_TIMEOUT = Option(
+    "--read-timeout", "TMI_READ_TIMEOUT", "seconds a request body may take to arrive (default 10)"
+)
+IDLE_TIMEOUT = Option(
+    "--idle-timeout",
+    "TMI_IDLE_TIMEOUT",
+    "seconds a connection may wait for its next request head (default 120)",
+)
+TLS_HANDSHAKE_TIMEOUT = Option(
+    "--tls-handshake-timeout",
+    "TMI_TLS_HANDSHAKE_TIMEOUT",
+    "seconds a TLS handshake may take (default 10)",
+)
+MAX_HEADER_BYTES = Option(
+    "--max-header-bytes",
+    "TMI_MAX_HEADER_BYTES",
+    f"longest request line or header field (default {DEFAULT_MAX_HEADER_BYTES})",
+)
+# What a slow or abusive caller may hold: every server that answers calls takes the same four.
+LIMITS = (READ_TIMEOUT, IDLE_TIMEOUT, TLS_HANDSHAKE_TIMEOUT, MAX_HEADER_BYTES)
 
 # The trust a profile is verified with: every server takes the same three, so that all of them
 # accept exactly the same profile revisions.
@@ -266,6 +325,20 @@ class Given:
     def number(self, flag: str, default: float, minimum: float, maximum: float) -> float:
         value = self.get(flag)
         return parse_number(value, flag, minimum, maximum) if value else default
+
+    def limits(self) -> ConnectionLimits:
+        """The connection limits (`LIMITS`), each within bounds a server can live with."""
+        defaults = ConnectionLimits()
+        return ConnectionLimits(
+            read_timeout=self.number(READ_TIMEOUT.flag, defaults.read_timeout, 0.1, 3600),
+            idle_timeout=self.number(IDLE_TIMEOUT.flag, defaults.idle_timeout, 1, 86400),
+            tls_handshake_timeout=self.number(
+                TLS_HANDSHAKE_TIMEOUT.flag, defaults.tls_handshake_timeout, 0.1, 600
+            ),
+            max_header_bytes=self.whole(
+                MAX_HEADER_BYTES.flag, defaults.max_header_bytes, 1024, 1024 * 1024
+            ),
+        )
 
     def kubeconfig(self) -> str | None:
         """The kubeconfig flag or variable, else `KUBECONFIG` as kubectl reads it; None for the

@@ -64,6 +64,7 @@ def prepare(settings: ServerSettings) -> Coroutine[Any, Any, None]:
         max_body_bytes=settings.max_body_bytes,
         reloader=reloader,
         cert_reload_seconds=settings.cert_reload_seconds,
+        read_timeout=settings.limits.read_timeout,
     )
     return serve(app, settings, reloader)
 

@@ -26,8 +26,9 @@ from aiohttp import web
 
 from inference_policy.refusals import RefusalCode
 from policy_io.state import PolicySettings
-from serving.app import read_limited, running
+from serving.app import READ_TIMEOUT, read_limited, running
 from serving.probes import add_probes, json_response, problem
+from serving.settings import ConnectionLimits
 from serving.tls import CertificateReloader
 from webhook.admission import MalformedReview, Outcome, Reviewer, deny, envelope, parse_review
 from webhook.config import DEFAULT_MAX_BODY_BYTES
@@ -198,6 +199,7 @@ def create_app(
     reloader: CertificateReloader | None = None,
     cert_reload_seconds: float = 10.0,
     clock: Callable[[], datetime] | None = None,
+    read_timeout: float = ConnectionLimits().read_timeout,
 ) -> web.Application:
     """The webhook application; `source` defaults to an empty in-memory one (no ConfigMaps)."""
     clock = clock or (lambda: datetime.now(UTC))
@@ -219,6 +221,7 @@ def create_app(
     )
     app = web.Application(client_max_size=max_body_bytes)
     app[RUNTIME] = runtime
+    app[READ_TIMEOUT] = read_timeout
     app.router.add_post("/mutate", mutate)
     app.router.add_post("/v1/plan", plan)
     add_probes(app, unready=_unready, registry=lambda app: app[RUNTIME].metrics.registry)

@@ -67,6 +67,7 @@ _OPTIONS: tuple[Option, ...] = (
     options.SHUTDOWN_TIMEOUT,
     options.DRAIN_SECONDS,
     options.MAX_BODY_BYTES,
+    *options.LIMITS,
     options.LOG_LEVEL,
 )
 
@@ -132,4 +133,5 @@ def settings_from_args(
             "--max-body-bytes", defaults.max_body_bytes, 64 * 1024, 64 * 1024 * 1024
         ),
         log_level=level,
+        limits=given.limits(),
     )

@@ -67,6 +67,7 @@ _OPTIONS: tuple[Option, ...] = (
     options.DRAIN_SECONDS,
     options.MAX_BODY_BYTES,
     *options.LIMITS,
+    options.METRICS_PORT,
     options.LOG_LEVEL,
 )
 
@@ -129,7 +130,7 @@ def settings_from_args(
         key_file=key or "",
         plain_http=plain,
         host=get("--host"),
-        port=given.whole("--port", DEFAULT_PORT, 1, 65535),
+        port=(port := given.whole("--port", DEFAULT_PORT, 1, 65535)),
         kubeconfig=given.kubeconfig(),
         cert_reload_seconds=given.seconds("--cert-reload-seconds", defaults.cert_reload_seconds),
         resync_seconds=given.whole("--resync-seconds", defaults.resync_seconds, 30, 86400),
@@ -141,4 +142,5 @@ def settings_from_args(
         ),
         log_level=level,
         limits=given.limits(),
+        metrics_port=given.metrics_port(port),
     )

@@ -119,6 +119,31 @@ class _Site(web.TCPSite):
         self._bound_port = sockets[0].getsockname()[1] if sockets else self._port
 
 
+OPS_PATHS = frozenset({"/metrics", "/healthz", "/readyz"})
+
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def _split_ports(metrics_port: int) -> Any:
+    """A middleware that keeps /metrics and the probes on the metrics port and everything else
+    on the serving port: the same app answers both, and a NetworkPolicy can only tell them
+    apart by port."""
+
+    @web.middleware
+    async def split(request: web.Request, handler: Handler) -> web.StreamResponse:
+        transport = request.transport
+        sockname: Any = transport.get_extra_info("sockname") if transport is not None else None
+        on_metrics_port = isinstance(sockname, tuple) and sockname[1] == metrics_port
+        if on_metrics_port and request.path not in OPS_PATHS:
+            raise web.HTTPNotFound(text="only /metrics and the probes are served on this port\n")
+        if not on_metrics_port and request.path == "/metrics":
+            raise web.HTTPNotFound(text=f"/metrics is served on port {metrics_port}\n")
+        return await handler(request)
+
+    return split
+
+
 async def serve(
     app: web.Application,
     host: str | None,
@@ -130,12 +155,16 @@ async def serve(
     ssl_context: ssl.SSLContext | None = None,
     backlog: int = 128,
     limits: ConnectionLimits | None = None,
+    metrics_port: int | None = None,
 ) -> None:
     """Listen, call `started`, and serve until `until` returns; `until` gets an event that
     SIGTERM and SIGINT set. Then stop listening and give requests in flight `shutdown_timeout`
     seconds before they are cancelled. `limits` bound what one connection may hold (the body's
-    own read timeout is the app's, `serving.app.read_limited`)."""
+    own read timeout is the app's, `serving.app.read_limited`). With `metrics_port`, /metrics is
+    served there alone (plain HTTP, with the probes) and no longer on `port`."""
     limits = limits or ConnectionLimits()
+    if metrics_port is not None:
+        app.middlewares.append(_split_ports(metrics_port))
     runner = web.AppRunner(
         app, access_log=None, shutdown_timeout=shutdown_timeout, **limits.handler_options()
     )
@@ -149,6 +178,15 @@ async def serve(
         backlog=backlog,
     )
     await site.start()
+    if metrics_port is not None:
+        await _Site(
+            runner,
+            host,
+            metrics_port,
+            handshake_timeout=limits.tls_handshake_timeout,
+            ssl_context=None,
+            backlog=backlog,
+        ).start()
     started(runner)
     # Installed only now: a signal before the server listens ends the process at once, which is
     # all a stop needs then.
@@ -190,5 +228,6 @@ async def serve_draining(
         ssl_context=ssl_context,
         backlog=BURST_BACKLOG,
         limits=settings.limits,
+        metrics_port=settings.metrics_port,
     )
     log.info("stopped")

@@ -88,6 +88,10 @@ class ServingSettings:
     drain_seconds: float = 3.0
     log_level: str = "INFO"
     limits: ConnectionLimits = ConnectionLimits()
+    # A plain-HTTP port for /metrics and the probes, apart from the serving port, so that a
+    # NetworkPolicy (which sees ports, not paths) can admit the monitoring namespace to metrics
+    # alone. None keeps /metrics on the serving port.
+    metrics_port: int | None = None
 
     @property
     def namespace(self) -> str:
@@ -169,6 +173,12 @@ MAX_HEADER_BYTES = Option(
 )
 # What a slow or abusive caller may hold: every server that answers calls takes the same four.
 LIMITS = (READ_TIMEOUT, IDLE_TIMEOUT, TLS_HANDSHAKE_TIMEOUT, MAX_HEADER_BYTES)
+METRICS_PORT = Option(
+    "--metrics-port",
+    "TMI_METRICS_PORT",
+    "plain-HTTP port for /metrics and the probes only, apart from the serving port (default: "
+    "/metrics on the serving port)",
+)
 
 # The trust a profile is verified with: every server takes the same three, so that all of them
 # accept exactly the same profile revisions.
@@ -339,6 +349,16 @@ class Given:
                 MAX_HEADER_BYTES.flag, defaults.max_header_bytes, 1024, 1024 * 1024
             ),
         )
+
+    def metrics_port(self, serving_port: int) -> int | None:
+        """The metrics port (`METRICS_PORT`), if one is given; never the serving port."""
+        value = self.get(METRICS_PORT.flag)
+        if not value:
+            return None
+        port = parse_whole(value, METRICS_PORT.flag, 1, 65535)
+        if port == serving_port:
+            raise ConfigError(f"{METRICS_PORT.flag} {port} is the serving port; give another")
+        return port
 
     def kubeconfig(self) -> str | None:
         """The kubeconfig flag or variable, else `KUBECONFIG` as kubectl reads it; None for the

@@ -68,6 +68,7 @@ _OPTIONS: tuple[Option, ...] = (
     options.DRAIN_SECONDS,
     options.MAX_BODY_BYTES,
     *options.LIMITS,
+    options.METRICS_PORT,
     options.LOG_LEVEL,
 )
 
@@ -123,7 +124,7 @@ def settings_from_args(
         cert_file=cert,
         key_file=key,
         host=get("--host"),
-        port=given.whole("--port", DEFAULT_PORT, 1, 65535),
+        port=(port := given.whole("--port", DEFAULT_PORT, 1, 65535)),
         kubeconfig=given.kubeconfig(),
         cert_reload_seconds=given.seconds("--cert-reload-seconds", defaults.cert_reload_seconds),
         resync_seconds=given.whole("--resync-seconds", defaults.resync_seconds, 10, 86400),
@@ -134,4 +135,5 @@ def settings_from_args(
         ),
         log_level=level,
         limits=given.limits(),
+        metrics_port=given.metrics_port(port),
     )

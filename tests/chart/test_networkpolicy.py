@@ -80,11 +80,13 @@ def owner_pod(**labels: str) -> Source:
     return Source(OWNER_NS, {"kubernetes.io/metadata.name": OWNER_NS}, labels)
 
 
-def test_only_the_scheduler_and_monitoring_reach_the_extender() -> None:
+def test_only_the_scheduler_reaches_the_extender_and_only_monitoring_its_metrics() -> None:
     extender = policy(OWNER, "tmi-extender")
     scheduler = owner_pod(**{"app.kubernetes.io/name": "kamiwaza-inference-scheduler"})
     assert admits(extender, scheduler, 8443)
-    assert admits(extender, monitoring_pod(), 8443)
+    assert not admits(extender, monitoring_pod(), 8443)
+    assert admits(extender, monitoring_pod(), 9090)
+    assert not admits(extender, scheduler, 9090)
     assert not admits(extender, tenant_pod(), 8443)
     assert not admits(extender, owner_pod(app="anything-else"), 8443)
     assert not admits(extender, scheduler, 9000)
@@ -102,7 +104,11 @@ def test_with_the_api_servers_cidrs_the_webhook_admits_it_the_platform_and_monit
     webhook = policy(TENANT, "tmi-webhook", apiServerCIDRs=[API_SERVER_CIDR])
     assert admits(webhook, Source(ip="10.0.0.5"), 8443)
     assert admits(webhook, tenant_pod(app="platform"), 8443)  # /v1/plan
-    assert admits(webhook, monitoring_pod(), 8443)
+    # /metrics is alone on 9090: monitoring reaches it, and only it.
+    assert not admits(webhook, monitoring_pod(), 8443)
+    assert admits(webhook, monitoring_pod(), 9090)
+    assert not admits(webhook, tenant_pod(app="platform"), 9090)
+    assert not admits(webhook, Source(ip="10.0.0.5"), 9090)
     other = Source("elsewhere", {"kubernetes.io/metadata.name": "elsewhere"}, ip="10.244.9.9")
     assert not admits(webhook, other, 8443)
     assert not admits(webhook, Source(ip="10.0.0.5"), 9443)
@@ -114,3 +120,10 @@ def test_without_them_the_webhook_port_is_open_and_only_that_port(source: Source
     webhook = policy(TENANT, "tmi-webhook")
     assert admits(webhook, source, 8443)
     assert not admits(webhook, source, 8080)
+
+
+def test_without_them_metrics_stay_monitoring_only() -> None:
+    webhook = policy(TENANT, "tmi-webhook")
+    assert admits(webhook, monitoring_pod(), 9090)
+    assert not admits(webhook, Source(ip="192.0.2.1"), 9090)
+    assert not admits(webhook, tenant_pod(app="platform"), 9090)

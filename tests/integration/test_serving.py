@@ -201,3 +201,71 @@ async def test_the_certificate_is_watched_only_while_serving(tmp_path: Path) -> 
     async with reloading(None, 0.02):
         pass
     assert reloader.reloads == 1
+
+
+async def test_a_metrics_port_serves_metrics_alone_and_takes_them_off_the_serving_port() -> None:
+    from serving.probes import json_response
+
+    app = _app(Phase())
+
+    async def business(_: web.Request) -> web.Response:
+        return json_response({"ok": True})
+
+    app.router.add_post("/mutate", business)
+    metrics_port = _free_port()
+    ports: list[int] = []
+    seen: dict[str, int] = {}
+
+    async def until(stop: asyncio.Event) -> None:
+        serving = f"http://127.0.0.1:{ports[0]}"
+        metrics = f"http://127.0.0.1:{metrics_port}"
+        async with aiohttp.ClientSession() as session:
+            for name, method, url in (
+                ("serving /mutate", "POST", f"{serving}/mutate"),
+                ("serving /metrics", "GET", f"{serving}/metrics"),
+                ("serving /readyz", "GET", f"{serving}/readyz"),
+                ("metrics /metrics", "GET", f"{metrics}/metrics"),
+                ("metrics /healthz", "GET", f"{metrics}/healthz"),
+                ("metrics /mutate", "POST", f"{metrics}/mutate"),
+            ):
+                async with session.request(method, url) as resp:
+                    seen[name] = resp.status
+                    if name == "metrics /metrics":
+                        assert "tmi_test_things_total 1.0" in await resp.text()
+
+    await process.serve(
+        app,
+        "127.0.0.1",
+        0,
+        shutdown_timeout=1.0,
+        started=lambda runner: ports.append(runner.addresses[0][1]),
+        until=until,
+        metrics_port=metrics_port,
+    )
+    assert seen == {
+        "serving /mutate": 200,
+        "serving /metrics": 404,
+        "serving /readyz": 200,
+        "metrics /metrics": 200,
+        "metrics /healthz": 200,
+        "metrics /mutate": 404,
+    }
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def test_the_metrics_port_is_a_setting_and_never_the_serving_port() -> None:
+    from webhook.config import settings_from_args
+
+    base = ["--namespace=kamiwaza", "--owner-public-key=" + "A" * 43 + "=", "--cert=c", "--key=k"]
+    assert settings_from_args([*base]).metrics_port is None
+    assert settings_from_args([*base, "--metrics-port=9090"]).metrics_port == 9090
+    assert settings_from_args(base, {"TMI_METRICS_PORT": "9091"}).metrics_port == 9091
+    with pytest.raises(ConfigError, match="is the serving port"):
+        settings_from_args([*base, "--port=8443", "--metrics-port=8443"])

@@ -11,9 +11,9 @@ from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from localcluster import ApiError, ControlPlane
+from localcluster import ApiError, ControlPlane, FakeNode, create_fake_nodes, delete_fake_nodes
 from localcluster.stack import StackSettings, TenantStack, deploy_stack
-from tests.profilekit import CLUSTER, Owner, gpu_binding, gpu_profile, request
+from tests.profilekit import CLUSTER, Owner, gpu_binding, gpu_profile, request, with_profiles
 
 WHOLE = "whole-h100-amd64"
 # A 72B GGUF at Q4 (47 GB): one whole H100.
@@ -64,6 +64,35 @@ def tenant_stack(
     with deploy_stack(control_plane, settings, owner.sign(envelope_for(owner, namespace))) as up:
         control_plane.grant_namespace_admin("tmi-installer", namespace)
         yield up
+
+
+def whole_h100_envelope(owner: Owner, namespace: str) -> dict[str, Any]:
+    """One whole-H100 binding that an H100 node satisfies, valid from yesterday."""
+    return dated(with_profiles(owner, whole_h100_profile()), namespace)
+
+
+@contextlib.contextmanager
+def h100_stack(
+    control_plane: ControlPlane,
+    prefix: str,
+    scheduling_timeout_seconds: int,
+    *,
+    gpus: int = 8,
+    gpu_product: str | None = None,
+) -> Iterator[TenantStack]:
+    """The stack (`tenant_stack`) with the whole-H100 profile and one fake H100 node of its own,
+    which the extender has seen before the first test runs; the node goes with the stack."""
+    admin = control_plane.kube("admin")
+    node = f"{prefix.removeprefix('tmi-')}-h100-{uuid.uuid4().hex[:4]}"
+    extra = {"gpu_product": gpu_product} if gpu_product else {}
+    with tenant_stack(control_plane, prefix, whole_h100_envelope, scheduling_timeout_seconds) as up:
+        create_fake_nodes(admin, [FakeNode(node, gpus=gpus, vram_gb=80, **extra)])
+        assert up.extender is not None
+        up.extender.wait_nodes([node])
+        try:
+            yield up
+        finally:
+            delete_fake_nodes(admin, [node])
 
 
 @contextlib.contextmanager

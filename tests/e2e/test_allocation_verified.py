@@ -17,18 +17,21 @@ from __future__ import annotations
 import copy
 import json
 import time
-import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 
-from localcluster import ApiError, ControlPlane, FakeNode, Kube, create_fake_nodes, pod_condition
-from localcluster.nodes import delete_fake_nodes
+from localcluster import ApiError, ControlPlane, Kube, pod_condition
 from localcluster.stack import CONDITION, TenantStack, condition, engine_pod
 from localcluster.webhook import PLAN_ANNOTATION, REQUEST_ANNOTATION, set_opt_in
-from tests.e2e.stackkit import LARGE, WHOLE, dated, pod_names, tenant_stack, whole_h100_profile
-from tests.profilekit import Owner, request, with_profiles
+from tests.e2e.stackkit import (
+    LARGE,
+    WHOLE,
+    h100_stack,
+    pod_names,
+)
+from tests.profilekit import request
 
 pytestmark = pytest.mark.e2e
 
@@ -38,23 +41,10 @@ MERGE_PATCH = "application/merge-patch+json"
 GATE_WAIT = 3.0
 
 
-def envelope_for(owner: Owner, namespace: str) -> dict[str, Any]:
-    """One whole-H100 binding that the module's node satisfies, valid from yesterday."""
-    return dated(with_profiles(owner, whole_h100_profile()), namespace)
-
-
 @pytest.fixture(scope="module")
 def stack(control_plane: ControlPlane) -> Iterator[TenantStack]:
-    admin = control_plane.kube("admin")
-    node = f"verify-h100-{uuid.uuid4().hex[:4]}"
-    with tenant_stack(control_plane, "tmi-verify", envelope_for, 30) as up:
-        create_fake_nodes(admin, [FakeNode(node, gpus=8, vram_gb=80)])
-        assert up.extender is not None
-        up.extender.wait_nodes([node])
-        try:
-            yield up
-        finally:
-            delete_fake_nodes(admin, [node])
+    with h100_stack(control_plane, "tmi-verify", 30) as up:
+        yield up
 
 
 @pytest.fixture

@@ -22,12 +22,14 @@ from typing import Any
 
 import pytest
 
-from localcluster import ApiError, ControlPlane, FakeNode, Kube, create_fake_nodes
-from localcluster.nodes import delete_fake_nodes
+from localcluster import ApiError, ControlPlane, Kube
 from localcluster.stack import CONDITION, TenantStack, condition, granted, metric
 from localcluster.webhook import ENGINE_LABEL, PLAN_ANNOTATION, REQUEST_ANNOTATION
-from tests.e2e.stackkit import LARGE, WHOLE, dated, tenant_stack, whole_h100_profile
-from tests.profilekit import Owner, with_profiles
+from tests.e2e.stackkit import (
+    LARGE,
+    WHOLE,
+    h100_stack,
+)
 
 pytestmark = pytest.mark.e2e
 
@@ -38,25 +40,12 @@ ROLLOUT_TIMEOUT = 150.0
 NEW_REQUEST = {**LARGE, "model": {**LARGE["model"], "weightsBytes": 52_000_000_000}}
 
 
-def envelope_for(owner: Owner, namespace: str) -> dict[str, Any]:
-    return dated(with_profiles(owner, whole_h100_profile()), namespace)
-
-
 @pytest.fixture(scope="module")
 def stack(control_plane: ControlPlane) -> Iterator[TenantStack]:
-    admin = control_plane.kube("admin")
-    node = f"rollout-h100-{uuid.uuid4().hex[:4]}"
-    with tenant_stack(control_plane, "tmi-rollout", envelope_for, 120) as up:
-        create_fake_nodes(
-            admin,
-            [FakeNode(node, gpu_product="NVIDIA-H100-80GB-HBM3", gpus=GPUS, vram_gb=80)],
-        )
-        assert up.extender is not None
-        up.extender.wait_nodes([node])
-        try:
-            yield up
-        finally:
-            delete_fake_nodes(admin, [node])
+    with h100_stack(
+        control_plane, "tmi-rollout", 120, gpus=GPUS, gpu_product="NVIDIA-H100-80GB-HBM3"
+    ) as up:
+        yield up
 
 
 def deployment(namespace: str, name: str, request: dict[str, Any]) -> dict[str, Any]:

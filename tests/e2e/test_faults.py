@@ -69,8 +69,12 @@ from localcluster.webhook import (
 )
 from policy_io.catalog import packaged_catalog
 from policy_io.state import PolicySettings, PolicyState
-from tests.e2e.stackkit import LARGE, dated, tenant_stack, whole_h100_profile
-from tests.profilekit import Owner, with_profiles
+from tests.e2e.stackkit import (
+    LARGE,
+    h100_stack,
+    whole_h100_envelope,
+)
+from tests.profilekit import Owner
 
 pytestmark = pytest.mark.e2e
 
@@ -86,22 +90,10 @@ PATIENCE = 90.0
 APISERVER_DOWN = 12.0
 
 
-def envelope_for(owner: Owner, namespace: str) -> dict[str, Any]:
-    return dated(with_profiles(owner, whole_h100_profile()), namespace)
-
-
 @pytest.fixture(scope="module")
 def stack(control_plane: ControlPlane) -> Iterator[TenantStack]:
-    admin = control_plane.kube("admin")
-    node = f"faults-h100-{uuid.uuid4().hex[:4]}"
-    with tenant_stack(control_plane, "tmi-faults", envelope_for, 60) as up:
-        create_fake_nodes(admin, [FakeNode(node, gpus=8, vram_gb=80)])
-        assert up.extender is not None
-        up.extender.wait_nodes([node])
-        try:
-            yield up
-        finally:
-            delete_fake_nodes(admin, [node])
+    with h100_stack(control_plane, "tmi-faults", 60) as up:
+        yield up
 
 
 @pytest.fixture
@@ -495,7 +487,9 @@ def test_profile_deleted_or_untrusted_keeps_running_pods_and_refuses_new_ones(
         stranger = Owner()
         publish_profile(
             control_plane,
-            stranger.sign(envelope_for(stranger, namespace), name=stack.settings.bundle_configmap),
+            stranger.sign(
+                whole_h100_envelope(stranger, namespace), name=stack.settings.bundle_configmap
+            ),
         )
         refused_with(Reason.KEY, "untrusted")
     finally:

@@ -26,16 +26,11 @@ from localcluster import ApiError, ControlPlane, FakeNode, create_fake_nodes
 from localcluster.nodes import delete_fake_nodes
 from localcluster.stack import CONDITION, TenantStack, condition, engine_pod
 from localcluster.webhook import ENGINE_LABEL, REQUEST_ANNOTATION
-from tests.e2e.stackkit import LARGE, dated, tenant_stack, whole_h100_profile
-from tests.profilekit import Owner, with_profiles
+from tests.e2e.stackkit import LARGE, tenant_stack, whole_h100_envelope
 
 pytestmark = pytest.mark.e2e
 
 REPLICAS = 2
-
-
-def envelope_for(owner: Owner, namespace: str) -> dict[str, Any]:
-    return dated(with_profiles(owner, whole_h100_profile()), namespace)
 
 
 @dataclass
@@ -58,7 +53,7 @@ def driven(control_plane: ControlPlane) -> Iterator[Driven]:
         "coordination.k8s.io/v1", "Lease", DEFAULT_SCHEDULER_NAME, DEFAULT_SCHEDULER_NAMESPACE
     )
     node = f"lp-h100-{uuid.uuid4().hex[:4]}"
-    with tenant_stack(control_plane, "tmi-lp", envelope_for, 30) as stack:
+    with tenant_stack(control_plane, "tmi-lp", whole_h100_envelope, 30) as stack:
         create_fake_nodes(
             admin, [FakeNode(node, gpu_product="NVIDIA-H100-80GB-HBM3", gpus=4, vram_gb=80)]
         )

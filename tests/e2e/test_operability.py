@@ -11,20 +11,20 @@ from __future__ import annotations
 
 import json
 import re
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 import yaml
 
-from localcluster import ApiError, ControlPlane, FakeNode, create_fake_nodes
-from localcluster.nodes import delete_fake_nodes
+from localcluster import ApiError, ControlPlane
 from localcluster.stack import CONDITION, TenantStack, condition, engine_pod
 from localcluster.webhook import REQUEST_ANNOTATION
-from tests.e2e.stackkit import LARGE, dated, pod_names, tenant_stack, whole_h100_profile
-from tests.profilekit import Owner, with_profiles
+from tests.e2e.stackkit import (
+    LARGE,
+    h100_stack,
+    pod_names,
+)
 
 pytestmark = pytest.mark.e2e
 
@@ -33,24 +33,12 @@ METRIC = re.compile(r"\btmi_[a-z0-9_]+")
 SUFFIXES = {"counter": ("_total",), "histogram": ("_bucket", "_sum", "_count"), "gauge": ("",)}
 
 
-def envelope_for(owner: Owner, namespace: str) -> dict[str, Any]:
-    return dated(with_profiles(owner, whole_h100_profile()), namespace)
-
-
 @pytest.fixture(scope="module")
 def stack(control_plane: ControlPlane) -> Iterator[TenantStack]:
-    admin = control_plane.kube("admin")
-    node = f"ops-h100-{uuid.uuid4().hex[:4]}"
-    with tenant_stack(control_plane, "tmi-ops", envelope_for, 30) as up:
-        create_fake_nodes(
-            admin, [FakeNode(node, gpu_product="NVIDIA-H100-80GB-HBM3", gpus=1, vram_gb=80)]
-        )
-        assert up.extender is not None
-        up.extender.wait_nodes([node])
-        try:
-            yield up
-        finally:
-            delete_fake_nodes(admin, [node])
+    with h100_stack(
+        control_plane, "tmi-ops", 30, gpus=1, gpu_product="NVIDIA-H100-80GB-HBM3"
+    ) as up:
+        yield up
 
 
 def exported(text: str) -> set[str]:

@@ -34,11 +34,12 @@ from allocation_controller.leader import LeaderElector
 from allocation_controller.metrics import Metrics
 from allocation_controller.ports import JSON, KubePort, PodPort
 from allocation_controller.reconciler import NotLeader, Reconciler, ReconcileSettings, Result
-from allocation_controller.revisions import PROFILE_SELECTOR, PolicyView
+from allocation_controller.revisions import PolicyView
 from allocation_controller.workqueue import ShutDown, WorkQueue
 from inference_policy.grant import node_name, plan_revision
 from inference_policy.signing import VerifiedProfile
 from inference_policy.wire import ENGINE_LABEL, PLAN_ANNOTATION
+from policy_io.state import PROFILE_SELECTOR
 from serving.informer import Collection, Delta, Informer, ObjectStore
 
 log = logging.getLogger(__name__)

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
@@ -28,18 +27,18 @@ from inference_policy.planner import PlanContext
 from inference_policy.recipes import RecipeCatalogError, load_catalog
 from inference_policy.signing import (
     DIGEST_KEY,
-    ProfileRefused,
-    Reason,
     VerifiedProfile,
-    verify_configmap_content,
 )
 from policy_io.catalog import packaged_catalog
-from policy_io.state import PolicySettings, PolicyState, revision_of
+from policy_io.state import (
+    PolicySettings,
+    PolicyState,
+    ProfileRevisions,
+    revision_of,
+)
 
 log = logging.getLogger(__name__)
 
-PROFILE_LABEL = "kamiwaza.ai/inference-profile"
-PROFILE_SELECTOR = f"{PROFILE_LABEL}=true"
 RECIPE_CATALOG_UNAVAILABLE = "RecipeCatalogUnavailable"
 
 Revision = VerifiedProfile | Lapse
@@ -51,8 +50,8 @@ class PolicyView:
     def __init__(self, settings: PolicySettings) -> None:
         self.settings = settings
         self.state = PolicyState(settings, packaged_catalog())
-        # name -> (revision key, sha256, verified profile or refusal)
-        self._entries: dict[str, tuple[str | None, str, Revision]] = {}
+        # Every labelled profile ConfigMap, verified once per revision (policy_io.state).
+        self.followed = ProfileRevisions()
         self.revisions: dict[str, Revision] = {}
         self.verifications = 0
         self.recipe_names: dict[str, str] = {}
@@ -79,52 +78,33 @@ class PolicyView:
         if not isinstance(digest, str) or not digest:
             log.warning("profile ConfigMap %s has no %s; ignored", name, DIGEST_KEY)
             return self.remove_configmap(name)
-        key = revision_of(configmap)
-        previous = self._entries.get(name)
-        if previous is not None and key is not None and previous[0] == key:
+        previous = self.followed.digests.get(name)
+        if not self.followed.apply(name, configmap, self.state.policy()):
             return set()
-        result = self._verify(name, dict(configmap))
-        self._entries[name] = (key, digest, result)
-        changed = {digest} | ({previous[1]} if previous is not None else set())
+        self.verifications = self.followed.verifications
         self._rebuild()
-        return changed
+        return {digest} | ({previous} if previous is not None else set())
 
     def remove_configmap(self, name: str) -> set[str]:
-        previous = self._entries.pop(name, None)
-        if previous is None:
+        previous = self.followed.digests.get(name)
+        if not self.followed.apply(name, None, None):
             return set()
         self._rebuild()
-        return {previous[1]}
-
-    def _verify(self, name: str, configmap: dict[str, Any]) -> Revision:
-        self.verifications += 1
-        configmap.setdefault("apiVersion", "v1")
-        configmap.setdefault("kind", "ConfigMap")
-        policy = self.state.policy()
-        if policy is None:
-            refusal = ProfileRefused(Reason.KEY, self.state.trust_error or "no owner key")
-            log.error("profile %s cannot be verified: %s", name, refusal.check)
-            return refused_lapse(name, refusal)
-        try:
-            verified = verify_configmap_content(configmap, replace(policy, configmap_name=name))
-        except ProfileRefused as refusal:
-            log.warning("profile %s refused: %s (%s)", name, refusal.reason.value, refusal.check)
-            return refused_lapse(name, refusal)
-        log.info(
-            "verified profile %s version %d (bundle sha256 %s)",
-            name,
-            verified.version,
-            verified.sha256,
-        )
-        return verified
+        return {previous} if previous is not None else set()
 
     def _rebuild(self) -> None:
+        """Revisions by digest: the same bundle under two names is one revision, and a verified
+        copy wins over a refused one."""
         revisions: dict[str, Revision] = {}
-        for _, digest, result in sorted(self._entries.values(), key=lambda e: e[1]):
+        entries = self.followed.entries
+        for name, digest in sorted(self.followed.digests.items(), key=lambda e: e[1]):
+            result = entries[name][1]
             if isinstance(revisions.get(digest), VerifiedProfile):
                 continue
-            if isinstance(result, VerifiedProfile) or digest not in revisions:
+            if isinstance(result, VerifiedProfile):
                 revisions[digest] = result
+            elif digest not in revisions:
+                revisions[digest] = refused_lapse(name, result)
         self.revisions = revisions
 
     # -- recipe catalogs -----------------------------------------------------------------------

@@ -8,6 +8,7 @@ revision the webhook planned with.
 
 from __future__ import annotations
 
+import argparse
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -84,6 +85,14 @@ def build_parser() -> Parser:
         default=None,
         help="serve plain HTTP instead of HTTPS, for a loopback test only [TMI_PLAIN_HTTP]",
     )
+    parser.add_argument(
+        "--follow-profile-revisions",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="plan with the newest verified signed profile ConfigMap (label "
+        "kamiwaza.ai/inference-profile=true) instead of --bundle-configmap; publishing a "
+        "revision is then the only step [TMI_FOLLOW_PROFILE_REVISIONS]",
+    )
     add_options(parser, _OPTIONS)
     return parser
 
@@ -107,6 +116,9 @@ def settings_from_args(
         enabled=True,
         namespace=namespace,
         bundle_configmap=get("--bundle-configmap") or DEFAULT_CONFIGMAP_NAME,
+        follow_revisions=given.switch(
+            "follow_profile_revisions", "TMI_FOLLOW_PROFILE_REVISIONS", default=False
+        ),
         owner_public_keys=keys,
         cluster_binding_id=binding,
         minimum_bundle_version=given.whole("--minimum-bundle-version", 1, 1, 2**53 - 1),

@@ -28,6 +28,7 @@ from extender.view import ClusterView
 from inference_policy.ledger import accounted_pod, pod_key
 from inference_policy.nodes import NodeFacts, node_facts
 from inference_policy.wire import ENGINE_LABEL as DEPLOYMENT_LABEL
+from policy_io.state import PROFILE_SELECTOR
 from serving.informer import Collection, Delta, Informer, Informers, ListWatch
 
 log = logging.getLogger(__name__)
@@ -83,7 +84,7 @@ class MemorySource:
                     ),
                 )
         if "profile" not in self.hold:
-            view.set_profile(self.configmap)
+            self._deliver_profile(view)
 
     async def stop(self) -> None:
         self.view = None
@@ -113,7 +114,15 @@ class MemorySource:
     def put_configmap(self, configmap: Mapping[str, Any] | None) -> None:
         self.configmap = configmap
         if self.view is not None:
-            self.view.set_profile(configmap)
+            self._deliver_profile(self.view)
+
+    def _deliver_profile(self, view: ClusterView) -> None:
+        if not view.settings.follow_revisions:
+            view.set_profile(self.configmap)
+            return
+        cm = self.configmap
+        name = str((cm.get("metadata") or {}).get("name")) if cm is not None else ""
+        view.follow_profiles({name: cm} if cm is not None else {})
 
 
 # -- the API server -----------------------------------------------------------------------------
@@ -172,6 +181,8 @@ class KubernetesSource:
 
     def _profile(self, view: ClusterView) -> Informer:
         settings = view.settings
+        if settings.follow_revisions:
+            return self._revisions(view)
         name = settings.bundle_configmap
 
         def changed(delta: Delta) -> None:
@@ -184,6 +195,24 @@ class KubernetesSource:
 
         collection = Collection(
             "configmaps", "ConfigMap", settings.namespace, field_selector=f"metadata.name={name}"
+        )
+        return self._informer(collection, changed, listed)
+
+    def _revisions(self, view: ClusterView) -> Informer:
+        """Every signed profile ConfigMap of the namespace, by label (follow mode)."""
+
+        def changed(delta: Delta) -> None:
+            if not delta.listed:
+                name = str((delta.object.get("metadata") or {}).get("name"))
+                view.follow_profile(name, None if delta.type == "DELETED" else delta.object)
+
+        def listed(informer: Informer) -> None:
+            view.follow_profiles(
+                {str((o.get("metadata") or {}).get("name")): o for o in informer.store.values()}
+            )
+
+        collection = Collection(
+            "configmaps", "ConfigMap", view.settings.namespace, label_selector=PROFILE_SELECTOR
         )
         return self._informer(collection, changed, listed)
 

@@ -217,6 +217,17 @@ class VerifiedProfile:
         }
 
 
+def newest(profiles: Iterable[VerifiedProfile]) -> VerifiedProfile | None:
+    """Which of several verified revisions an install follows: the highest version, then the
+    latest issued, then the ConfigMap name, so every server picks the same one. A revision
+    below the install's version floor never gets this far (verification refuses it)."""
+    return max(
+        profiles,
+        key=lambda p: (p.version, p.envelope.issued_at, p.configmap_name),
+        default=None,
+    )
+
+
 def sign_envelope(
     envelope_document: Mapping[str, Any], private_key: Ed25519PrivateKey, name: str
 ) -> dict[str, Any]:

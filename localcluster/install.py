@@ -50,11 +50,13 @@ def chart_values(
     webhook_url: str | None = None,
     ca_bundle: str | None = None,
     scheduler_config: str | None = None,
+    follow_revisions: bool = False,
 ) -> dict[str, Any]:
     """The values file a test installs with: the seed's names, plus the local addresses."""
     resources: dict[str, Any] = {
         "enabled": enabled,
         "bundleConfigMap": bundle_configmap,
+        "followRevisions": follow_revisions,
         "ownerPublicKey": ",".join(owner_public_keys),
         "clusterBindingId": cluster_binding_id,
         "schedulerName": scheduler_name,

@@ -111,6 +111,8 @@ class StackSettings:
     cluster_binding_id: str
     namespace: str = SHIPPED_NAMESPACE
     bundle_configmap: str = SHIPPED_BUNDLE_CONFIGMAP
+    # The chart's core.inferenceResources.followRevisions: follow the newest signed revision.
+    follow_revisions: bool = False
     scheduler_name: str = DEFAULT_SCHEDULER_NAME
     scheduler_namespace: str = DEFAULT_SCHEDULER_NAMESPACE
     scheduling_timeout_seconds: float = 300.0
@@ -133,6 +135,7 @@ class StackSettings:
             tenant_namespace=self.namespace,
             scheduling_timeout_seconds=self.scheduling_timeout_seconds,
             log_level=self.log_level,
+            follow_revisions=self.follow_revisions,
             **extra,
         )
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
@@ -18,13 +18,17 @@ from inference_policy.planner import Decision, PlanContext, decide
 from inference_policy.recipes import RecipeCatalog
 from inference_policy.signing import (
     DEFAULT_CONFIGMAP_NAME,
+    DIGEST_KEY,
     ProfileRefused,
     Reason,
     TrustedKeys,
     VerifiedProfile,
     VerifyPolicy,
+    newest,
     verify_configmap_content,
 )
+
+log = logging.getLogger(__name__)
 
 
 def revision_of(configmap: Mapping[str, Any]) -> str | None:
@@ -56,6 +60,92 @@ class PolicySettings:
     gpu_registry_credentials_secret: str | None = None
     cpu_registry_credentials_secret: str | None = None
     scheduler_name: str = "kamiwaza-inference-scheduler"
+    # Follow the newest verified profile revision among the namespace's signed profile
+    # ConfigMaps (label `kamiwaza.ai/inference-profile=true`) instead of the one named by
+    # `bundle_configmap`: publishing revision N+1 is then the only step.
+    follow_revisions: bool = False
+
+
+PROFILE_LABEL = "kamiwaza.ai/inference-profile"
+PROFILE_SELECTOR = f"{PROFILE_LABEL}=true"
+
+
+@dataclass
+class ProfileRevisions:
+    """Every signed profile ConfigMap of the namespace, each verified once per revision (uid and
+    resourceVersion), by name: the verified profile, or why it was refused."""
+
+    entries: dict[str, tuple[str | None, VerifiedProfile | ProfileRefused]] = field(
+        default_factory=dict
+    )
+    # The bundle sha256 each ConfigMap says it carries, for the controller's revisions by digest.
+    digests: dict[str, str] = field(default_factory=dict)
+    verifications: int = 0
+
+    def apply(
+        self, name: str, configmap: Mapping[str, Any] | None, policy: VerifyPolicy | None
+    ) -> bool:
+        """The ConfigMap as it is now (None: gone); True when what it says changed."""
+        if configmap is None:
+            self.digests.pop(name, None)
+            return self.entries.pop(name, None) is not None
+        key = revision_of(configmap)
+        previous = self.entries.get(name)
+        if previous is not None and key is not None and previous[0] == key:
+            return False
+        document = dict(configmap)
+        # Items of a List arrive without TypeMeta; the verifier reads a ConfigMap.
+        document.setdefault("apiVersion", "v1")
+        document.setdefault("kind", "ConfigMap")
+        self.verifications += 1
+        result: VerifiedProfile | ProfileRefused
+        if policy is None:
+            result = ProfileRefused(Reason.KEY, "no trusted owner key is configured")
+        else:
+            try:
+                result = verify_configmap_content(document, replace(policy, configmap_name=name))
+            except ProfileRefused as refusal:
+                result = refusal
+        self.entries[name] = (key, result)
+        data = configmap.get("data")
+        digest = data.get(DIGEST_KEY) if isinstance(data, Mapping) else None
+        if isinstance(digest, str) and digest:
+            self.digests[name] = digest
+        else:
+            self.digests.pop(name, None)
+        if isinstance(result, VerifiedProfile):
+            log.info(
+                "verified profile %s version %d (bundle sha256 %s)",
+                name,
+                result.version,
+                result.sha256,
+                extra={"profile": name, "version": result.version, "sha256": result.sha256},
+            )
+        else:
+            log.warning(
+                "profile %s refused: %s (%s)",
+                name,
+                result.reason.value,
+                result.check,
+                extra={"profile": name, "code": "profile-refused", "reason": result.reason.value},
+            )
+        return True
+
+    def keep_only(self, names: set[str]) -> bool:
+        """After a full list: forget the ConfigMaps it did not return."""
+        gone = [name for name in self.entries if name not in names]
+        for name in gone:
+            del self.entries[name]
+            self.digests.pop(name, None)
+        return bool(gone)
+
+    def verified(self) -> list[VerifiedProfile]:
+        return [r for _, r in self.entries.values() if isinstance(r, VerifiedProfile)]
+
+    def refused(self) -> list[tuple[str, ProfileRefused]]:
+        return [
+            (n, r) for n, (_, r) in sorted(self.entries.items()) if isinstance(r, ProfileRefused)
+        ]
 
 
 @dataclass
@@ -72,6 +162,7 @@ class PolicyState:
     gpu_recipes: RecipeCatalog | None = None
     cpu_recipes: RecipeCatalog | None = None
     verifications: int = field(init=False, default=0)
+    followed: ProfileRevisions = field(init=False, default_factory=ProfileRevisions)
 
     def __post_init__(self) -> None:
         source = ImageSource(
@@ -153,6 +244,44 @@ class PolicyState:
                 refusal.check,
                 extra={"profile": name, "code": "profile-refused", "reason": refusal.reason.value},
             )
+
+    def follow(self, name: str, configmap: Mapping[str, Any] | None) -> bool:
+        """Follow mode: one signed profile ConfigMap as it is now (None: deleted). The profile
+        in use becomes the newest verified revision (`signing.newest`); with none verified, the
+        refusal of one that was refused, or "did not arrive" when there is none at all. True
+        when anything the ConfigMaps say changed."""
+        changed = self.followed.apply(name, configmap, self.policy())
+        self.verifications = self.followed.verifications
+        return self._choose() or changed
+
+    def follow_list(self, configmaps: Mapping[str, Mapping[str, Any]]) -> bool:
+        """Follow mode: every signed profile ConfigMap a full list returned."""
+        changed = self.followed.keep_only(set(configmaps))
+        for name, configmap in configmaps.items():
+            changed = self.followed.apply(name, configmap, self.policy()) or changed
+        self.verifications = self.followed.verifications
+        return self._choose() or changed
+
+    def _choose(self) -> bool:
+        before = (self.profile, self.profile_refusal)
+        best = newest(self.followed.verified())
+        if best is not None:
+            self.profile, self.profile_refusal = best, None
+            self.profile_revision = best.configmap_name
+        else:
+            refused = self.followed.refused()
+            self.profile = None
+            self.profile_revision = None
+            self.profile_refusal = (
+                refused[-1][1]
+                if refused
+                else ProfileRefused(
+                    Reason.ARRIVAL,
+                    f"no ConfigMap labelled {PROFILE_SELECTOR} in namespace "
+                    f"{self.settings.namespace!r}",
+                )
+            )
+        return (self.profile, self.profile_refusal) != before
 
     def profile_missing(self, check: str) -> None:
         self.profile = None

@@ -49,7 +49,7 @@ def prepare(settings: ServerSettings) -> Coroutine[Any, Any, None]:
     reloader = CertificateReloader(settings.cert_file, settings.key_file)
     store = PolicyStore(settings.policy)
     # Loaded now, so a bad kubeconfig is exit status 2; not at all when nothing is to be read.
-    api = from_kubeconfig(settings.kubeconfig) if store.names else None
+    api = from_kubeconfig(settings.kubeconfig) if store.names or store.follows else None
     if store.state.trust_error and settings.policy.enabled:
         log.error(
             "owner public key unusable (%s): every profile will be refused", store.state.trust_error

@@ -83,6 +83,14 @@ def build_parser() -> Parser:
         default=None,
         help="tenant-mode inference on [TMI_ENABLED] (default: off, as the chart's default)",
     )
+    parser.add_argument(
+        "--follow-profile-revisions",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="plan with the newest verified signed profile ConfigMap (label "
+        "kamiwaza.ai/inference-profile=true) instead of --bundle-configmap; publishing a "
+        "revision is then the only step [TMI_FOLLOW_PROFILE_REVISIONS]",
+    )
     add_options(parser, _OPTIONS)
     return parser
 
@@ -102,6 +110,9 @@ def settings_from_args(
         enabled=enabled,
         namespace=namespace,
         bundle_configmap=get("--bundle-configmap") or DEFAULT_CONFIGMAP_NAME,
+        follow_revisions=given.switch(
+            "follow_profile_revisions", "TMI_FOLLOW_PROFILE_REVISIONS", default=False
+        ),
         owner_public_keys=split_list(get("--owner-public-key") or ""),
         cluster_binding_id=get("--cluster-binding-id") or "",
         minimum_bundle_version=given.whole("--minimum-bundle-version", 1, 1, 2**53 - 1),

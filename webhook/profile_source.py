@@ -31,12 +31,19 @@ from inference_policy.recipes import RecipeCatalogError, load_catalog
 from inference_policy.refusals import RefusalCode
 from inference_policy.signing import DEFAULT_SKEW
 from policy_io.catalog import packaged_catalog
-from policy_io.state import PolicySettings, PolicyState, revision_of
+from policy_io.state import (
+    PROFILE_LABEL,
+    PROFILE_SELECTOR,
+    PolicySettings,
+    PolicyState,
+    revision_of,
+)
 from serving.informer import Collection, Delta, Informer, Informers, ListWatch
 from serving.kube import ApiError
 
 log = logging.getLogger(__name__)
 PROFILE = "profile"
+REVISIONS = "profile revisions"
 CAPABILITIES = ("gpu", "cpu")
 ARRIVAL = "did not arrive from the configured ConfigMap"
 MEMO_ENTRIES = 1024
@@ -67,7 +74,10 @@ class PolicyStore:
         self.state = PolicyState(settings, catalog or packaged_catalog())
         self.clock = clock or (lambda: datetime.now(UTC))
         self.roles: dict[str, str] = {}
-        if settings.enabled:
+        # Following the newest signed revision, the profile is every labelled ConfigMap rather
+        # than one by name (`apply_revision`, `apply_revisions`).
+        self.follows = settings.enabled and settings.follow_revisions
+        if settings.enabled and not self.follows:
             self.roles[settings.bundle_configmap] = PROFILE
             for capability in CAPABILITIES:
                 name = getattr(settings, f"{capability}_recipe_catalog_configmap")
@@ -94,7 +104,29 @@ class PolicyStore:
     @property
     def ready(self) -> bool:
         """Every configured input has been read once, whether it was found or not."""
-        return all(name in self.synced for name in self.roles)
+        return all(name in self.synced for name in self.roles) and (
+            not self.follows or REVISIONS in self.synced
+        )
+
+    def apply_revision(self, name: str, configmap: Mapping[str, Any] | None) -> None:
+        """Follow mode: one signed profile ConfigMap as a watch event has it (None: deleted)."""
+        self._follow(lambda: self.state.follow(name, configmap))
+
+    def apply_revisions(self, configmaps: Mapping[str, Mapping[str, Any]]) -> None:
+        """Follow mode: every signed profile ConfigMap, as a complete list returned them."""
+        self.synced.add(REVISIONS)
+        self._follow(lambda: self.state.follow_list(configmaps))
+
+    def _follow(self, step: Callable[[], bool]) -> None:
+        # Each revision's verdict is logged where it is verified (policy_io.state).
+        try:
+            changed = step()
+        except Exception:
+            log.exception("profile revisions could not be followed")
+            self.state.profile_missing("the signed profile ConfigMaps could not be read")
+            changed = True
+        if changed:
+            self.generation += 1
 
     def apply(self, name: str, configmap: Mapping[str, Any] | None, why: str | None = None) -> None:
         """A ConfigMap as read now (None: it does not exist). Never raises: it runs as a loop
@@ -275,6 +307,12 @@ class ConfigMapSource(Protocol):
     async def stop(self) -> None: ...
 
 
+def _is_profile(configmap: Mapping[str, Any] | None) -> bool:
+    metadata = configmap.get("metadata") if configmap is not None else None
+    labels = metadata.get("labels") if isinstance(metadata, Mapping) else None
+    return isinstance(labels, Mapping) and labels.get(PROFILE_LABEL) == "true"
+
+
 class MemorySource:
     """ConfigMaps from memory: what tests and the benchmark use instead of an API server."""
 
@@ -286,15 +324,20 @@ class MemorySource:
         self.store = store
         for name in store.names:
             store.apply(name, self.configmaps.get(name))
+        if store.follows:
+            store.apply_revisions({n: c for n, c in self.configmaps.items() if _is_profile(c)})
 
     def put(self, name: str, configmap: Mapping[str, Any] | None) -> None:
         """Create, replace (None: delete) a ConfigMap, as a watch event would."""
+        previous = self.configmaps.get(name)
         if configmap is None:
             self.configmaps.pop(name, None)
         else:
             self.configmaps[name] = configmap
         if self.store is not None:
             self.store.apply(name, configmap)
+            if self.store.follows and (_is_profile(configmap) or _is_profile(previous)):
+                self.store.apply_revision(name, configmap if _is_profile(configmap) else None)
 
     async def stop(self) -> None:
         self.store = None
@@ -325,14 +368,48 @@ class KubernetesSource:
         return self.informers.errors if self.informers is not None else 0
 
     async def start(self, store: PolicyStore) -> None:
-        if not store.names:
+        if not store.names and not store.follows:
             return
         if self.api is None:
             raise ValueError("ConfigMaps to read, but no API server client")
         self.informers = Informers(self.api)
         for name in store.names:
             self.informers.add(self._informer(store, name, self.api))
+        if store.follows:
+            self.informers.add(self._revisions(store, self.api))
         self.informers.start()
+
+    def _revisions(self, store: PolicyStore, api: ListWatch) -> Informer:
+        """Every signed profile ConfigMap of the namespace, by label (follow mode)."""
+
+        def changed(delta: Delta) -> None:
+            if not delta.listed:
+                name = str((delta.object.get("metadata") or {}).get("name"))
+                store.apply_revision(name, None if delta.type == "DELETED" else delta.object)
+
+        def listed(informer: Informer) -> None:
+            store.apply_revisions(
+                {str((o.get("metadata") or {}).get("name")): o for o in informer.store.values()}
+            )
+
+        def failed(exc: Exception) -> None:
+            if isinstance(exc, ApiError) and exc.status in (401, 403):
+                store.apply_revisions({})
+
+        collection = Collection(
+            "configmaps", "ConfigMap", self.namespace, label_selector=PROFILE_SELECTOR
+        )
+        return Informer(
+            api,
+            collection,
+            changed,
+            on_listed=listed,
+            on_error=failed,
+            watch_timeout=self.resync_seconds,
+            relist_seconds=self.resync_seconds,
+            backoff=self.backoff_seconds,
+            max_backoff=30.0 * self.backoff_seconds,
+        )
 
     async def stop(self) -> None:
         if self.informers is not None:

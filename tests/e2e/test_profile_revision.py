@@ -1,4 +1,5 @@
-"""Publishing profile revision N+1 is one new ConfigMap and one changed value.
+"""Publishing profile revision N+1 is one new ConfigMap and one changed value, or, following
+revisions, the new ConfigMap alone.
 
 The owner publishes the new immutable ConfigMap under its own name and changes one value,
 core.inferenceResources.bundleConfigMap; `helm upgrade` does the rest. The chart derives every
@@ -7,18 +8,22 @@ that value, and the Deployments whose settings changed roll. The test makes that
 (``TenantStack.upgrade``) and checks that each server follows: a Pod created afterwards is
 planned with the new revision, placed and verified against it, while a Pod planned with the old
 revision stays verified, since the controller still reads every published revision.
+
+With `followRevisions`, no value changes and no Role names a revision: the servers follow the
+newest verified signed profile ConfigMap by label, within seconds and without restarting.
 """
 
 from __future__ import annotations
 
 import json
+import time
 import uuid
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-from localcluster import ControlPlane, FakeNode, create_fake_nodes
+from localcluster import ControlPlane, FakeNode, create_fake_nodes, wait_until
 from localcluster.nodes import delete_fake_nodes
 from localcluster.stack import (
     CONDITION,
@@ -121,3 +126,88 @@ def test_one_value_rolls_a_new_revision_out_to_every_server(
     assert condition(kept, CONDITION) == condition(old, CONDITION)
     for pod in (before, after):
         control_plane.kube("admin").delete("v1", "Pod", pod, namespace, grace_period_seconds=0)
+
+
+# -- following the newest revision: nothing to change ----------------------------------------
+
+
+@pytest.fixture(scope="module")
+def following(
+    control_plane: ControlPlane,
+) -> Iterator[tuple[TenantStack, Owner, dict[str, Any]]]:
+    owner = Owner()
+    namespace = f"tmi-follow-{uuid.uuid4().hex[:6]}"
+    settings = StackSettings(
+        owner_public_keys=(owner.public_key,),
+        cluster_binding_id=CLUSTER,
+        namespace=namespace,
+        bundle_configmap=R1,
+        follow_revisions=True,
+        scheduling_timeout_seconds=30,
+    )
+    admin = control_plane.kube("admin")
+    node = f"follow-h100-{uuid.uuid4().hex[:4]}"
+    first = revision(owner, namespace, 1, R1)
+    with deploy_stack(control_plane, settings, first) as stack:
+        control_plane.grant_namespace_admin("tmi-installer", namespace)
+        create_fake_nodes(
+            admin, [FakeNode(node, gpu_product="NVIDIA-H100-80GB-HBM3", gpus=2, vram_gb=80)]
+        )
+        assert stack.extender is not None
+        stack.extender.wait_nodes([node])
+        try:
+            yield stack, owner, first
+        finally:
+            delete_fake_nodes(admin, [node])
+
+
+def _pids(stack: TenantStack) -> list[int]:
+    processes = [stack.webhook.process if stack.webhook else None]
+    processes.append(stack.extender.process if stack.extender else None)
+    processes += [replica.process for replica in stack.controller.replicas]
+    return [p.pid for p in processes if p is not None]
+
+
+def test_following_a_new_revision_takes_only_its_publication(
+    control_plane: ControlPlane, following: tuple[TenantStack, Owner, dict[str, Any]]
+) -> None:
+    stack, owner, first = following
+    namespace = stack.settings.namespace
+    admin = control_plane.kube("admin")
+    installer = control_plane.kube("tmi-installer")
+    # No Role names a revision: the servers read the namespace's signed profiles by label.
+    for role in ("tmi-webhook-read-profiles",):
+        rules = admin.get("rbac.authorization.k8s.io/v1", "Role", role, namespace)["rules"]
+        assert all(
+            "resourceNames" not in rule for rule in rules if "configmaps" in rule["resources"]
+        )
+    pids = _pids(stack)
+    before = f"before-{uuid.uuid4().hex[:6]}"
+    installer.create(engine_pod(namespace, LARGE, name=before))
+    old = verified_pod(control_plane, stack, before)
+    assert planned_with(old) == first["data"]["bundle.sha256"]
+
+    # The owner publishes revision 2, and that is all.
+    second = revision(owner, namespace, 2, R2)
+    published = time.monotonic()
+    publish_profile(control_plane, second)
+    wanted = second["data"]["bundle.sha256"]
+
+    def planned_with_r2() -> bool:
+        probe = engine_pod(namespace, LARGE, name=f"probe-{uuid.uuid4().hex[:6]}")
+        return planned_with(installer.create(probe, dry_run=True)) == wanted
+
+    wait_until(planned_with_r2, timeout=30, what="the webhook to follow revision 2")
+    followed_after = time.monotonic() - published
+    after = f"after-{uuid.uuid4().hex[:6]}"
+    installer.create(engine_pod(namespace, LARGE, name=after))
+    new = verified_pod(control_plane, stack, after)
+    assert planned_with(new) == wanted
+    assert new["spec"]["nodeName"]
+    kept = admin.get("v1", "Pod", before, namespace)
+    assert condition(kept, CONDITION) == condition(old, CONDITION)
+    # Followed within seconds, and by the same processes: nothing restarted.
+    assert followed_after < 30
+    assert _pids(stack) == pids
+    for pod in (before, after):
+        admin.delete("v1", "Pod", pod, namespace, grace_period_seconds=0)

@@ -153,8 +153,12 @@ class _FakeApi:
         if ns is not None and meta.get("namespace") != ns:
             return False
         label = request.query.get("labelSelector")
-        if label and label not in (meta.get("labels") or {}):
-            return False
+        if label:
+            # `key` (exists) or `key=value`, the two forms the servers send.
+            key, _, value = label.partition("=")
+            labels = meta.get("labels") or {}
+            if key not in labels or (value and labels[key] != value):
+                return False
         field = request.query.get("fieldSelector", "")
         return not field or meta["name"] == field.removeprefix("metadata.name=")
 
@@ -252,11 +256,13 @@ def _failure(code: int, **fields: str) -> web.Response:
 
 
 class FakeApiServer(_FakeApi):
-    """The ConfigMaps of one namespace, read by name only (as the webhook's Role allows)."""
+    """The ConfigMaps of one namespace, read by name only (as the webhook's Role allows), or
+    by label too when `by_label` (as the Role allows a webhook that follows revisions)."""
 
-    def __init__(self, namespace: str) -> None:
+    def __init__(self, namespace: str, *, by_label: bool = False) -> None:
         super().__init__("webhook")
         self.namespace = namespace
+        self.by_label = by_label
         self.fail_next = 0
         self.forbidden: set[str] = set()
         self.gone_next = 0
@@ -281,7 +287,9 @@ class FakeApiServer(_FakeApi):
             self.fail_next -= 1
             return _failure(500, message="boom")
         selector = request.query.get("fieldSelector", "")
-        if not selector.startswith("metadata.name="):
+        if not selector.startswith("metadata.name=") and not (
+            self.by_label and request.query.get("labelSelector")
+        ):
             return web.json_response({"kind": "Status", "code": 403}, status=403)
         if selector.removeprefix("metadata.name=") in self.forbidden:
             # What RBAC answers when the Role's resourceNames do not include the name.

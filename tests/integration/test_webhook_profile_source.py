@@ -185,3 +185,29 @@ async def test_a_configmap_the_role_does_not_name_did_not_arrive(
 def test_unusable_kubeconfig_is_a_clear_error(tmp_path: Path) -> None:
     with pytest.raises(ClientConfigError, match="cannot load the Kubernetes client"):
         from_kubeconfig(str(tmp_path / "missing"))
+
+
+async def test_following_takes_the_newest_signed_revision_as_it_is_published(
+    tmp_path: Path,
+) -> None:
+    api = FakeApiServer(NAMESPACE, by_label=True)
+    await api.start()
+    owner = Owner()
+    api.put(owner.sign(name="kamiwaza-inference-profiles-r1"))
+    store = PolicyStore(owner.settings(follow_revisions=True), clock=lambda: NOW)
+    source = await _source(api, tmp_path, store)
+    try:
+        await eventually(lambda: store.ready and _version(store) == 1)
+        assert store.decide(request()).allowed
+        # Revision 2 published under a name no setting and no Role names: followed by itself.
+        api.put(owner.sign(owner.envelope(version=2), name="kamiwaza-inference-profiles-r2"))
+        await eventually(lambda: _version(store) == 2)
+        plan = store.decide(request()).plan
+        assert plan is not None and plan.bundle is not None and plan.bundle.version == 2
+        # Taken back: the newest left is followed again.
+        api.delete("kamiwaza-inference-profiles-r2")
+        await eventually(lambda: _version(store) == 1)
+        assert store.state.verifications == 2
+    finally:
+        await source.stop()
+        await api.stop()

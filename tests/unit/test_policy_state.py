@@ -51,3 +51,52 @@ def test_a_configmap_without_a_revision_is_verified_every_time() -> None:
     assert state.read_profile(_read(None, ""), NOW) is True
     assert state.read_profile(_read(None, ""), NOW) is True
     assert state.verifications == 2
+
+
+# -- following the newest revision ---------------------------------------------------------------
+
+
+def _revision(owner: Owner, version: int, name: str, uid: str) -> dict[str, Any]:
+    envelope = owner.envelope()
+    envelope["version"] = version
+    configmap = owner.sign(envelope, name=name)
+    configmap["metadata"].update({"uid": uid, "resourceVersion": "1"})
+    return configmap
+
+
+def test_following_picks_the_newest_verified_revision() -> None:
+    state = PolicyState(OWNER.settings(follow_revisions=True), packaged_catalog())
+    assert state.follow_list({"r1": _revision(OWNER, 1, "r1", "u1")}) is True
+    assert state.profile is not None and state.profile.version == 1
+    assert state.follow("r2", _revision(OWNER, 2, "r2", "u2")) is True
+    assert state.profile is not None and state.profile.version == 2
+    assert state.profile_revision == "r2"
+    # An older one published later changes nothing; re-reading a revision verifies nothing.
+    verifications = state.verifications
+    assert state.follow("r0", _revision(OWNER, 1, "r0", "u0")) is True
+    assert state.profile.version == 2
+    assert state.follow("r2", _revision(OWNER, 2, "r2", "u2")) is False
+    assert state.verifications == verifications + 1
+    # The newest goes: back to the newest left.
+    state.follow("r2", None)
+    assert state.profile is not None and state.profile.configmap_name in ("r1", "r0")
+
+
+def test_a_higher_version_signed_by_a_stranger_is_not_followed() -> None:
+    state = PolicyState(OWNER.settings(follow_revisions=True), packaged_catalog())
+    state.follow("r1", _revision(OWNER, 1, "r1", "u1"))
+    state.follow("r9", _revision(Owner(), 9, "r9", "u9"))
+    assert state.profile is not None and state.profile.version == 1
+    # With only the stranger's left, its refusal is what a request is told.
+    state.follow("r1", None)
+    assert state.profile is None
+    assert state.profile_refusal is not None
+    assert "does not trust" in state.profile_refusal.authorization_message
+
+
+def test_following_nothing_is_a_profile_that_did_not_arrive() -> None:
+    state = PolicyState(OWNER.settings(follow_revisions=True), packaged_catalog())
+    state.follow_list({})
+    assert state.profile is None and state.profile_refusal is not None
+    assert "did not arrive" in state.profile_refusal.authorization_message
+    assert "kamiwaza.ai/inference-profile=true" in state.profile_refusal.check

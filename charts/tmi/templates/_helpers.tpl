@@ -40,6 +40,9 @@ controller cannot disagree on trust, relocation or recipes.
 {{- $ir := .Values.core.inferenceResources -}}
 TMI_ENABLED: {{ ternary "true" "false" $ir.enabled | quote }}
 TMI_BUNDLE_CONFIGMAP: {{ required "core.inferenceResources.bundleConfigMap is required" $ir.bundleConfigMap | quote }}
+{{- if $ir.followRevisions }}
+TMI_FOLLOW_PROFILE_REVISIONS: "true"
+{{- end }}
 TMI_OWNER_PUBLIC_KEY: {{ required "core.inferenceResources.ownerPublicKey is required" $ir.ownerPublicKey | quote }}
 TMI_CLUSTER_BINDING_ID: {{ required "core.inferenceResources.clusterBindingId is required" $ir.clusterBindingId | quote }}
 TMI_MINIMUM_BUNDLE_VERSION: {{ $ir.minimumBundleVersion | int | toString | quote }}

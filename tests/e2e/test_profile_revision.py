@@ -15,6 +15,7 @@ newest verified signed profile ConfigMap by label, within seconds and without re
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 import uuid
@@ -57,19 +58,23 @@ def planned_with(pod: dict[str, Any]) -> str:
     return str(plan["bundle"]["sha256"])
 
 
-@pytest.fixture(scope="module")
-def setup(control_plane: ControlPlane) -> Iterator[tuple[TenantStack, Owner, dict[str, Any]]]:
+@contextlib.contextmanager
+def revision_stack(
+    control_plane: ControlPlane, prefix: str, *, follow: bool
+) -> Iterator[tuple[TenantStack, Owner, dict[str, Any]]]:
+    """The stack with revision 1 published, pinned to it by name or following revisions."""
     owner = Owner()
-    namespace = f"tmi-rev-{uuid.uuid4().hex[:6]}"
+    namespace = f"{prefix}-{uuid.uuid4().hex[:6]}"
     settings = StackSettings(
         owner_public_keys=(owner.public_key,),
         cluster_binding_id=CLUSTER,
         namespace=namespace,
         bundle_configmap=R1,
+        follow_revisions=follow,
         scheduling_timeout_seconds=30,
     )
     admin = control_plane.kube("admin")
-    node = f"rev-h100-{uuid.uuid4().hex[:4]}"
+    node = f"{prefix.removeprefix('tmi-')}-h100-{uuid.uuid4().hex[:4]}"
     first = revision(owner, namespace, 1, R1)
     with deploy_stack(control_plane, settings, first) as stack:
         control_plane.grant_namespace_admin("tmi-installer", namespace)
@@ -82,6 +87,13 @@ def setup(control_plane: ControlPlane) -> Iterator[tuple[TenantStack, Owner, dic
             yield stack, owner, first
         finally:
             delete_fake_nodes(admin, [node])
+
+
+# One stack at a time (each runs the owner's scheduler): each fixture serves one test.
+@pytest.fixture
+def setup(control_plane: ControlPlane) -> Iterator[tuple[TenantStack, Owner, dict[str, Any]]]:
+    with revision_stack(control_plane, "tmi-rev", follow=False) as up:
+        yield up
 
 
 def verified_pod(control_plane: ControlPlane, stack: TenantStack, name: str) -> dict[str, Any]:
@@ -131,34 +143,12 @@ def test_one_value_rolls_a_new_revision_out_to_every_server(
 # -- following the newest revision: nothing to change ----------------------------------------
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def following(
     control_plane: ControlPlane,
 ) -> Iterator[tuple[TenantStack, Owner, dict[str, Any]]]:
-    owner = Owner()
-    namespace = f"tmi-follow-{uuid.uuid4().hex[:6]}"
-    settings = StackSettings(
-        owner_public_keys=(owner.public_key,),
-        cluster_binding_id=CLUSTER,
-        namespace=namespace,
-        bundle_configmap=R1,
-        follow_revisions=True,
-        scheduling_timeout_seconds=30,
-    )
-    admin = control_plane.kube("admin")
-    node = f"follow-h100-{uuid.uuid4().hex[:4]}"
-    first = revision(owner, namespace, 1, R1)
-    with deploy_stack(control_plane, settings, first) as stack:
-        control_plane.grant_namespace_admin("tmi-installer", namespace)
-        create_fake_nodes(
-            admin, [FakeNode(node, gpu_product="NVIDIA-H100-80GB-HBM3", gpus=2, vram_gb=80)]
-        )
-        assert stack.extender is not None
-        stack.extender.wait_nodes([node])
-        try:
-            yield stack, owner, first
-        finally:
-            delete_fake_nodes(admin, [node])
+    with revision_stack(control_plane, "tmi-follow", follow=True) as up:
+        yield up
 
 
 def _pids(stack: TenantStack) -> list[int]:

@@ -89,9 +89,10 @@ WEBHOOK_DEPLOYMENT = "tmi-webhook"
 EXTENDER_DEPLOYMENT = "tmi-extender"
 CONTROLLER_DEPLOYMENT = "tmi-allocation-controller"
 # What the harness sets itself in place of a Pod's: where to listen and with which certificate.
-# The metrics port is dropped too: local processes share one host, and the harness reads each
-# server's /metrics on its serving port (tests/integration/test_serving.py covers the split).
-_LOCAL_FLAGS = ("--cert", "--key", "--port", "--host", "--metrics-port")
+# The metrics and plan ports are dropped too: local processes share one host, and the harness
+# reads each server's /metrics and /v1/plan on its serving port (tests/integration/test_serving.py
+# covers the split).
+_LOCAL_FLAGS = ("--cert", "--key", "--port", "--host", "--metrics-port", "--plan-port")
 # Installed by their own step: the webhook configuration once the webhook answers (and removed
 # first at teardown); the namespaces, which outlive a stack.
 _OWNED_ELSEWHERE = ("MutatingWebhookConfiguration", "Namespace")

@@ -16,7 +16,7 @@ import logging
 import signal
 import ssl
 import sys
-from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from typing import Any, Protocol, TypeVar
 
 import uvloop
@@ -120,25 +120,31 @@ class _Site(web.TCPSite):
 
 
 OPS_PATHS = frozenset({"/metrics", "/healthz", "/readyz"})
+PROBES = frozenset({"/healthz", "/readyz"})
 
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
-def _split_ports(metrics_port: int) -> Any:
-    """A middleware that keeps /metrics and the probes on the metrics port and everything else
-    on the serving port: the same app answers both, and a NetworkPolicy can only tell them
-    apart by port."""
+def _split_ports(serving_port: int, own_ports: Mapping[int, frozenset[str]]) -> Any:
+    """A middleware that serves each path set of `own_ports` on its own port alone (the probes
+    everywhere) and keeps those paths off every other port: the same app answers all of them,
+    and a NetworkPolicy can only tell callers apart by port."""
+    owned = {path: port for port, paths in own_ports.items() for path in paths - PROBES}
 
     @web.middleware
     async def split(request: web.Request, handler: Handler) -> web.StreamResponse:
         transport = request.transport
         sockname: Any = transport.get_extra_info("sockname") if transport is not None else None
-        on_metrics_port = isinstance(sockname, tuple) and sockname[1] == metrics_port
-        if on_metrics_port and request.path not in OPS_PATHS:
-            raise web.HTTPNotFound(text="only /metrics and the probes are served on this port\n")
-        if not on_metrics_port and request.path == "/metrics":
-            raise web.HTTPNotFound(text=f"/metrics is served on port {metrics_port}\n")
+        port = sockname[1] if isinstance(sockname, tuple) else serving_port
+        path = request.path
+        if path in PROBES:
+            return await handler(request)
+        home = owned.get(path)
+        if home is not None and home != port:
+            raise web.HTTPNotFound(text=f"{path} is served on port {home}\n")
+        if home is None and port in own_ports:
+            raise web.HTTPNotFound(text=f"port {port} serves only {sorted(own_ports[port])}\n")
         return await handler(request)
 
     return split
@@ -156,15 +162,20 @@ async def serve(
     backlog: int = 128,
     limits: ConnectionLimits | None = None,
     metrics_port: int | None = None,
+    own_ports: Mapping[int, tuple[frozenset[str], ssl.SSLContext | None]] | None = None,
 ) -> None:
     """Listen, call `started`, and serve until `until` returns; `until` gets an event that
     SIGTERM and SIGINT set. Then stop listening and give requests in flight `shutdown_timeout`
     seconds before they are cancelled. `limits` bound what one connection may hold (the body's
     own read timeout is the app's, `serving.app.read_limited`). With `metrics_port`, /metrics is
-    served there alone (plain HTTP, with the probes) and no longer on `port`."""
+    served there alone (plain HTTP, with the probes) and no longer on `port`; `own_ports` puts
+    other paths on ports of their own the same way (with their TLS context)."""
     limits = limits or ConnectionLimits()
+    extra: dict[int, tuple[frozenset[str], ssl.SSLContext | None]] = dict(own_ports or {})
     if metrics_port is not None:
-        app.middlewares.append(_split_ports(metrics_port))
+        extra[metrics_port] = (OPS_PATHS, None)
+    if extra:
+        app.middlewares.append(_split_ports(port, {p: paths for p, (paths, _) in extra.items()}))
     runner = web.AppRunner(
         app, access_log=None, shutdown_timeout=shutdown_timeout, **limits.handler_options()
     )
@@ -178,13 +189,13 @@ async def serve(
         backlog=backlog,
     )
     await site.start()
-    if metrics_port is not None:
+    for own_port, (_, context) in extra.items():
         await _Site(
             runner,
             host,
-            metrics_port,
+            own_port,
             handshake_timeout=limits.tls_handshake_timeout,
-            ssl_context=None,
+            ssl_context=context,
             backlog=backlog,
         ).start()
     started(runner)
@@ -208,9 +219,11 @@ async def serve_draining(
     *,
     started: Callable[[web.AppRunner], None],
     ssl_context: ssl.SSLContext | None = None,
+    own_ports: Mapping[int, frozenset[str]] | None = None,
 ) -> None:
     """Serve until a signal, then report unready (`phase.draining`) for the drain period while
-    still answering, then stop."""
+    still answering, then stop. `own_ports`: paths served alone on a port of their own, over
+    the same TLS as the serving port."""
 
     async def drain(stop: asyncio.Event) -> None:
         await stop.wait()
@@ -229,5 +242,6 @@ async def serve_draining(
         backlog=BURST_BACKLOG,
         limits=settings.limits,
         metrics_port=settings.metrics_port,
+        own_ports={p: (paths, ssl_context) for p, paths in (own_ports or {}).items()},
     )
     log.info("stopped")

@@ -40,8 +40,15 @@ async def serve(
             "on" if settings.policy.enabled else "off",
         )
 
+    own_ports = {settings.plan_port: frozenset({"/v1/plan"})} if settings.plan_port else None
     await process.serve_draining(
-        app, settings, app[RUNTIME], log, started=started, ssl_context=reloader.context
+        app,
+        settings,
+        app[RUNTIME],
+        log,
+        started=started,
+        ssl_context=reloader.context,
+        own_ports=own_ports,
     )
 
 

@@ -39,6 +39,9 @@ class ServerSettings(ServingSettings):
 
     resync_seconds: int = 300
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+    # /v1/plan alone on a port of its own (HTTPS), so a NetworkPolicy can admit the platform's
+    # Pods to the plan API and only the API server to /mutate.
+    plan_port: int | None = None
 
 
 _OPTIONS: tuple[Option, ...] = (
@@ -69,6 +72,11 @@ _OPTIONS: tuple[Option, ...] = (
     options.MAX_BODY_BYTES,
     *options.LIMITS,
     options.METRICS_PORT,
+    Option(
+        "--plan-port",
+        "TMI_PLAN_PORT",
+        "HTTPS port for /v1/plan alone, apart from /mutate (default: /v1/plan on the serving port)",
+    ),
     options.LOG_LEVEL,
 )
 
@@ -146,5 +154,16 @@ def settings_from_args(
         ),
         log_level=level,
         limits=given.limits(),
-        metrics_port=given.metrics_port(port),
+        metrics_port=(metrics := given.metrics_port(port)),
+        plan_port=_plan_port(given, port, metrics),
     )
+
+
+def _plan_port(given: Given, serving: int, metrics: int | None) -> int | None:
+    text = given.get("--plan-port")
+    if not text:
+        return None
+    plan = given.whole("--plan-port", serving, 1, 65535)
+    if plan in (serving, metrics):
+        raise ConfigError(f"--plan-port {plan} is already the serving or the metrics port")
+    return plan

@@ -103,7 +103,11 @@ def test_only_monitoring_reaches_the_controllers_metrics() -> None:
 def test_with_the_api_servers_cidrs_the_webhook_admits_it_the_platform_and_monitoring() -> None:
     webhook = policy(TENANT, "tmi-webhook", apiServerCIDRs=[API_SERVER_CIDR])
     assert admits(webhook, Source(ip="10.0.0.5"), 8443)
-    assert admits(webhook, tenant_pod(app="platform"), 8443)  # /v1/plan
+    # /v1/plan is alone on 8444: the platform's Pods reach it, and not /mutate.
+    assert admits(webhook, tenant_pod(app="platform"), 8444)
+    assert not admits(webhook, tenant_pod(app="platform"), 8443)
+    assert not admits(webhook, Source(ip="10.0.0.5"), 8444)
+    assert not admits(webhook, monitoring_pod(), 8444)
     # /metrics is alone on 9090: monitoring reaches it, and only it.
     assert not admits(webhook, monitoring_pod(), 8443)
     assert admits(webhook, monitoring_pod(), 9090)

@@ -269,3 +269,67 @@ def test_the_metrics_port_is_a_setting_and_never_the_serving_port() -> None:
     assert settings_from_args(base, {"TMI_METRICS_PORT": "9091"}).metrics_port == 9091
     with pytest.raises(ConfigError, match="is the serving port"):
         settings_from_args([*base, "--port=8443", "--metrics-port=8443"])
+
+
+async def test_own_ports_serve_their_paths_alone() -> None:
+    from serving.probes import json_response
+
+    app = _app(Phase())
+
+    async def answer(_: web.Request) -> web.Response:
+        return json_response({"ok": True})
+
+    app.router.add_post("/mutate", answer)
+    app.router.add_post("/v1/plan", answer)
+    plan_port, metrics_port = _free_port(), _free_port()
+    ports: list[int] = []
+    seen: dict[tuple[str, str], int] = {}
+
+    async def until(stop: asyncio.Event) -> None:
+        named = {"serving": ports[0], "plan": plan_port, "metrics": metrics_port}
+        async with aiohttp.ClientSession() as session:
+            for where, port in named.items():
+                for method, path in (
+                    ("POST", "/mutate"),
+                    ("POST", "/v1/plan"),
+                    ("GET", "/metrics"),
+                    ("GET", "/readyz"),
+                ):
+                    url = f"http://127.0.0.1:{port}{path}"
+                    async with session.request(method, url) as resp:
+                        seen[(where, path)] = resp.status
+
+    await process.serve(
+        app,
+        "127.0.0.1",
+        0,
+        shutdown_timeout=1.0,
+        started=lambda runner: ports.append(runner.addresses[0][1]),
+        until=until,
+        metrics_port=metrics_port,
+        own_ports={plan_port: (frozenset({"/v1/plan"}), None)},
+    )
+    assert seen == {
+        ("serving", "/mutate"): 200,
+        ("serving", "/v1/plan"): 404,
+        ("serving", "/metrics"): 404,
+        ("serving", "/readyz"): 200,
+        ("plan", "/mutate"): 404,
+        ("plan", "/v1/plan"): 200,
+        ("plan", "/metrics"): 404,
+        ("plan", "/readyz"): 200,
+        ("metrics", "/mutate"): 404,
+        ("metrics", "/v1/plan"): 404,
+        ("metrics", "/metrics"): 200,
+        ("metrics", "/readyz"): 200,
+    }
+
+
+def test_the_plan_port_is_a_webhook_setting_of_its_own() -> None:
+    from webhook.config import settings_from_args
+
+    base = ["--namespace=kamiwaza", "--owner-public-key=" + "A" * 43 + "=", "--cert=c", "--key=k"]
+    assert settings_from_args(base).plan_port is None
+    assert settings_from_args([*base, "--plan-port=8444"]).plan_port == 8444
+    with pytest.raises(ConfigError, match="already the serving or the metrics port"):
+        settings_from_args([*base, "--metrics-port=9090", "--plan-port=9090"])

@@ -399,6 +399,21 @@ class KubernetesSource:
         collection = Collection(
             "configmaps", "ConfigMap", self.namespace, label_selector=PROFILE_SELECTOR
         )
+        return self._new(api, collection, changed, listed, failed)
+
+    async def stop(self) -> None:
+        if self.informers is not None:
+            await self.informers.stop()
+
+    def _new(
+        self,
+        api: ListWatch,
+        collection: Collection,
+        changed: Callable[[Delta], None],
+        listed: Callable[[Informer], None],
+        failed: Callable[[Exception], None],
+    ) -> Informer:
+        """An informer relisted every `resync_seconds`, backing off from `backoff_seconds`."""
         return Informer(
             api,
             collection,
@@ -410,10 +425,6 @@ class KubernetesSource:
             backoff=self.backoff_seconds,
             max_backoff=30.0 * self.backoff_seconds,
         )
-
-    async def stop(self) -> None:
-        if self.informers is not None:
-            await self.informers.stop()
 
     def _informer(self, store: PolicyStore, name: str, api: ListWatch) -> Informer:
         def changed(delta: Delta) -> None:
@@ -433,14 +444,4 @@ class KubernetesSource:
         collection = Collection(
             "configmaps", "ConfigMap", self.namespace, field_selector=f"metadata.name={name}"
         )
-        return Informer(
-            api,
-            collection,
-            changed,
-            on_listed=listed,
-            on_error=failed,
-            watch_timeout=self.resync_seconds,
-            relist_seconds=self.resync_seconds,
-            backoff=self.backoff_seconds,
-            max_backoff=30.0 * self.backoff_seconds,
-        )
+        return self._new(api, collection, changed, listed, failed)

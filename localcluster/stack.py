@@ -42,6 +42,7 @@ from typing import Any
 
 import yaml
 
+from inference_policy.access import is_accelerator_resource
 from inference_policy.schedconfig import (
     DEFAULT_SCHEDULER_NAME,
     DEFAULT_SCHEDULER_NAMESPACE,
@@ -903,11 +904,7 @@ def granted(pod: Mapping[str, Any]) -> str:
     for c in pod.get("spec", {}).get("containers") or []:
         resources = c.get("resources") or {}
         source = resources.get("limits") or resources.get("requests") or {}
-        parts.extend(
-            f"{k}={v}"
-            for k, v in sorted(source.items())
-            if k.startswith(("nvidia.com/", "amd.com/", "kamiwaza.ai/vram-gb-"))
-        )
+        parts.extend(f"{k}={v}" for k, v in sorted(source.items()) if is_accelerator_resource(k))
     return ",".join(parts) or "-"
 
 

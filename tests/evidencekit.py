@@ -17,6 +17,7 @@ from typing import Any
 import pynvml
 
 from inference_policy.evidence import Observation
+from tests.gpukit import recorded
 from tmi_cli.cgroups import read_owners
 from tmi_cli.evidence import collect, load_pods
 from tmi_cli.gpu_processes import COMPUTE_APPS_QUERY, NvidiaSmiReader, NvmlReader
@@ -29,20 +30,6 @@ STATUS = GPU / "pod-status"
 H200_UUID = "GPU-9c156425-b68a-a03b-ec6b-53562cf93b1a"
 MIB = 1024 * 1024
 GIB = 1024 * MIB
-
-_ERRORS = {
-    "NotSupported": pynvml.NVML_ERROR_NOT_SUPPORTED,
-    "NotFound": pynvml.NVML_ERROR_NOT_FOUND,
-    "NoPermission": pynvml.NVML_ERROR_NO_PERMISSION,
-    "LibraryNotFound": pynvml.NVML_ERROR_LIBRARY_NOT_FOUND,
-}
-
-
-def _recorded(value: Any) -> Any:
-    if isinstance(value, str) and value.startswith("ERR NVMLError_"):
-        name = value.removeprefix("ERR NVMLError_").split(":", 1)[0]
-        raise pynvml.NVMLError(_ERRORS[name])
-    return value
 
 
 def load(directory: Path, name: str) -> Any:
@@ -62,7 +49,7 @@ class FakeEvidenceNvml:
         self.shutdowns = 0
 
     def nvmlInit(self) -> None:
-        _recorded(self.init)
+        recorded(self.init)
 
     def nvmlShutdown(self) -> None:
         self.shutdowns += 1
@@ -97,7 +84,7 @@ class FakeEvidenceNvml:
         return SimpleNamespace(**self._static(handle)["memory"])
 
     def nvmlDeviceGetMigMode(self, handle: int) -> list[int]:
-        mode: list[int] = _recorded(self._static(handle)["migMode"])
+        mode: list[int] = recorded(self._static(handle)["migMode"])
         return mode
 
     def nvmlDeviceGetMaxMigDeviceCount(self, handle: int) -> int:
@@ -122,18 +109,18 @@ class FakeEvidenceNvml:
         # The reader asks for utilisation first on each device: the sample turns here.
         if handle == 0:
             self.sample += 1
-        recorded = _recorded(self._current(handle).get("processUtilization", []))
-        return [SimpleNamespace(**s) for s in recorded if s["timeStamp"] > last_seen]
+        samples = recorded(self._current(handle).get("processUtilization", []))
+        return [SimpleNamespace(**s) for s in samples if s["timeStamp"] > last_seen]
 
     def nvmlDeviceGetComputeRunningProcesses(self, handle: Any) -> list[SimpleNamespace]:
         if isinstance(handle, tuple):
             device, slot = handle
-            recorded = self._current(device)["migDevices"][
+            entries = self._current(device)["migDevices"][
                 [m["index"] for m in self.dump["devices"][device]["migDevices"]].index(slot)
             ]["processes"]
         else:
-            recorded = self._current(handle)["processes"]
-        return [SimpleNamespace(**p) for p in _recorded(recorded)]
+            entries = self._current(handle)["processes"]
+        return [SimpleNamespace(**p) for p in recorded(entries)]
 
 
 class FakeSmi:

@@ -55,10 +55,11 @@ _ERROR_CODES = {
     "FunctionNotFound": pynvml.NVML_ERROR_FUNCTION_NOT_FOUND,
     "NoPermission": pynvml.NVML_ERROR_NO_PERMISSION,
     "GpuIsLost": pynvml.NVML_ERROR_GPU_IS_LOST,
+    "NotFound": pynvml.NVML_ERROR_NOT_FOUND,
 }
 
 
-def _recorded(value: Any) -> Any:
+def recorded(value: Any) -> Any:
     """Return a recorded value, or raise the NVMLError that was recorded instead."""
     if isinstance(value, str) and value.startswith("ERR NVMLError_"):
         name = value.removeprefix("ERR NVMLError_").split(":", 1)[0]
@@ -87,7 +88,7 @@ class FakeNvml:
         return device
 
     def nvmlInit(self) -> None:
-        _recorded(self.init)
+        recorded(self.init)
 
     def nvmlShutdown(self) -> None:
         self.shutdowns += 1
@@ -100,7 +101,7 @@ class FakeNvml:
         return index
 
     def nvmlDeviceGetName(self, handle: int) -> Any:
-        return _recorded(self._device(handle)["name"])
+        return recorded(self._device(handle)["name"])
 
     def nvmlDeviceGetCudaComputeCapability(self, handle: int) -> tuple[int, int]:
         major, minor = self._device(handle)["cc"]
@@ -110,7 +111,7 @@ class FakeNvml:
         return SimpleNamespace(**self._device(handle)["memory"])
 
     def nvmlDeviceGetMigMode(self, handle: int) -> list[int]:
-        mode: list[int] = _recorded(self._device(handle)["migMode"])
+        mode: list[int] = recorded(self._device(handle)["migMode"])
         return mode
 
     def nvmlDeviceGetNvLinkState(self, handle: int, link: int) -> int:
@@ -118,19 +119,19 @@ class FakeNvml:
         state = self._device(handle)["nvlink"].get(
             str(link), "ERR NVMLError_InvalidArgument: Invalid Argument"
         )
-        return int(_recorded(state))
+        return int(recorded(state))
 
     def nvmlDeviceGetP2PStatus(self, a: int, b: int, index: Any) -> int:
         self.p2p_queries.append((a, b, index))
         status = self.dump.get("p2pRead", {}).get(str(a), {}).get(str(b), 5)
-        return int(_recorded(status))
+        return int(recorded(status))
 
     def nvmlSystemGetCudaDriverVersion_v2(self) -> int:
-        return int(_recorded(self.dump["cudaDriverVersion"]))
+        return int(recorded(self.dump["cudaDriverVersion"]))
 
     def nvmlSystemGetCudaDriverVersion(self) -> int:
         return int(
-            _recorded(
+            recorded(
                 self.dump.get("cudaDriverVersionV1", "ERR NVMLError_FunctionNotFound: Not Found")
             )
         )

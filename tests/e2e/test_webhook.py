@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from inference_policy.access import is_accelerator_resource
 from localcluster import ApiError, ControlPlane, FakeNode, Kube, pod_condition, wait_until
 from localcluster.webhook import (
     DEFAULT_BUNDLE_CONFIGMAP,
@@ -112,10 +113,6 @@ def tmi_plan(
     return plan
 
 
-def _is_accelerator(key: str) -> bool:
-    return key.startswith(("nvidia.com/", "amd.com/", "kamiwaza.ai/vram-gb-"))
-
-
 # -- engine Pods are stored as planned ------------------------------------------------------------
 
 
@@ -158,7 +155,7 @@ def test_engine_pod_is_stored_as_tmi_plan_says(
     own = sent["spec"]["containers"][0]["resources"]
     expected: dict[str, Any] = {
         "requests": {
-            **{k: v for k, v in own.get("requests", {}).items() if not _is_accelerator(k)},
+            **{k: v for k, v in own.get("requests", {}).items() if not is_accelerator_resource(k)},
             **plan["resources"]["requests"],
         }
     }

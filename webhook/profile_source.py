@@ -77,8 +77,9 @@ class PolicyStore:
         # Following the newest signed revision, the profile is every labelled ConfigMap rather
         # than one by name (`apply_revision`, `apply_revisions`).
         self.follows = settings.enabled and settings.follow_revisions
-        if settings.enabled and not self.follows:
-            self.roles[settings.bundle_configmap] = PROFILE
+        if settings.enabled:
+            if not self.follows:
+                self.roles[settings.bundle_configmap] = PROFILE
             for capability in CAPABILITIES:
                 name = getattr(settings, f"{capability}_recipe_catalog_configmap")
                 if name:

@@ -211,3 +211,17 @@ async def test_following_takes_the_newest_signed_revision_as_it_is_published(
     finally:
         await source.stop()
         await api.stop()
+
+
+def test_following_revisions_still_reads_the_pinned_recipe_catalogs() -> None:
+    # Following replaces only how the profile is found: a configured catalog is still read by
+    # name, and refuses (503) until it has been.
+    owner = Owner()
+    settings = owner.settings(follow_revisions=True, gpu_recipe_catalog_configmap="gpu-recipes")
+    store = PolicyStore(settings, clock=lambda: NOW)
+    assert store.follows and store.names == ["gpu-recipes"]
+    assert store.catalog_refusals["gpu"] is not None
+    store.apply_revisions({"r1": owner.sign(name="r1")})
+    store.apply("gpu-recipes", None)
+    decision = store.decide(request())
+    assert decision.status == 503 and decision.detail.startswith("recipe catalog: ")

@@ -50,10 +50,7 @@ class PolicyView:
     def __init__(self, settings: PolicySettings) -> None:
         self.settings = settings
         self.state = PolicyState(settings, packaged_catalog())
-        # Every labelled profile ConfigMap, verified once per revision (policy_io.state).
-        self.followed = ProfileRevisions()
         self.revisions: dict[str, Revision] = {}
-        self.verifications = 0
         self.recipe_names: dict[str, str] = {}
         for capability in ("gpu", "cpu"):
             name = getattr(settings, f"{capability}_recipe_catalog_configmap")
@@ -67,6 +64,15 @@ class PolicyView:
 
     # -- profile revisions ---------------------------------------------------------------------
 
+    @property
+    def followed(self) -> ProfileRevisions:
+        """Every labelled profile ConfigMap, verified once per revision (policy_io.state)."""
+        return self.state.followed
+
+    @property
+    def verifications(self) -> int:
+        return self.state.verifications
+
     def apply_configmap(self, configmap: Mapping[str, Any]) -> set[str]:
         """A profile ConfigMap as it is now; returns the bundle digests whose meaning changed."""
         metadata = configmap.get("metadata") or {}
@@ -79,9 +85,8 @@ class PolicyView:
             log.warning("profile ConfigMap %s has no %s; ignored", name, DIGEST_KEY)
             return self.remove_configmap(name)
         previous = self.followed.digests.get(name)
-        if not self.followed.apply(name, configmap, self.state.policy()):
+        if not self.followed.apply(name, configmap, self.state.policy(), self.state.trust_error):
             return set()
-        self.verifications = self.followed.verifications
         self._rebuild()
         return {digest} | ({previous} if previous is not None else set())
 

@@ -203,7 +203,7 @@ class ClusterView:
                 )
                 return
             if self.policy.read_profile(dict(configmap), self.clock()):
-                self.policy.log_verdict(name, log)
+                self.policy.log_verdict(name)
         except Exception as exc:
             log.exception("profile ConfigMap %s could not be used", name)
             self.policy.profile_missing(f"ConfigMap {name!r} could not be read: {exc}")

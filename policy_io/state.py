@@ -70,6 +70,43 @@ PROFILE_LABEL = "kamiwaza.ai/inference-profile"
 PROFILE_SELECTOR = f"{PROFILE_LABEL}=true"
 
 
+def verify_revision(
+    name: str, configmap: Mapping[str, Any], policy: VerifyPolicy | None, trust_error: str | None
+) -> VerifiedProfile | ProfileRefused:
+    """One profile ConfigMap verified as `name` (the one way every server verifies a revision):
+    the verified profile, or why it is refused."""
+    if policy is None:
+        return ProfileRefused(Reason.KEY, trust_error or "no trusted owner key is configured")
+    document = dict(configmap)
+    # Items of a List arrive without TypeMeta; the verifier reads a ConfigMap.
+    document.setdefault("apiVersion", "v1")
+    document.setdefault("kind", "ConfigMap")
+    try:
+        return verify_configmap_content(document, replace(policy, configmap_name=name))
+    except ProfileRefused as refusal:
+        return refusal
+
+
+def log_result(name: str, result: VerifiedProfile | ProfileRefused | None) -> None:
+    """The verdict on a profile revision, logged once per revision by whoever verified it."""
+    if isinstance(result, VerifiedProfile):
+        log.info(
+            "verified profile %s version %d (bundle sha256 %s)",
+            name,
+            result.version,
+            result.sha256,
+            extra={"profile": name, "version": result.version, "sha256": result.sha256},
+        )
+    elif result is not None:
+        log.warning(
+            "profile %s refused: %s (%s)",
+            name,
+            result.reason.value,
+            result.check,
+            extra={"profile": name, "code": "profile-refused", "reason": result.reason.value},
+        )
+
+
 @dataclass
 class ProfileRevisions:
     """Every signed profile ConfigMap of the namespace, each verified once per revision (uid and
@@ -83,7 +120,11 @@ class ProfileRevisions:
     verifications: int = 0
 
     def apply(
-        self, name: str, configmap: Mapping[str, Any] | None, policy: VerifyPolicy | None
+        self,
+        name: str,
+        configmap: Mapping[str, Any] | None,
+        policy: VerifyPolicy | None,
+        trust_error: str | None = None,
     ) -> bool:
         """The ConfigMap as it is now (None: gone); True when what it says changed."""
         if configmap is None:
@@ -93,19 +134,8 @@ class ProfileRevisions:
         previous = self.entries.get(name)
         if previous is not None and key is not None and previous[0] == key:
             return False
-        document = dict(configmap)
-        # Items of a List arrive without TypeMeta; the verifier reads a ConfigMap.
-        document.setdefault("apiVersion", "v1")
-        document.setdefault("kind", "ConfigMap")
         self.verifications += 1
-        result: VerifiedProfile | ProfileRefused
-        if policy is None:
-            result = ProfileRefused(Reason.KEY, "no trusted owner key is configured")
-        else:
-            try:
-                result = verify_configmap_content(document, replace(policy, configmap_name=name))
-            except ProfileRefused as refusal:
-                result = refusal
+        result = verify_revision(name, configmap, policy, trust_error)
         self.entries[name] = (key, result)
         data = configmap.get("data")
         digest = data.get(DIGEST_KEY) if isinstance(data, Mapping) else None
@@ -113,22 +143,7 @@ class ProfileRevisions:
             self.digests[name] = digest
         else:
             self.digests.pop(name, None)
-        if isinstance(result, VerifiedProfile):
-            log.info(
-                "verified profile %s version %d (bundle sha256 %s)",
-                name,
-                result.version,
-                result.sha256,
-                extra={"profile": name, "version": result.version, "sha256": result.sha256},
-            )
-        else:
-            log.warning(
-                "profile %s refused: %s (%s)",
-                name,
-                result.reason.value,
-                result.check,
-                extra={"profile": name, "code": "profile-refused", "reason": result.reason.value},
-            )
+        log_result(name, result)
         return True
 
     def keep_only(self, names: set[str]) -> bool:
@@ -161,8 +176,13 @@ class PolicyState:
     profile_revision: str | None = field(init=False, default=None)
     gpu_recipes: RecipeCatalog | None = None
     cpu_recipes: RecipeCatalog | None = None
-    verifications: int = field(init=False, default=0)
+    pinned_verifications: int = field(init=False, default=0)
     followed: ProfileRevisions = field(init=False, default_factory=ProfileRevisions)
+
+    @property
+    def verifications(self) -> int:
+        """Full verifications of a profile ConfigMap revision, pinned or followed."""
+        return self.pinned_verifications + self.followed.verifications
 
     def __post_init__(self) -> None:
         source = ImageSource(
@@ -200,18 +220,19 @@ class PolicyState:
         if revision is not None and revision == self.profile_revision:
             return
         self.profile_revision = revision
-        self.verifications += 1
-        policy = self.policy()
-        if policy is None:
-            self.profile = None
-            self.profile_refusal = ProfileRefused(Reason.KEY, self.trust_error or "no key")
-            return
-        try:
-            self.profile = verify_configmap_content(configmap, policy)
-            self.profile_refusal = None
-        except ProfileRefused as refusal:
-            self.profile = None
-            self.profile_refusal = refusal
+        self.pinned_verifications += 1
+        if not isinstance(configmap, Mapping):
+            result: VerifiedProfile | ProfileRefused = ProfileRefused(
+                Reason.ARRIVAL, "the object is not a ConfigMap"
+            )
+        else:
+            result = verify_revision(
+                self.settings.bundle_configmap, configmap, self.policy(), self.trust_error
+            )
+        if isinstance(result, VerifiedProfile):
+            self.profile, self.profile_refusal = result, None
+        else:
+            self.profile, self.profile_refusal = None, result
 
     def read_profile(self, configmap: Mapping[str, Any], now: datetime) -> bool:
         """A profile ConfigMap as read from the API server, verified unless its revision was;
@@ -220,46 +241,25 @@ class PolicyState:
         self.set_profile(configmap, revision_of(configmap), now)
         return self.verifications != before
 
-    def log_verdict(self, name: str, log: logging.Logger) -> None:
-        """Log the verdict on the profile revision just read: verified (with its version and
-        bundle sha256) or refused (with the reason and the check), once per revision."""
-        refusal = self.profile_refusal
-        if refusal is None and self.profile is not None:
-            log.info(
-                "verified profile %s version %d (bundle sha256 %s)",
-                name,
-                self.profile.version,
-                self.profile.sha256,
-                extra={
-                    "profile": name,
-                    "version": self.profile.version,
-                    "sha256": self.profile.sha256,
-                },
-            )
-        elif refusal is not None:
-            log.warning(
-                "profile %s refused: %s (%s)",
-                name,
-                refusal.reason.value,
-                refusal.check,
-                extra={"profile": name, "code": "profile-refused", "reason": refusal.reason.value},
-            )
+    def log_verdict(self, name: str) -> None:
+        """Log the verdict on the pinned profile revision just read, once per revision."""
+        log_result(name, self.profile if self.profile_refusal is None else self.profile_refusal)
 
     def follow(self, name: str, configmap: Mapping[str, Any] | None) -> bool:
         """Follow mode: one signed profile ConfigMap as it is now (None: deleted). The profile
         in use becomes the newest verified revision (`signing.newest`); with none verified, the
         refusal of one that was refused, or "did not arrive" when there is none at all. True
         when anything the ConfigMaps say changed."""
-        changed = self.followed.apply(name, configmap, self.policy())
-        self.verifications = self.followed.verifications
+        changed = self.followed.apply(name, configmap, self.policy(), self.trust_error)
         return self._choose() or changed
 
     def follow_list(self, configmaps: Mapping[str, Mapping[str, Any]]) -> bool:
         """Follow mode: every signed profile ConfigMap a full list returned."""
         changed = self.followed.keep_only(set(configmaps))
         for name, configmap in configmaps.items():
-            changed = self.followed.apply(name, configmap, self.policy()) or changed
-        self.verifications = self.followed.verifications
+            changed = (
+                self.followed.apply(name, configmap, self.policy(), self.trust_error) or changed
+            )
         return self._choose() or changed
 
     def _choose(self) -> bool:
@@ -267,11 +267,9 @@ class PolicyState:
         best = newest(self.followed.verified())
         if best is not None:
             self.profile, self.profile_refusal = best, None
-            self.profile_revision = best.configmap_name
         else:
             refused = self.followed.refused()
             self.profile = None
-            self.profile_revision = None
             self.profile_refusal = (
                 refused[-1][1]
                 if refused

@@ -212,7 +212,7 @@ class PolicyStore:
             log.warning("%s", refusal)
 
     def _log_profile(self, name: str) -> None:
-        self.state.log_verdict(name, log)
+        self.state.log_verdict(name)
 
     def epoch(self, now: datetime) -> int | None:
         """What a memoised answer made now may be reused under: the inputs' generation, or

@@ -70,7 +70,7 @@ def test_following_picks_the_newest_verified_revision() -> None:
     assert state.profile is not None and state.profile.version == 1
     assert state.follow("r2", _revision(OWNER, 2, "r2", "u2")) is True
     assert state.profile is not None and state.profile.version == 2
-    assert state.profile_revision == "r2"
+    assert state.profile.configmap_name == "r2"
     # An older one published later changes nothing; re-reading a revision verifies nothing.
     verifications = state.verifications
     assert state.follow("r0", _revision(OWNER, 1, "r0", "u0")) is True

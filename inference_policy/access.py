@@ -84,11 +84,11 @@ def selects_devices(entry: Mapping[str, Any]) -> bool:
     return not (name == NVIDIA_DEVICE_ENV and switched_off)
 
 
-def _is_map(value: Any) -> bool:
+def is_map(value: Any) -> bool:
     return type(value) is dict or isinstance(value, Mapping)
 
 
-def _mapping(value: Any) -> Mapping[str, Any]:
+def as_mapping(value: Any) -> Mapping[str, Any]:
     # dict first: every Pod here was decoded from JSON, and the ABC check costs ten times more.
     return value if type(value) is dict or isinstance(value, Mapping) else {}
 
@@ -98,13 +98,13 @@ def _containers(spec: Mapping[str, Any]) -> Iterator[tuple[str, Mapping[str, Any
         entries = spec.get(kind)
         if isinstance(entries, list):
             for container in entries:
-                if _is_map(container):
+                if is_map(container):
                     yield kind, container
 
 
 def _resource_reaches(at: str, resources: Mapping[str, Any]) -> Iterator[Reach]:
     for part in RESOURCE_PARTS:
-        for key, value in _mapping(resources.get(part)).items():
+        for key, value in as_mapping(resources.get(part)).items():
             if isinstance(key, str) and is_accelerator_resource(key):
                 yield Reach(f"{at}.resources.{part}[{key}]", str(value))
 
@@ -115,7 +115,7 @@ def container_reaches(
     """The reaches of one container; `resources` False skips its resource asks (the engine
     container, whose asks the plan replaces or grants)."""
     at = f"spec.{kind}[{container.get('name')}]"
-    own = _mapping(container.get("resources"))
+    own = as_mapping(container.get("resources"))
     if resources:
         yield from _resource_reaches(at, own)
         claims = own.get("claims")
@@ -123,7 +123,7 @@ def container_reaches(
             yield Reach(f"{at}.resources.claims", str(len(claims)), "claim")
     env = container.get("env")
     for entry in env if isinstance(env, list) else ():
-        if _is_map(entry) and selects_devices(entry):
+        if is_map(entry) and selects_devices(entry):
             value = entry.get("value") if "valueFrom" not in entry else "valueFrom"
             yield Reach(f"{at}.env[{entry.get('name')}]", str(value), "env")
 
@@ -140,12 +140,12 @@ def reaches(
     and its plan annotation belong to the plan, so they are not reaches. `plan_annotation`
     False leaves the annotation out (an UPDATE judges it separately, as frozen).
     """
-    spec = _mapping(pod.get("spec"))
+    spec = as_mapping(pod.get("spec"))
     found: list[Reach] = []
     for kind, container in _containers(spec):
         governed = kind == "containers" and container.get("name") == engine
         found.extend(container_reaches(kind, container, resources=not governed))
-    found.extend(_resource_reaches("spec", _mapping(spec.get("resources"))))
+    found.extend(_resource_reaches("spec", as_mapping(spec.get("resources"))))
     runtime_class = spec.get("runtimeClassName")
     if engine is None and runtime_class:
         found.append(
@@ -154,7 +154,7 @@ def reaches(
     claims = spec.get("resourceClaims")
     if isinstance(claims, list) and claims:
         found.append(Reach("spec.resourceClaims", str(len(claims)), "claim"))
-    annotations = _mapping(_mapping(pod.get("metadata")).get("annotations"))
+    annotations = as_mapping(as_mapping(pod.get("metadata")).get("annotations"))
     if plan_annotation and engine is None and PLAN_ANNOTATION in annotations:
         found.append(Reach(f"metadata.annotations[{PLAN_ANNOTATION}]", "", "plan-annotation"))
     return found
@@ -166,7 +166,7 @@ def shielded(container: Mapping[str, Any]) -> bool:
     Any explicit value counts here; one other than `void` is a reach and refused on its own."""
     env = container.get("env")
     return isinstance(env, list) and any(
-        _is_map(entry) and entry.get("name") == NVIDIA_DEVICE_ENV for entry in env
+        is_map(entry) and entry.get("name") == NVIDIA_DEVICE_ENV for entry in env
     )
 
 
@@ -174,12 +174,12 @@ def unshielded(
     pod: Mapping[str, Any], kinds: tuple[str, ...] = CONTAINER_LISTS
 ) -> list[tuple[str, int]]:
     """(kind, index) of each container of those kinds that does not set NVIDIA_VISIBLE_DEVICES."""
-    spec = _mapping(pod.get("spec"))
+    spec = as_mapping(pod.get("spec"))
     out: list[tuple[str, int]] = []
     for kind in kinds:
         entries = spec.get(kind)
         for index, container in enumerate(entries if isinstance(entries, list) else ()):
-            if _is_map(container) and not shielded(container):
+            if is_map(container) and not shielded(container):
                 out.append((kind, index))
     return out
 

@@ -32,7 +32,9 @@ from inference_policy.access import (
     NO_DEVICE,
     NVIDIA_DEVICE_ENV,
     Reach,
+    as_mapping,
     is_accelerator_resource,
+    is_map,
     new_reaches,
     reaches,
     unshielded,
@@ -57,17 +59,8 @@ class PodRefusal:
     message: str
 
 
-def _is_map(value: Any) -> bool:
-    return type(value) is dict or isinstance(value, Mapping)
-
-
-def _mapping(value: Any) -> Mapping[str, Any]:
-    # dict first: every Pod here was decoded from JSON, and the ABC check costs ten times more.
-    return value if type(value) is dict or isinstance(value, Mapping) else {}
-
-
 def _annotations_of(pod: Mapping[str, Any]) -> Mapping[str, Any]:
-    return _mapping(_mapping(pod.get("metadata")).get("annotations"))
+    return as_mapping(as_mapping(pod.get("metadata")).get("annotations"))
 
 
 def engine_container_name(pod: Mapping[str, Any]) -> str | None:
@@ -75,7 +68,7 @@ def engine_container_name(pod: Mapping[str, Any]) -> str | None:
     named = _annotations_of(pod).get(ENGINE_CONTAINER_ANNOTATION)
     if isinstance(named, str) and named:
         return named
-    containers = _mapping(pod.get("spec")).get("containers")
+    containers = as_mapping(pod.get("spec")).get("containers")
     if isinstance(containers, list) and containers and isinstance(containers[0], Mapping):
         name = containers[0].get("name")
         return name if isinstance(name, str) else None
@@ -99,7 +92,7 @@ def admission_refusal(
     any other Pod."""
     found = reaches(pod, engine)
     fields = list(found)
-    if engine is not None and _mapping(pod.get("spec")).get("nodeName"):
+    if engine is not None and as_mapping(pod.get("spec")).get("nodeName"):
         fields.append(
             Reach(f"spec.nodeName (engine Pods are placed by {scheduler_name})", "", "node")
         )
@@ -142,9 +135,9 @@ def update_refusal(pod: Mapping[str, Any], old: Mapping[str, Any]) -> PodRefusal
 
 
 def _image(pod: Mapping[str, Any], container: str | None) -> Any:
-    containers = _mapping(pod.get("spec")).get("containers")
+    containers = as_mapping(pod.get("spec")).get("containers")
     for entry in containers if isinstance(containers, list) else ():
-        if _is_map(entry) and entry.get("name") == container:
+        if is_map(entry) and entry.get("name") == container:
             return entry.get("image")
     return None
 
@@ -178,14 +171,14 @@ def plan_edits(
     """Every field the plan governs, with the value the planned Pod holds there. Fields already
     holding that value are included too: the caller compares, so a planned Pod (a reinvoked
     webhook) comes out unchanged."""
-    spec = _mapping(pod.get("spec"))
-    container = _mapping(spec["containers"][index])
+    spec = as_mapping(pod.get("spec"))
+    container = as_mapping(spec["containers"][index])
     edits = [
         Edit(("metadata", "annotations", PLAN_ANNOTATION), plan_text),
         Edit(("spec", "containers", index, "image"), plan.image),
         Edit(
             ("spec", "containers", index, "resources"),
-            planned_resources(_mapping(container.get("resources")), plan),
+            planned_resources(as_mapping(container.get("resources")), plan),
         ),
         Edit(("spec", "runtimeClassName"), plan.runtimeClassName, not plan.runtimeClassName),
         Edit(("spec", "nodeSelector"), dict(plan.nodeSelector or {})),
@@ -195,7 +188,7 @@ def plan_edits(
         # The seed: engine Pods carry only the staging credential as their pull Secret.
         edits.append(Edit(("spec", "imagePullSecrets"), [{"name": pull_secret}]))
     gates = spec.get("readinessGates") or []
-    if not any(_is_map(g) and g.get("conditionType") == READINESS_GATE for g in gates):
+    if not any(is_map(g) and g.get("conditionType") == READINESS_GATE for g in gates):
         edits.append(Edit(("spec", "readinessGates"), [*gates, {"conditionType": READINESS_GATE}]))
     return edits
 
@@ -248,32 +241,32 @@ def to_shield(
     container, `engine` when the caller knows it already, keeps the device plugin's grant on a
     GPU plan); `old` is the Pod before an UPDATE."""
     if old is not None:
-        before = _mapping(old.get("spec")).get("ephemeralContainers")
-        known = {c.get("name") for c in (before if isinstance(before, list) else ()) if _is_map(c)}
-        now = _mapping(pod.get("spec")).get("ephemeralContainers") or []
+        before = as_mapping(old.get("spec")).get("ephemeralContainers")
+        known = {c.get("name") for c in (before if isinstance(before, list) else ()) if is_map(c)}
+        now = as_mapping(pod.get("spec")).get("ephemeralContainers") or []
         return [
             (kind, index)
             for kind, index in unshielded(pod, ("ephemeralContainers",))
-            if _mapping(now[index]).get("name") not in known
+            if as_mapping(now[index]).get("name") not in known
         ]
     granted = None
     if plan is not None and plan.path == "gpu":
         granted = engine if engine is not None else engine_container_name(pod)
-    containers = _mapping(pod.get("spec")).get("containers") or []
+    containers = as_mapping(pod.get("spec")).get("containers") or []
     return [
         (kind, index)
         for kind, index in unshielded(pod)
-        if not (kind == "containers" and _mapping(containers[index]).get("name") == granted)
+        if not (kind == "containers" and as_mapping(containers[index]).get("name") == granted)
     ]
 
 
 def shield_edits(pod: Mapping[str, Any], targets: Sequence[tuple[str, int]]) -> list[Edit]:
     """Set NVIDIA_VISIBLE_DEVICES=void on each target container, after its own variables (an
     explicit `env` entry wins over the image's environment and over `envFrom`)."""
-    spec = _mapping(pod.get("spec"))
+    spec = as_mapping(pod.get("spec"))
     edits = []
     for kind, index in targets:
-        env = _mapping(spec[kind][index]).get("env")
+        env = as_mapping(spec[kind][index]).get("env")
         entries = list(env) if isinstance(env, list) else []
         entries.append({"name": NVIDIA_DEVICE_ENV, "value": NO_DEVICE})
         edits.append(Edit(("spec", kind, index, "env"), entries))
@@ -293,7 +286,7 @@ def planned_resources(current: Mapping[str, Any], plan: Plan) -> dict[str, Any]:
             continue
         kept = {
             k: v
-            for k, v in _mapping(current.get(part)).items()
+            for k, v in as_mapping(current.get(part)).items()
             if not is_accelerator_resource(str(k))
         }
         kept.update(planned[part])

@@ -49,13 +49,13 @@ from inference_policy.signing import ProfileRefused, VerifiedProfile
 from inference_policy.wire import (
     ALLOCATION_VERIFIED,
     ENGINE_LABEL,
+    MAX_REQUEST_ANNOTATION_BYTES,
     PLAN_ANNOTATION,
     REQUEST_ANNOTATION,
 )
 
 CONDITION_TYPE = ALLOCATION_VERIFIED
 
-MAX_ANNOTATION_BYTES = 256 * 1024
 MAX_MESSAGE = 1024
 DEFAULT_SCHEDULING_TIMEOUT = 300.0
 
@@ -298,7 +298,7 @@ def _pod_findings(pod: Mapping[str, Any], plan: Plan) -> list[tuple[str, str]]:
                     f"{reach.field} hands devices to the Pod outside the device plugin's grant",
                 )
             )
-    for kind, index in to_shield(pod, plan):
+    for kind, index in to_shield(pod, plan, engine=engine):
         name = _mapping_of(spec[kind][index]).get("name")
         found.append(
             (
@@ -354,7 +354,9 @@ def _request(pod: Mapping[str, Any]) -> Any:
     if text is None:
         raise ValueError(f"the Pod carries no {REQUEST_ANNOTATION} annotation any more")
     try:
-        return strictjson.loads(text, max_bytes=MAX_ANNOTATION_BYTES, what=REQUEST_ANNOTATION)
+        return strictjson.loads(
+            text, max_bytes=MAX_REQUEST_ANNOTATION_BYTES, what=REQUEST_ANNOTATION
+        )
     except strictjson.StrictJSONError as exc:
         raise ValueError(f"the {REQUEST_ANNOTATION} annotation cannot be read: {exc}") from None
 

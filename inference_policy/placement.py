@@ -230,19 +230,6 @@ def _show(name: str, value: int) -> str:
     return format_units(name, value)
 
 
-def static_verdict(demand: Demand, node: NodeFacts) -> Verdict:
-    """Everything about the node that no change of load alters: its identity, then whether the
-    request exceeds the node's whole allocatable."""
-    verdict = identity_verdict(demand, node)
-    if not verdict.fits:
-        return verdict
-    for name in demand.checked:
-        want, have = demand.requests[name], node.allocatable[name]
-        if want > have:
-            return _over_capacity(demand, name, want, have)
-    return FITS
-
-
 def identity_verdict(demand: Demand, node: NodeFacts) -> Verdict:
     """Is this node hardware the binding vouches for: architecture, resource, GFD facts."""
     binding = demand.binding
@@ -511,5 +498,4 @@ __all__ = [
     "score",
     "score_nodes",
     "scores_from",
-    "static_verdict",
 ]

@@ -15,3 +15,5 @@ PLAN_ANNOTATION: Final = "kamiwaza.ai/plan"
 ENGINE_CONTAINER_ANNOTATION: Final = "kamiwaza.ai/engine-container"
 ALLOCATION_VERIFIED: Final = "kamiwaza.ai/AllocationVerified"
 VRAM_RESOURCE_PREFIX: Final = "kamiwaza.ai/vram-gb-"
+# The largest deployment-request annotation read (the API server caps all annotations at 256 KiB).
+MAX_REQUEST_ANNOTATION_BYTES: Final = 256 * 1024

@@ -15,12 +15,13 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from inference_policy.wire import VRAM_RESOURCE_PREFIX as VRAM_BUCKET_PREFIX
 from localcluster.controlplane import KWOK_NODE_ANNOTATION, KWOK_NODE_ANNOTATION_VALUE
 from localcluster.kube import JSON, ApiError, Kube
 from localcluster.process import wait_until
 
 GFD = "nvidia.com"
-VRAM_RESOURCE_PREFIX = "kamiwaza.ai/vram-gb-gpu-"
+VRAM_RESOURCE_PREFIX = VRAM_BUCKET_PREFIX + "gpu-"
 _MIG_SHAPE = re.compile(r"^(\d+)g\.(\d+)gb$")
 
 

@@ -35,6 +35,12 @@ from typing import Any
 from cryptography import x509
 
 from inference_policy.schedconfig import DEFAULT_SCHEDULER_NAME, DEFAULT_SCHEDULER_NAMESPACE
+from inference_policy.wire import (
+    ENGINE_LABEL,
+    OPT_IN_LABEL,
+    PLAN_ANNOTATION,
+    REQUEST_ANNOTATION,
+)
 from localcluster.controlplane import HOST, ControlPlane
 from localcluster.install import chart_values, render_owner, render_tenant, wait_allowed
 from localcluster.kube import JSON, ApiError
@@ -51,10 +57,6 @@ CONFIGURATION_NAME = "kamiwaza-tenant-inference"
 _WELL_FORMED_KEY = "A" * 43 + "="
 # The name rbac.yaml's resourceNames grants; any other name is unreadable under the shipped Role.
 DEFAULT_BUNDLE_CONFIGMAP = "kamiwaza-inference-profiles-r1"
-OPT_IN_LABEL = "kamiwaza.ai/tenant-inference"
-ENGINE_LABEL = "kamiwaza.ai/deployment-id"
-REQUEST_ANNOTATION = "kamiwaza.ai/deployment-request"
-PLAN_ANNOTATION = "kamiwaza.ai/plan"
 # Own field manager: a later `create_namespace` (manager tmi-localcluster) must not take the
 # opt-in label away, and removing it must not take anyone else's labels.
 FIELD_MANAGER = "tmi-localcluster-webhook"

@@ -26,9 +26,9 @@ def _with_container(kind: str, **container: Any) -> dict[str, Any]:
 
 def _resources(kind: str, part: str, key: str, value: str = "1") -> dict[str, Any]:
     resources: dict[str, Any] = {part: {key: value}}
-    if part == "limits" or key.startswith(("nvidia.com/", "amd.com/", "kamiwaza.ai/")):
-        # Extended resources must have requests equal to limits; set both where the API server
-        # would refuse the Pod otherwise, so each case tests the webhook, not validation.
+    if part == "limits" or "/" in key:
+        # Extended (domain-prefixed) resources must have requests equal to limits; set both
+        # where the API server would refuse the Pod otherwise, so each case tests the webhook.
         resources = {"requests": {key: value}, "limits": {key: value}}
     return _with_container(kind, resources=resources)
 

@@ -50,6 +50,7 @@ from inference_policy.refusals import RefusalCode
 from inference_policy.wire import (
     ENGINE_CONTAINER_ANNOTATION,
     ENGINE_LABEL,
+    MAX_REQUEST_ANNOTATION_BYTES,
     REQUEST_ANNOTATION,
 )
 from webhook.jsonpatch import edits_patch
@@ -57,7 +58,6 @@ from webhook.profile_source import Memo, PolicyStore
 
 API_VERSION = "admission.k8s.io/v1"
 
-MAX_REQUEST_ANNOTATION_BYTES = 256 * 1024
 # How the API server's encoder starts every review: TypeMeta inline, then the request's uid.
 _GO_PREFIX = b'{"kind":"AdmissionReview","apiVersion":"admission.k8s.io/v1","request":{"uid":'
 STATUS_REASONS = {

@@ -152,8 +152,8 @@ async def plan(request: web.Request) -> web.Response:
     except Exception:
         # Answered here rather than by aiohttp's bare 500, so the caller gets the API's own
         # problem shape and the log gets the traceback as one JSON line.
-        log.exception("plan failed", extra={"status": 500, "code": "internal"})
-        metrics.decision("plan", "error", 500, "internal")
+        log.exception("plan failed", extra={"status": 500, "code": RefusalCode.INTERNAL_ERROR})
+        metrics.decision("plan", "error", 500, RefusalCode.INTERNAL_ERROR)
         return problem(500, "the plan could not be made (internal error; see the webhook's log)")
     if planned.error is not None:
         metrics.decision("plan", "error", 400, "request-invalid")

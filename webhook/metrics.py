@@ -17,15 +17,9 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from inference_policy.refusals import RefusalCode
 from serving.metrics import LATENCY_BUCKETS, profile_gauges
 from serving.tls import CertificateReloader
 from webhook.profile_source import Memo, PolicyStore
-
-# What a decision is counted under: an allowed review's reason, or the refusal's stable code
-# from the core. Both lists are closed, so the label never grows with free text.
-ALLOWED_REASONS = ("planned", "unchanged", "not-engine-pod", "namespace-not-served", "not-checked")
-REASONS = ALLOWED_REASONS + tuple(code.value for code in RefusalCode)
 
 
 class _ProfileCollector(Collector):

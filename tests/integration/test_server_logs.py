@@ -160,11 +160,11 @@ async def test_plan_api_bug_is_a_json_problem_not_a_bare_500(
         "detail": "the plan could not be made (internal error; see the webhook's log)",
     }
     [line] = lines(caplog, "webhook.app")
-    assert (line["level"], line["code"]) == ("ERROR", "internal")
+    assert (line["level"], line["code"]) == ("ERROR", "internal-error")
     assert line["exc"].endswith("RuntimeError: a bug")
     text = await (await client.get("/metrics")).text()
     assert (
-        'tmi_webhook_decisions_total{endpoint="plan",outcome="error",reason="internal",'
+        'tmi_webhook_decisions_total{endpoint="plan",outcome="error",reason="internal-error",'
         'status="500"} 1.0'
     ) in text
 

@@ -217,10 +217,12 @@ async def prioritize_handler(request: web.Request) -> web.Response:
         message = str(exc) if isinstance(exc, orjson.JSONEncodeError) else INTERNAL_ERROR
         return json_response({"Error": message})
     runtime.metrics.call("prioritize", outcome.outcome, time.perf_counter() - started)
-    if log.isEnabledFor(logging.INFO):
+    # The filter's line already records the decision; scores are detail, at DEBUG, so a large
+    # cluster's prioritize calls do not pay for finding the best node to log it.
+    if log.isEnabledFor(logging.DEBUG):
         scores: list[Any] = outcome.body
         best = max(scores, key=lambda entry: entry["Score"], default=None)
-        log.info(
+        log.debug(
             "prioritize answered",
             extra={
                 **_pod_fields(args),

@@ -207,6 +207,19 @@ def new_parser(prog: str, description: str) -> Parser:
     return Parser(prog=prog, description=description, epilog=_EPILOG)
 
 
+def add_follow_flag(parser: argparse.ArgumentParser) -> None:
+    """`--follow-profile-revisions`: the servers that plan or place follow the newest verified
+    signed profile ConfigMap instead of the one `--bundle-configmap` names."""
+    parser.add_argument(
+        "--follow-profile-revisions",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="plan with the newest verified signed profile ConfigMap (label "
+        "kamiwaza.ai/inference-profile=true) instead of --bundle-configmap; publishing a "
+        "revision is then the only step [TMI_FOLLOW_PROFILE_REVISIONS]",
+    )
+
+
 def add_options(parser: argparse.ArgumentParser, options: Sequence[Option]) -> None:
     """One flag per option, its variable named in its help. No defaults: an absent flag must
     stay distinguishable from a given one, so that it can fall back to its variable."""
@@ -350,14 +363,19 @@ class Given:
             ),
         )
 
-    def metrics_port(self, serving_port: int) -> int | None:
-        """The metrics port (`METRICS_PORT`), if one is given; never the serving port."""
-        value = self.get(METRICS_PORT.flag)
+    def follow_revisions(self) -> bool:
+        """`add_follow_flag`'s switch, else TMI_FOLLOW_PROFILE_REVISIONS, else off."""
+        return self.switch("follow_profile_revisions", "TMI_FOLLOW_PROFILE_REVISIONS", False)
+
+    def own_port(self, flag: str, *taken: int | None) -> int | None:
+        """A port some paths are served on alone (`--metrics-port`, `--plan-port`), if one is
+        given; never one already `taken` by the serving port or another such port."""
+        value = self.get(flag)
         if not value:
             return None
-        port = parse_whole(value, METRICS_PORT.flag, 1, 65535)
-        if port == serving_port:
-            raise ConfigError(f"{METRICS_PORT.flag} {port} is the serving port; give another")
+        port = parse_whole(value, flag, 1, 65535)
+        if port in taken:
+            raise ConfigError(f"{flag} {port} is already the serving or another port; give another")
         return port
 
     def kubeconfig(self) -> str | None:

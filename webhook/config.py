@@ -20,6 +20,7 @@ from serving.settings import (
     Option,
     Parser,
     ServingSettings,
+    add_follow_flag,
     add_options,
     new_parser,
     parse_image_map,
@@ -91,14 +92,7 @@ def build_parser() -> Parser:
         default=None,
         help="tenant-mode inference on [TMI_ENABLED] (default: off, as the chart's default)",
     )
-    parser.add_argument(
-        "--follow-profile-revisions",
-        action=argparse.BooleanOptionalAction,
-        default=None,
-        help="plan with the newest verified signed profile ConfigMap (label "
-        "kamiwaza.ai/inference-profile=true) instead of --bundle-configmap; publishing a "
-        "revision is then the only step [TMI_FOLLOW_PROFILE_REVISIONS]",
-    )
+    add_follow_flag(parser)
     add_options(parser, _OPTIONS)
     return parser
 
@@ -118,9 +112,7 @@ def settings_from_args(
         enabled=enabled,
         namespace=namespace,
         bundle_configmap=get("--bundle-configmap") or DEFAULT_CONFIGMAP_NAME,
-        follow_revisions=given.switch(
-            "follow_profile_revisions", "TMI_FOLLOW_PROFILE_REVISIONS", default=False
-        ),
+        follow_revisions=given.follow_revisions(),
         owner_public_keys=split_list(get("--owner-public-key") or ""),
         cluster_binding_id=get("--cluster-binding-id") or "",
         minimum_bundle_version=given.whole("--minimum-bundle-version", 1, 1, 2**53 - 1),
@@ -154,16 +146,6 @@ def settings_from_args(
         ),
         log_level=level,
         limits=given.limits(),
-        metrics_port=(metrics := given.metrics_port(port)),
-        plan_port=_plan_port(given, port, metrics),
+        metrics_port=(metrics := given.own_port(options.METRICS_PORT.flag, port)),
+        plan_port=given.own_port("--plan-port", port, metrics),
     )
-
-
-def _plan_port(given: Given, serving: int, metrics: int | None) -> int | None:
-    text = given.get("--plan-port")
-    if not text:
-        return None
-    plan = given.whole("--plan-port", serving, 1, 65535)
-    if plan in (serving, metrics):
-        raise ConfigError(f"--plan-port {plan} is already the serving or the metrics port")
-    return plan

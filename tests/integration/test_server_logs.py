@@ -226,12 +226,18 @@ async def test_extender_filter_at_info_writes_no_per_node_lines(
     with caplog.at_level("INFO", "extender.app"):
         await client.post("/filter", json=extenderkit.cache_args(unplanned, ALL))
         await client.post("/prioritize", json=extenderkit.cache_args(unplanned, ALL))
-    filtered, prioritized = lines(caplog, "extender.app")
+    # At INFO the filter's line is the decision; the scores are DEBUG detail.
+    (filtered,) = lines(caplog, "extender.app")
     assert (filtered["outcome"], filtered["passed"], filtered["codes"]) == (
         "unplanned",
         len(ALL),
         {},
     )
+    caplog.clear()
+    with caplog.at_level("DEBUG", "extender.app"):
+        await client.post("/prioritize", json=extenderkit.cache_args(unplanned, ALL))
+    (prioritized,) = lines(caplog, "extender.app")
+    assert prioritized["level"] == "DEBUG"
     assert (prioritized["msg"], prioritized["nodes"], prioritized["best"]) == (
         "prioritize answered",
         len(ALL),

@@ -267,7 +267,7 @@ def test_the_metrics_port_is_a_setting_and_never_the_serving_port() -> None:
     assert settings_from_args([*base]).metrics_port is None
     assert settings_from_args([*base, "--metrics-port=9090"]).metrics_port == 9090
     assert settings_from_args(base, {"TMI_METRICS_PORT": "9091"}).metrics_port == 9091
-    with pytest.raises(ConfigError, match="is the serving port"):
+    with pytest.raises(ConfigError, match="already the serving or another port"):
         settings_from_args([*base, "--port=8443", "--metrics-port=8443"])
 
 
@@ -331,5 +331,5 @@ def test_the_plan_port_is_a_webhook_setting_of_its_own() -> None:
     base = ["--namespace=kamiwaza", "--owner-public-key=" + "A" * 43 + "=", "--cert=c", "--key=k"]
     assert settings_from_args(base).plan_port is None
     assert settings_from_args([*base, "--plan-port=8444"]).plan_port == 8444
-    with pytest.raises(ConfigError, match="already the serving or the metrics port"):
+    with pytest.raises(ConfigError, match="already the serving or another port"):
         settings_from_args([*base, "--metrics-port=9090", "--plan-port=9090"])

@@ -332,10 +332,9 @@ def judge(
             info = infos.get(owner.pod_uid) if owner and owner.pod_uid else None
             if info is not None:
                 seen.setdefault(gpu.uuid, {}).setdefault(info.uid, set()).add(proc.gpu_instance_id)
-            reason = _bypass_reason(owner, info)
             grant = grant_of(info.plan) if info is not None else None
-            if reason is None and grant is None:
-                reason = BYPASS_NO_GRANT
+            reason = _bypass_reason(owner, info, grant)
+            # `_bypass_reason` is None only with both a Pod and a grant; the test says so to mypy.
             if reason is not None or info is None or grant is None:
                 _record_bypass(bypasses, proc, sample.index, owner, info, reason or UNATTRIBUTED)
                 if info is None:
@@ -382,14 +381,17 @@ def judge(
     return report
 
 
-def _bypass_reason(owner: ProcessOwner | None, info: PodInfo | None) -> str | None:
+def _bypass_reason(
+    owner: ProcessOwner | None, info: PodInfo | None, grant: Grant | None
+) -> str | None:
+    """Why a process on a GPU holds no grant; None when its Pod's engine container does."""
     if owner is None:
         return UNATTRIBUTED
     if owner.pod_uid is None:
         return BYPASS_NOT_IN_POD
     if info is None:
         return BYPASS_UNKNOWN_POD
-    if grant_of(info.plan) is None:
+    if grant is None:
         return BYPASS_NO_GRANT
     container = info.container_ids.get(owner.container_id or "")
     if container is not None and info.engine_container and container != info.engine_container:

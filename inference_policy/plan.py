@@ -235,7 +235,11 @@ def parse_plan(annotation: str | bytes | Mapping[str, Any]) -> Plan:
 @lru_cache(maxsize=_PARSE_MEMO)
 def _parse_text(text: str) -> Plan:
     # Replicas of one deployment carry the same plan text and every informer event re-reads it;
-    # the result is immutable, so the same text is validated once.
+    # the result is immutable, so the same text is validated once, and a plan this process
+    # planned itself is not validated again.
+    known = _PLANS.get(text)
+    if known is not None:
+        return known
     try:
         document = strictjson.loads(text, max_bytes=MAX_PLAN_BYTES, what=PLAN_ANNOTATION)
     except strictjson.StrictJSONError as exc:

@@ -506,10 +506,6 @@ class Informers:
             await close()
 
     @property
-    def synced(self) -> bool:
-        return all(informer.synced.is_set() for informer in self.informers)
-
-    @property
     def errors(self) -> int:
         return sum(informer.errors for informer in self.informers)
 

@@ -13,15 +13,13 @@ import argparse
 import os
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
 import orjson
 
-from inference_policy import strictjson
 from inference_policy.detection import DetectionError
 from inference_policy.evidence import EvidenceError
-from policy_io.files import InputError
+from policy_io.files import read_bytes, read_json
 from tmi_cli.evidence import (
     EvidenceRequest,
     gather,
@@ -41,24 +39,6 @@ MAX_PODS_BYTES = 64 * 1024 * 1024
 MAX_LOG_BYTES = 8 * 1024 * 1024
 
 
-def _read(path: str, what: str, cap: int) -> bytes:
-    try:
-        with Path(path).open("rb") as handle:
-            data = handle.read(cap + 1)
-    except OSError as exc:
-        raise InputError(f"cannot read {what} {path}: {exc.strerror or exc}") from None
-    if len(data) > cap:
-        raise InputError(f"{what} {path} is larger than {cap} bytes")
-    return data
-
-
-def _json(path: str, what: str, cap: int) -> Any:
-    try:
-        return strictjson.loads(_read(path, what, cap), max_bytes=cap, what=f"{what} {path}")
-    except strictjson.StrictJSONError as exc:
-        raise InputError(str(exc)) from None
-
-
 def _usage(message: str) -> int:
     sys.stderr.write(f"error: {message}\n")
     return EXIT_USAGE
@@ -76,15 +56,15 @@ def cmd_evidence(args: argparse.Namespace) -> int:
     for i, path in enumerate(args.job_pod):
         log = None
         if i < len(args.job_log):
-            log = _read(args.job_log[i], "job log", MAX_LOG_BYTES).decode("utf-8", "replace")
-        jobs.append((_json(path, "job Pod", MAX_PODS_BYTES), log))
-    token = _read(args.token_file, "token", 4096).decode().strip() if args.token_file else ""
+            log = read_bytes(args.job_log[i], "job log", MAX_LOG_BYTES).decode("utf-8", "replace")
+        jobs.append((read_json(path, "job Pod", MAX_PODS_BYTES), log))
+    token = read_bytes(args.token_file, "token", 4096).decode().strip() if args.token_file else ""
 
     while True:
         try:
             pods: list[dict[str, Any]] = []
             if args.pods:
-                pods = load_pods(_json(args.pods, "Pods", MAX_PODS_BYTES))
+                pods = load_pods(read_json(args.pods, "Pods", MAX_PODS_BYTES))
             elif args.pods_from_api:
                 pods = pods_from_api(str(node), args.kubeconfig)
             report = gather(

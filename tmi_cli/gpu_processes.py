@@ -21,7 +21,16 @@ from typing import Any
 from inference_policy.detection import DetectionError
 from inference_policy.evidence import GpuDevice, GpuProcess, MigInstance, Sample
 from tmi_cli.nvidia_smi import CommandResult, NvidiaSmiUnavailable, Runner, run_command
-from tmi_cli.nvml import NvmlUnavailable
+from tmi_cli.nvml import (
+    NVML_DEVICE_MIG_ENABLE,
+    NVML_ERROR_FUNCTION_NOT_FOUND,
+    NVML_ERROR_NOT_FOUND,
+    NVML_ERROR_NOT_SUPPORTED,
+    NvmlUnavailable,
+    import_nvml,
+    nvml_code,
+    start_nvml,
+)
 
 __all__ = [
     "COMPUTE_APPS_QUERY",
@@ -39,11 +48,6 @@ __all__ = [
 MIB = 1024 * 1024
 # NVML's "not in MIG mode" instance id (~0 as a 32-bit unsigned int).
 _NO_INSTANCE = 0xFFFFFFFF
-_NVML_ERROR_NOT_SUPPORTED = 3
-_NVML_ERROR_NOT_FOUND = 6
-_NVML_ERROR_LIBRARY_NOT_FOUND = 12
-_NVML_ERROR_FUNCTION_NOT_FOUND = 13
-_NVML_DEVICE_MIG_ENABLE = 1
 _MIG_PROFILE = re.compile(r"MIG\s+(\S+)\s*$")
 _ABSENT = frozenset({"", "N/A", "[N/A]", "Not Supported", "[Not Supported]", "None"})
 
@@ -73,11 +77,6 @@ def _text(value: Any) -> str:
     return str(value)
 
 
-def _code(err: BaseException) -> int | None:
-    value = getattr(err, "value", None)
-    return value if isinstance(value, int) else None
-
-
 @dataclass
 class _NvmlDevice:
     device: GpuDevice
@@ -93,13 +92,7 @@ class NvmlReader(GpuReader):
 
     def __init__(self, nvml: Any) -> None:
         self.nvml = nvml
-        self.error: type[BaseException] = nvml.NVMLError
-        try:
-            nvml.nvmlInit()
-        except self.error as err:
-            if _code(err) == _NVML_ERROR_LIBRARY_NOT_FOUND:
-                raise NvmlUnavailable(f"the NVML library is not available: {err}") from err
-            raise DetectionError(f"NVML could not start: {err}") from err
+        self.error = start_nvml(nvml)
         try:
             self.driver = _text(self._call("driver version", nvml.nvmlSystemGetDriverVersion))
             self._devices = self._read_devices()
@@ -127,9 +120,9 @@ class NvmlReader(GpuReader):
             memory = self._call(f"memory of GPU {index}", nvml.nvmlDeviceGetMemoryInfo, handle)
             try:
                 current, _pending = nvml.nvmlDeviceGetMigMode(handle)
-                mig_enabled = int(current) == _NVML_DEVICE_MIG_ENABLE
+                mig_enabled = int(current) == NVML_DEVICE_MIG_ENABLE
             except self.error as err:
-                if _code(err) not in (_NVML_ERROR_NOT_SUPPORTED, _NVML_ERROR_FUNCTION_NOT_FOUND):
+                if nvml_code(err) not in (NVML_ERROR_NOT_SUPPORTED, NVML_ERROR_FUNCTION_NOT_FOUND):
                     raise DetectionError(f"NVML MIG mode of GPU {index} failed: {err}") from err
                 mig_enabled = False
             entry = _NvmlDevice(
@@ -153,7 +146,7 @@ class NvmlReader(GpuReader):
             try:
                 mig = nvml.nvmlDeviceGetMigDeviceHandleByIndex(handle, slot)
             except self.error as err:
-                if _code(err) == _NVML_ERROR_NOT_FOUND:
+                if nvml_code(err) == NVML_ERROR_NOT_FOUND:
                     continue  # an empty slot: no instance was created there
                 raise DetectionError(
                     f"NVML MIG device {slot} of GPU {index} failed: {err}"
@@ -206,7 +199,7 @@ class NvmlReader(GpuReader):
             try:
                 raw += list(mps(handle))
             except self.error as err:
-                if _code(err) not in (_NVML_ERROR_NOT_SUPPORTED, _NVML_ERROR_FUNCTION_NOT_FOUND):
+                if nvml_code(err) not in (NVML_ERROR_NOT_SUPPORTED, NVML_ERROR_FUNCTION_NOT_FOUND):
                     raise DetectionError(f"NVML MPS processes on {device.uuid}: {err}") from err
         seen: dict[int, GpuProcess] = {}
         for proc in raw:
@@ -500,18 +493,10 @@ class NvidiaSmiReader(GpuReader):
 
 def open_reader(nvml: Any = None, run: Runner | None = None) -> GpuReader:
     """NVML when it loads, nvidia-smi otherwise; DetectionError when neither answers."""
-    if nvml is None:
-        try:
-            import pynvml  # noqa: PLC0415 - optional at run time, and slow to import
-        except ImportError as err:
-            nvml_err: DetectionError = NvmlUnavailable(f"nvidia-ml-py is not installed ({err})")
-        else:
-            nvml = pynvml
-    if nvml is not None:
-        try:
-            return NvmlReader(nvml)
-        except NvmlUnavailable as err:
-            nvml_err = err
+    try:
+        return NvmlReader(nvml if nvml is not None else import_nvml())
+    except NvmlUnavailable as err:
+        nvml_err = err
     try:
         return NvidiaSmiReader(run)
     except NvidiaSmiUnavailable as smi_err:

@@ -14,16 +14,27 @@ from typing import Any
 
 from inference_policy.detection import DetectionError, GpuFacts, HostFacts
 
-__all__ = ["NvmlUnavailable", "probe_nvml"]
+__all__ = [
+    "NVML_DEVICE_MIG_ENABLE",
+    "NVML_ERROR_FUNCTION_NOT_FOUND",
+    "NVML_ERROR_NOT_FOUND",
+    "NVML_ERROR_NOT_SUPPORTED",
+    "NvmlUnavailable",
+    "import_nvml",
+    "nvml_code",
+    "probe_nvml",
+    "start_nvml",
+]
 
 # NVML return codes are part of the library's C ABI, so they are safe to name
 # here instead of reading them from whichever binding (or fake) is in use.
 _NVML_ERROR_INVALID_ARGUMENT = 2
-_NVML_ERROR_NOT_SUPPORTED = 3
+NVML_ERROR_NOT_SUPPORTED = 3
+NVML_ERROR_NOT_FOUND = 6
 _NVML_ERROR_LIBRARY_NOT_FOUND = 12
-_NVML_ERROR_FUNCTION_NOT_FOUND = 13
+NVML_ERROR_FUNCTION_NOT_FOUND = 13
 _NVML_FEATURE_ENABLED = 1
-_NVML_DEVICE_MIG_ENABLE = 1
+NVML_DEVICE_MIG_ENABLE = 1
 _NVML_P2P_STATUS_OK = 0
 # nvidia-ml-py defines NVML_P2P_CAPS_INDEX_READ with a trailing comma, which
 # makes it the tuple (0,) and ctypes refuses it; the index itself is 0.
@@ -37,6 +48,28 @@ class NvmlUnavailable(DetectionError):
     """NVML cannot be loaded here, so the nvidia-smi fallback may answer instead."""
 
 
+def import_nvml() -> Any:
+    """The `pynvml` module of nvidia-ml-py; NvmlUnavailable when the package is missing, so a
+    host without it still reaches the nvidia-smi fallback."""
+    try:
+        import pynvml  # noqa: PLC0415 - optional at run time, and slow to import
+    except ImportError as err:
+        raise NvmlUnavailable(f"the nvidia-ml-py package is not installed ({err})") from err
+    return pynvml
+
+
+def start_nvml(nvml: Any) -> type[BaseException]:
+    """`nvmlInit`, and the binding's error type; NvmlUnavailable without the NVML library."""
+    nvml_error: type[BaseException] = nvml.NVMLError
+    try:
+        nvml.nvmlInit()
+    except nvml_error as err:
+        if nvml_code(err) == _NVML_ERROR_LIBRARY_NOT_FOUND:
+            raise NvmlUnavailable(f"the NVML library is not available: {err}") from err
+        raise DetectionError(f"NVML could not start: {err}") from err
+    return nvml_error
+
+
 def probe_nvml(nvml: Any = None) -> HostFacts:
     """Read the host's facts through NVML.
 
@@ -47,20 +80,8 @@ def probe_nvml(nvml: Any = None) -> HostFacts:
     Raises NvmlUnavailable when the package or the NVML library is missing,
     and DetectionError for any other NVML failure.
     """
-    if nvml is None:
-        try:
-            import pynvml  # noqa: PLC0415 - optional at run time, and slow to import
-        except ImportError as err:
-            raise NvmlUnavailable(f"the nvidia-ml-py package is not installed ({err})") from err
-        nvml = pynvml
-    nvml_error: type[BaseException] = nvml.NVMLError
-
-    try:
-        nvml.nvmlInit()
-    except nvml_error as err:
-        if _nvml_code(err) == _NVML_ERROR_LIBRARY_NOT_FOUND:
-            raise NvmlUnavailable(f"the NVML library is not available: {err}") from err
-        raise DetectionError(f"NVML could not start: {err}") from err
+    nvml = nvml if nvml is not None else import_nvml()
+    nvml_error = start_nvml(nvml)
     try:
         return _collect_nvml(nvml, nvml_error)
     finally:
@@ -118,7 +139,7 @@ def _collect_nvml(nvml: Any, nvml_error: type[BaseException]) -> HostFacts:
     )
 
 
-def _nvml_code(err: BaseException) -> int | None:
+def nvml_code(err: BaseException) -> int | None:
     value = getattr(err, "value", None)
     return value if isinstance(value, int) else None
 
@@ -131,11 +152,11 @@ def _nvml_mig_mode(
     try:
         current, _pending = nvml.nvmlDeviceGetMigMode(handle)
     except nvml_error as err:
-        if _nvml_code(err) in (_NVML_ERROR_NOT_SUPPORTED, _NVML_ERROR_FUNCTION_NOT_FOUND):
+        if nvml_code(err) in (NVML_ERROR_NOT_SUPPORTED, NVML_ERROR_FUNCTION_NOT_FOUND):
             return False, False
         # The mode decides which GPUs count as whole for p2p, so it cannot be guessed.
         raise DetectionError(f"NVML MIG mode of GPU {index} failed: {err}") from err
-    return True, int(current) == _NVML_DEVICE_MIG_ENABLE
+    return True, int(current) == NVML_DEVICE_MIG_ENABLE
 
 
 def _nvml_nvlink_links(nvml: Any, nvml_error: type[BaseException], handle: Any) -> int:
@@ -145,8 +166,8 @@ def _nvml_nvlink_links(nvml: Any, nvml_error: type[BaseException], handle: Any) 
         try:
             state = nvml.nvmlDeviceGetNvLinkState(handle, link)
         except nvml_error as err:
-            code = _nvml_code(err)
-            if code == _NVML_ERROR_NOT_SUPPORTED and link > 0:
+            code = nvml_code(err)
+            if code == NVML_ERROR_NOT_SUPPORTED and link > 0:
                 # A link slot the GPU does not wire up; later slots may be live.
                 continue
             # NotSupported at link 0 means no NVLink at all, InvalidArgument means
@@ -177,10 +198,10 @@ def _nvml_cuda_driver_version(nvml: Any, nvml_error: type[BaseException]) -> int
         try:
             return int(fn())
         except nvml_error as err:
-            if _nvml_code(err) in (
+            if nvml_code(err) in (
                 _NVML_ERROR_LIBRARY_NOT_FOUND,
-                _NVML_ERROR_FUNCTION_NOT_FOUND,
-                _NVML_ERROR_NOT_SUPPORTED,
+                NVML_ERROR_FUNCTION_NOT_FOUND,
+                NVML_ERROR_NOT_SUPPORTED,
             ):
                 continue
             raise DetectionError(f"NVML CUDA driver version failed: {err}") from err

@@ -27,7 +27,13 @@ from typing import Any, Final, Literal
 from inference_policy.engine_pod import engine_container_name
 from inference_policy.plan import Plan, PlanError, parse_plan
 from inference_policy.quantity import GI, QuantityError, resource_units
-from inference_policy.wire import ENGINE_LABEL, PLAN_ANNOTATION, VRAM_RESOURCE_PREFIX
+from inference_policy.wire import (
+    ENGINE_LABEL,
+    MIG_RESOURCE_PREFIX,
+    PLAN_ANNOTATION,
+    VRAM_RESOURCE_PREFIX,
+    WHOLE_GPU_RESOURCE,
+)
 
 __all__ = [
     "CUDA_OOM_EXIT_CODE",
@@ -58,8 +64,6 @@ SCHEMA_VERSION: Final = 1
 # The planner sizes an accounted share in whole GiB (`share_gib * GI` against usableMemory), so
 # one unit of a `kamiwaza.ai/vram-gb-*` request is one GiB of the card.
 VRAM_UNIT_BYTES: Final = GI
-MIG_RESOURCE_PREFIX: Final = "nvidia.com/mig-"
-WHOLE_GPU_RESOURCE: Final = "nvidia.com/gpu"
 # The memory-pressure kit (manifests/acceptance/cuda_pressure.py) exits with this status when the
 # driver refused an allocation, so a Pod whose log was lost is still classified.
 CUDA_OOM_EXIT_CODE: Final = 42

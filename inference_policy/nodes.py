@@ -20,6 +20,7 @@ from typing import Any, Final
 
 from inference_policy.profile import ARCH_KEY, ExtendedResourceBinding, VramPluginBinding
 from inference_policy.quantity import QuantityError, resource_units
+from inference_policy.wire import MIG_RESOURCE_PREFIX
 
 # GPU Feature Discovery label names (NVIDIA/k8s-device-plugin, docs/gpu-feature-discovery).
 GFD_CC_MAJOR: Final = "nvidia.com/gpu.compute.major"
@@ -36,7 +37,6 @@ GFD_SHARING: Final = "nvidia.com/gpu.sharing-strategy"
 GFD_MIG_STRATEGY: Final = "nvidia.com/mig.strategy"
 GFD_SLICES: Final = "nvidia.com/gpu.slices.gi"
 GFD_PRESENCE: Final = (GFD_CC_MAJOR, GFD_CC_MINOR, GFD_PRODUCT, GFD_CUDA_MAJOR, GFD_MIG_STRATEGY)
-NVIDIA_MIG_PREFIX: Final = "nvidia.com/mig-"
 MIB: Final = 1024 * 1024
 GpuBinding = ExtendedResourceBinding | VramPluginBinding
 
@@ -225,7 +225,7 @@ def _memory_verdict(binding: GpuBinding, labels: Mapping[str, str], key: str) ->
 
 def _mig_verdict(binding: ExtendedResourceBinding, labels: Mapping[str, str]) -> Verdict | None:
     resource = binding.resource.name
-    shape = resource.removeprefix(NVIDIA_MIG_PREFIX)
+    shape = resource.removeprefix(MIG_RESOURCE_PREFIX)
     who = f"binding {binding.id}"
     strategy = labels.get(GFD_MIG_STRATEGY)
     if strategy is None:

@@ -25,6 +25,7 @@ from pydantic import (
 
 from inference_policy.errors import describe
 from inference_policy.quantity import QuantityError, parse_whole_binary
+from inference_policy.wire import MIG_RESOURCE_PREFIX, WHOLE_GPU_RESOURCE
 
 TIMESTAMP_FORMAT = "%Y-%m-%dT%H:%M:%SZ"
 _TIMESTAMP = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}Z")
@@ -230,7 +231,7 @@ class ExtendedResourceBinding(_GpuBindingBase):
             raise ValueError("capacity.usableMemory is required for a GPU binding")
         name = self.resource.name
         vendor = self.accelerator.vendor
-        if vendor == "nvidia" and not (name == "nvidia.com/gpu" or MIG_RESOURCE.fullmatch(name)):
+        if vendor == "nvidia" and not (name == WHOLE_GPU_RESOURCE or MIG_RESOURCE.fullmatch(name)):
             raise ValueError(
                 f"resource.name {name!r} is neither nvidia.com/gpu nor a nvidia.com/mig-* slice"
             )
@@ -248,7 +249,7 @@ class ExtendedResourceBinding(_GpuBindingBase):
 
     @property
     def is_mig(self) -> bool:
-        return self.resource.name.startswith("nvidia.com/mig-")
+        return self.resource.name.startswith(MIG_RESOURCE_PREFIX)
 
 
 class VramPluginBinding(_GpuBindingBase):

@@ -15,5 +15,8 @@ PLAN_ANNOTATION: Final = "kamiwaza.ai/plan"
 ENGINE_CONTAINER_ANNOTATION: Final = "kamiwaza.ai/engine-container"
 ALLOCATION_VERIFIED: Final = "kamiwaza.ai/AllocationVerified"
 VRAM_RESOURCE_PREFIX: Final = "kamiwaza.ai/vram-gb-"
+# The NVIDIA device plugin's names: a whole GPU, and a MIG slice under the mixed strategy.
+WHOLE_GPU_RESOURCE: Final = "nvidia.com/gpu"
+MIG_RESOURCE_PREFIX: Final = "nvidia.com/mig-"
 # The largest deployment-request annotation read (the API server caps all annotations at 256 KiB).
 MAX_REQUEST_ANNOTATION_BYTES: Final = 256 * 1024

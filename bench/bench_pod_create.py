@@ -43,6 +43,7 @@ import argparse
 import json
 import os
 import platform
+import random
 import ssl
 import statistics
 import subprocess
@@ -77,6 +78,29 @@ TARGET_P99_VS_CONSTANT = 1.15
 TARGET_P99_VS_NONE = 1.2
 WARMUP = 20
 MODES = ("without_webhook", "constant_webhook", "with_webhook")
+BOOTSTRAP = 2000
+
+
+def _p99(samples: list[float]) -> float:
+    ordered = sorted(samples)
+    return ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))]
+
+
+def p99_ratio_interval(
+    numerator: list[float], denominator: list[float], seed: int = 0
+) -> tuple[float, float]:
+    """A 90% bootstrap interval for p99(numerator) / p99(denominator).
+
+    A p99 of 1,200 samples is the 12th worst, so two runs of the same code can differ by a few
+    milliseconds; the interval says whether a ratio's distance from a target is larger than
+    that. Each side is resampled with replacement, independently, as its samples are."""
+    rng = random.Random(seed)
+    ratios = sorted(
+        _p99(rng.choices(numerator, k=len(numerator)))
+        / _p99(rng.choices(denominator, k=len(denominator)))
+        for _ in range(BOOTSTRAP)
+    )
+    return round(ratios[int(0.05 * BOOTSTRAP)], 3), round(ratios[int(0.95 * BOOTSTRAP)], 3)
 
 
 def _engine(name: str) -> dict[str, Any]:
@@ -289,6 +313,7 @@ def main() -> None:
         "tenant_sequential": (_tenant, 1, False),
     }
     samples: dict[str, dict[str, list[float]]] = {c: {m: [] for m in MODES} for c in cases}
+    round_p99s: dict[str, dict[str, list[float]]] = {c: {m: [] for m in MODES} for c in cases}
     walls: dict[str, dict[str, float]] = {c: dict.fromkeys(MODES, 0.0) for c in cases}
     owner = Owner()
     load_before = os.getloadavg()[0]
@@ -318,7 +343,9 @@ def main() -> None:
                         # Warm the connection pool and the server's paths for this case.
                         _batch(kube, build, WARMUP, concurrency, planned)
                         started = time.perf_counter()
-                        samples[case][mode] += _batch(kube, build, per_round, concurrency, planned)
+                        batch = _batch(kube, build, per_round, concurrency, planned)
+                        samples[case][mode] += batch
+                        round_p99s[case][mode].append(round(_p99(batch) * 1000, 2))
                         walls[case][mode] += time.perf_counter() - started
                         _clear(kube)
                     print(f"round {round_ + 1}/{args.rounds} {mode} done", file=sys.stderr)
@@ -371,7 +398,14 @@ def main() -> None:
             "added_p50_ms": round(float(with_["p50_ms"]) - float(without["p50_ms"]), 2),
             "added_p99_ms": round(float(with_["p99_ms"]) - float(without["p99_ms"]), 2),
             "p99_ratio_vs_constant": ratio(with_, constant_),
+            "p99_ratio_vs_constant_90pct_interval": p99_ratio_interval(
+                by_mode["with_webhook"], by_mode["constant_webhook"]
+            ),
+            "p99_ms_per_round": round_p99s[case],
             "p99_ratio_vs_none": ratio(with_, without),
+            "p99_ratio_vs_none_90pct_interval": p99_ratio_interval(
+                by_mode["with_webhook"], by_mode["without_webhook"]
+            ),
             "p99_ratio_constant_vs_none": ratio(constant_, without),
             "meets_targets": ratio(with_, constant_) <= TARGET_P99_VS_CONSTANT
             and ratio(with_, without) <= TARGET_P99_VS_NONE,

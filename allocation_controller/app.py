@@ -11,7 +11,7 @@ from __future__ import annotations
 from aiohttp import web
 
 from allocation_controller.controller import Controller
-from allocation_controller.evidence import EvidenceBoard, add_evidence_routes
+from allocation_controller.evidence import MAX_REPORT_BYTES, EvidenceBoard, add_evidence_routes
 from serving.probes import exposition, ok
 
 CONTROLLER = web.AppKey("controller", Controller)
@@ -39,7 +39,8 @@ async def metrics(request: web.Request) -> web.Response:
 
 
 def create_app(controller: Controller) -> web.Application:
-    app = web.Application(client_max_size=64 * 1024)
+    # The evidence route is the only one that reads a body: the app's limit is a report's.
+    app = web.Application(client_max_size=MAX_REPORT_BYTES)
     app[CONTROLLER] = controller
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)

@@ -27,6 +27,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from inference_policy.evidence import EvidenceError, ReportView, read_report
+from serving.app import read_limited
 from serving.probes import json_response, problem
 
 __all__ = [
@@ -218,21 +219,20 @@ class EvidenceCollector(Collector):
 def add_evidence_routes(
     app: web.Application, board: EvidenceBoard, token: str, registry: CollectorRegistry
 ) -> None:
-    """Serve `PUT /evidence` (bearer `token`) into `board`, and export the board on `registry`."""
+    """Serve `PUT /evidence` (bearer `token`) into `board`, and export the board on `registry`.
+    A report is read like any server's body (`serving.app.read_limited`): within the app's read
+    timeout, and up to its `client_max_size`, which is to be MAX_REPORT_BYTES."""
     if not token:
         raise ValueError("the evidence route needs a token")
     expected = f"Bearer {token}".encode()
+    too_large = {"status": 413, "detail": f"a report is at most {MAX_REPORT_BYTES} bytes"}
     registry.register(EvidenceCollector(board))
 
     async def put_evidence(request: web.Request) -> web.Response:
         given = request.headers.get("Authorization", "").encode()
         if not hmac.compare_digest(given, expected):
             return problem(401, "a bearer token is required to post evidence")
-        if request.content_length is not None and request.content_length > MAX_REPORT_BYTES:
-            return problem(413, f"a report is at most {MAX_REPORT_BYTES} bytes")
-        body = await request.content.read(MAX_REPORT_BYTES + 1)
-        if len(body) > MAX_REPORT_BYTES:
-            return problem(413, f"a report is at most {MAX_REPORT_BYTES} bytes")
+        body = await read_limited(request, MAX_REPORT_BYTES, too_large)
         try:
             document = orjson.loads(body)
         except orjson.JSONDecodeError:

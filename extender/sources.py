@@ -28,8 +28,8 @@ from extender.view import ClusterView
 from inference_policy.ledger import accounted_pod, pod_key
 from inference_policy.nodes import NodeFacts, node_facts
 from inference_policy.wire import ENGINE_LABEL as DEPLOYMENT_LABEL
-from policy_io.state import PROFILE_SELECTOR
 from serving.informer import Collection, Delta, Informer, Informers, ListWatch
+from serving.revisions import ProfileRevisionFeed
 
 log = logging.getLogger(__name__)
 Accounted = tuple[str, dict[str, int]] | None
@@ -200,21 +200,10 @@ class KubernetesSource:
 
     def _revisions(self, view: ClusterView) -> Informer:
         """Every signed profile ConfigMap of the namespace, by label (follow mode)."""
-
-        def changed(delta: Delta) -> None:
-            if not delta.listed:
-                name = str((delta.object.get("metadata") or {}).get("name"))
-                view.follow_profile(name, None if delta.type == "DELETED" else delta.object)
-
-        def listed(informer: Informer) -> None:
-            view.follow_profiles(
-                {str((o.get("metadata") or {}).get("name")): o for o in informer.store.values()}
-            )
-
-        collection = Collection(
-            "configmaps", "ConfigMap", view.settings.namespace, label_selector=PROFILE_SELECTOR
+        feed = ProfileRevisionFeed(
+            view.settings.namespace, view.follow_profile, view.follow_profiles
         )
-        return self._informer(collection, changed, listed)
+        return self._informer(feed.collection, feed.changed, feed.listed)
 
     def _nodes(self, view: ClusterView) -> Informer:
         facts: dict[str, NodeFacts] = {}

@@ -177,20 +177,12 @@ class ClusterView:
 
     def follow_profile(self, name: str, configmap: Mapping[str, Any] | None) -> None:
         """Follow mode: one signed profile ConfigMap as a watch event has it (None: gone)."""
-        self._follow(lambda: self.policy.follow(name, configmap))
+        self.policy.follow(name, configmap)
 
     def follow_profiles(self, configmaps: Mapping[str, Mapping[str, Any]]) -> None:
         """Follow mode: every signed profile ConfigMap, as a complete list returned them."""
         self.pending.discard(PROFILE)
-        self._follow(lambda: self.policy.follow_list(configmaps))
-
-    def _follow(self, step: Callable[[], bool]) -> None:
-        # Each revision's verdict is logged where it is verified (policy_io.state).
-        try:
-            step()
-        except Exception:
-            log.exception("profile revisions could not be followed")
-            self.policy.profile_missing("the signed profile ConfigMaps could not be read")
+        self.policy.follow_list(configmaps)
 
     def set_profile(self, configmap: Mapping[str, Any] | None) -> None:
         """The profile ConfigMap as read now (None: absent). Never raises: it is a callback."""

@@ -101,12 +101,19 @@ def ceil_units(value: Decimal) -> int:
     return whole + 1 if value > whole else whole
 
 
-def resource_units(name: str, text: Any) -> int:
+def resource_units(name: str, text: Any, *, example: str | None = None) -> int:
     """A non-negative resource amount in the unit the scheduler counts it in: millicores for
-    `cpu`, whole base units (bytes, devices, GB) for anything else, rounded up."""
-    value = parse_quantity(text)
-    if value < 0:
-        raise QuantityError(f"{name}: {text!r} is negative")
+    `cpu`, whole base units (bytes, devices, GB) for anything else, rounded up. A quantity that
+    is not one, or is negative, is refused with `parse_quantity`'s reason, or with only "is not
+    a <example>" when an example is given (`parse_bytes`, `parse_millicores`)."""
+    try:
+        value = parse_quantity(text)
+        if value < 0:
+            raise QuantityError(f"{name}: {text!r} is negative")
+    except QuantityError:
+        if example is None:
+            raise
+        raise QuantityError(f"{text!r} is not a {example}") from None
     return ceil_units(value * 1000 if name == "cpu" else value)
 
 
@@ -128,24 +135,14 @@ def parse_whole_binary(text: str) -> int:
     return int(parse_quantity(text))
 
 
-def _non_negative(text: Any, example: str) -> Decimal:
-    try:
-        value = parse_quantity(text)
-    except QuantityError:
-        value = Decimal(-1)
-    if value < 0:
-        raise QuantityError(f"{text!r} is not a {example}")
-    return value
-
-
 def parse_bytes(text: Any) -> int:
     """A memory quantity in bytes, rounded up; zero or more, never a fraction of a byte."""
-    return ceil_units(_non_negative(text, "memory quantity such as 8Gi or 512Mi"))
+    return resource_units("memory", text, example="memory quantity such as 8Gi or 512Mi")
 
 
 def parse_millicores(text: Any) -> int:
     """A CPU quantity ("2", "500m", "0.5") in millicores, rounded up."""
-    return ceil_units(_non_negative(text, "CPU quantity such as 2 or 500m") * 1000)
+    return resource_units("cpu", text, example="CPU quantity such as 2 or 500m")
 
 
 def ceil_div(numerator: int, denominator: int) -> int:

@@ -8,7 +8,7 @@ verifications so tests and benchmarks can prove it.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
@@ -249,18 +249,37 @@ class PolicyState:
         """Follow mode: one signed profile ConfigMap as it is now (None: deleted). The profile
         in use becomes the newest verified revision (`signing.newest`); with none verified, the
         refusal of one that was refused, or "did not arrive" when there is none at all. True
-        when anything the ConfigMaps say changed."""
-        changed = self.followed.apply(name, configmap, self.policy(), self.trust_error)
-        return self._choose() or changed
+        when anything the ConfigMaps say changed. Never raises (see `_following`)."""
+
+        def step() -> bool:
+            changed = self.followed.apply(name, configmap, self.policy(), self.trust_error)
+            return self._choose() or changed
+
+        return self._following(step)
 
     def follow_list(self, configmaps: Mapping[str, Mapping[str, Any]]) -> bool:
-        """Follow mode: every signed profile ConfigMap a full list returned."""
-        changed = self.followed.keep_only(set(configmaps))
-        for name, configmap in configmaps.items():
-            changed = (
-                self.followed.apply(name, configmap, self.policy(), self.trust_error) or changed
-            )
-        return self._choose() or changed
+        """Follow mode: every signed profile ConfigMap a full list returned. Never raises."""
+
+        def step() -> bool:
+            changed = self.followed.keep_only(set(configmaps))
+            for name, configmap in configmaps.items():
+                changed = (
+                    self.followed.apply(name, configmap, self.policy(), self.trust_error) or changed
+                )
+            return self._choose() or changed
+
+        return self._following(step)
+
+    def _following(self, step: Callable[[], bool]) -> bool:
+        # A follow step runs as a watch callback in every server: a ConfigMap it cannot use
+        # must become a profile that did not arrive, not a dead watch. Each revision's verdict
+        # is logged where it is verified (`log_result`); this logs only the unexpected.
+        try:
+            return step()
+        except Exception:
+            log.exception("profile revisions could not be followed")
+            self.profile_missing("the signed profile ConfigMaps could not be read")
+            return True
 
     def _choose(self) -> bool:
         before = (self.profile, self.profile_refusal)

@@ -20,7 +20,13 @@ from typing import Any
 
 from inference_policy.detection import DetectionError
 from inference_policy.evidence import GpuDevice, GpuProcess, MigInstance, Sample
-from tmi_cli.nvidia_smi import CommandResult, NvidiaSmiUnavailable, Runner, run_command
+from tmi_cli.nvidia_smi import (
+    CommandResult,
+    NvidiaSmiUnavailable,
+    Runner,
+    present,
+    run_command,
+)
 from tmi_cli.nvml import (
     NVML_DEVICE_MIG_ENABLE,
     NVML_ERROR_FUNCTION_NOT_FOUND,
@@ -49,7 +55,6 @@ MIB = 1024 * 1024
 # NVML's "not in MIG mode" instance id (~0 as a 32-bit unsigned int).
 _NO_INSTANCE = 0xFFFFFFFF
 _MIG_PROFILE = re.compile(r"MIG\s+(\S+)\s*$")
-_ABSENT = frozenset({"", "N/A", "[N/A]", "Not Supported", "[Not Supported]", "None"})
 
 COMPUTE_APPS_QUERY = "--query-compute-apps=timestamp,gpu_uuid,pid,process_name,used_memory"
 
@@ -247,21 +252,14 @@ def _instance_id(value: Any) -> int | None:
 # -- nvidia-smi ----------------------------------------------------------------------------------
 
 
-def _present(value: str | None) -> str | None:
-    if value is None:
-        return None
-    value = value.strip()
-    return None if value in _ABSENT else value
-
-
 def _mib(value: str | None) -> int | None:
-    text = _present(value)
+    text = present(value)
     match = re.fullmatch(r"(\d+)(?:\s*MiB)?", text or "")
     return int(match.group(1)) * MIB if match else None
 
 
 def _int(value: str | None) -> int | None:
-    text = _present(value)
+    text = present(value)
     return int(text) if text is not None and text.isdigit() else None
 
 
@@ -288,7 +286,7 @@ def parse_smi_xml(text: str) -> SmiReport:
     devices: list[GpuDevice] = []
     processes: list[GpuProcess] = []
     for index, gpu in enumerate(root.findall("gpu")):
-        uuid = _present(gpu.findtext("uuid"))
+        uuid = present(gpu.findtext("uuid"))
         total = _mib(gpu.findtext("fb_memory_usage/total"))
         if uuid is None or total is None:
             raise DetectionError(f"nvidia-smi -q -x: GPU {index} has no UUID or memory total")
@@ -323,11 +321,11 @@ def parse_smi_xml(text: str) -> SmiReport:
                     used_bytes=_mib(info.findtext("used_memory")),
                     gpu_instance_id=_int(info.findtext("gpu_instance_id")),
                     compute_instance_id=_int(info.findtext("compute_instance_id")),
-                    name=_present(info.findtext("process_name")),
+                    name=present(info.findtext("process_name")),
                 )
             )
     return SmiReport(
-        driver=_present(root.findtext("driver_version")),
+        driver=present(root.findtext("driver_version")),
         devices=tuple(devices),
         processes=tuple(processes),
         timestamp=(root.findtext("timestamp") or "").strip(),
@@ -350,7 +348,7 @@ def parse_compute_apps(text: str) -> list[GpuProcess]:
     for cells in reader:
         values = dict(zip(header, (cell.strip() for cell in cells), strict=False))
         pid = _int(values.get("pid"))
-        uuid = _present(values.get("gpu_uuid"))
+        uuid = present(values.get("gpu_uuid"))
         if pid is None or uuid is None:
             raise DetectionError(
                 f"nvidia-smi --query-compute-apps row without pid or UUID: {cells}"
@@ -360,7 +358,7 @@ def parse_compute_apps(text: str) -> list[GpuProcess]:
                 pid=pid,
                 gpu_uuid=uuid,
                 used_bytes=_mib(values.get(memory_column)),
-                name=_present(values.get("process_name")),
+                name=present(values.get("process_name")),
             )
         )
     return out

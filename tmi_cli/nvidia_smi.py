@@ -20,6 +20,7 @@ from dataclasses import dataclass, replace
 from inference_policy.detection import DetectionError, GpuFacts, HostFacts
 
 __all__ = [
+    "ABSENT_VALUES",
     "CommandResult",
     "NvidiaSmiUnavailable",
     "Runner",
@@ -27,6 +28,7 @@ __all__ = [
     "parse_nvlink_status",
     "parse_p2p_matrix",
     "parse_query_gpu",
+    "present",
     "probe_nvidia_smi",
     "run_command",
 ]
@@ -42,7 +44,9 @@ _NVLINK_GPU_RE = re.compile(r"^GPU\s+(\d+)\s*:")
 # Only a bandwidth figure proves a link is up: "<inactive>", "N/A" or a status
 # string a future driver invents must not count as a working link.
 _NVLINK_ACTIVE_RE = re.compile(r"^\s*Link\s+\d+\s*:\s*\d+(?:\.\d+)?\s*[KMGT]?B/s", re.IGNORECASE)
-_ABSENT_VALUES = frozenset({"", "N/A", "[N/A]", "Not Supported", "[Not Supported]"})
+# What nvidia-smi prints where it has no value, in its CSV queries and its XML report alike
+# (`tmi detect` and `tmi evidence` both read it through `present`).
+ABSENT_VALUES = frozenset({"", "N/A", "[N/A]", "Not Supported", "[Not Supported]"})
 
 
 class NvidiaSmiUnavailable(DetectionError):
@@ -187,11 +191,11 @@ def parse_query_gpu(text: str) -> list[GpuFacts]:
     rows: list[GpuFacts] = []
     for cells in reader:
         values = dict(zip(header, (cell.strip() for cell in cells), strict=False))
-        index_text = _present(values.get("index"))
+        index_text = present(values.get("index"))
         if index_text is None or not index_text.isdigit():
             raise DetectionError(f"{_NVIDIA_SMI} --query-gpu row without a GPU index: {cells}")
         index = int(index_text)
-        name = _present(values.get("name"))
+        name = present(values.get("name"))
         if name is None:
             raise DetectionError(f"{_NVIDIA_SMI} reports no name for GPU {index}")
         rows.append(
@@ -199,7 +203,7 @@ def parse_query_gpu(text: str) -> list[GpuFacts]:
                 index=index,
                 name=name,
                 compute_capability=_parse_cc(values.get("compute_cap"), index),
-                mig_capable=_present(values.get("mig.mode.current")) is not None,
+                mig_capable=present(values.get("mig.mode.current")) is not None,
                 mig_enabled=values.get("mig.mode.current") == "Enabled",
                 memory_total_bytes=_parse_mib(values.get("memory.total"), index),
             )
@@ -212,12 +216,17 @@ def _column_name(cell: str) -> str:
     return cell.split("[", 1)[0].strip()
 
 
-def _present(value: str | None) -> str | None:
-    return None if value is None or value in _ABSENT_VALUES else value
+def present(value: str | None) -> str | None:
+    """An nvidia-smi value without its surrounding whitespace (XML text keeps its indentation),
+    or None where nvidia-smi printed none (`ABSENT_VALUES`)."""
+    if value is None:
+        return None
+    value = value.strip()
+    return None if value in ABSENT_VALUES else value
 
 
 def _parse_cc(value: str | None, index: int) -> tuple[int, int]:
-    text = _present(value)
+    text = present(value)
     match = re.fullmatch(r"(\d+)\.(\d+)", text or "")
     if match is None:
         raise DetectionError(
@@ -227,7 +236,7 @@ def _parse_cc(value: str | None, index: int) -> tuple[int, int]:
 
 
 def _parse_mib(value: str | None, index: int) -> int:
-    text = _present(value)
+    text = present(value)
     match = re.fullmatch(r"(\d+)(?:\s*MiB)?", text or "")
     if match is None:
         raise DetectionError(f"{_NVIDIA_SMI} reports no total memory for GPU {index} ({value!r})")

@@ -31,15 +31,10 @@ from inference_policy.recipes import RecipeCatalogError, load_catalog
 from inference_policy.refusals import RefusalCode
 from inference_policy.signing import DEFAULT_SKEW
 from policy_io.catalog import packaged_catalog
-from policy_io.state import (
-    PROFILE_LABEL,
-    PROFILE_SELECTOR,
-    PolicySettings,
-    PolicyState,
-    revision_of,
-)
+from policy_io.state import PROFILE_LABEL, PolicySettings, PolicyState, revision_of
 from serving.informer import Collection, Delta, Informer, Informers, ListWatch
 from serving.kube import ApiError
+from serving.revisions import ProfileRevisionFeed
 
 log = logging.getLogger(__name__)
 PROFILE = "profile"
@@ -111,22 +106,13 @@ class PolicyStore:
 
     def apply_revision(self, name: str, configmap: Mapping[str, Any] | None) -> None:
         """Follow mode: one signed profile ConfigMap as a watch event has it (None: deleted)."""
-        self._follow(lambda: self.state.follow(name, configmap))
+        if self.state.follow(name, configmap):
+            self.generation += 1
 
     def apply_revisions(self, configmaps: Mapping[str, Mapping[str, Any]]) -> None:
         """Follow mode: every signed profile ConfigMap, as a complete list returned them."""
         self.synced.add(REVISIONS)
-        self._follow(lambda: self.state.follow_list(configmaps))
-
-    def _follow(self, step: Callable[[], bool]) -> None:
-        # Each revision's verdict is logged where it is verified (policy_io.state).
-        try:
-            changed = step()
-        except Exception:
-            log.exception("profile revisions could not be followed")
-            self.state.profile_missing("the signed profile ConfigMaps could not be read")
-            changed = True
-        if changed:
+        if self.state.follow_list(configmaps):
             self.generation += 1
 
     def apply(self, name: str, configmap: Mapping[str, Any] | None, why: str | None = None) -> None:
@@ -383,24 +369,12 @@ class KubernetesSource:
     def _revisions(self, store: PolicyStore, api: ListWatch) -> Informer:
         """Every signed profile ConfigMap of the namespace, by label (follow mode)."""
 
-        def changed(delta: Delta) -> None:
-            if not delta.listed:
-                name = str((delta.object.get("metadata") or {}).get("name"))
-                store.apply_revision(name, None if delta.type == "DELETED" else delta.object)
-
-        def listed(informer: Informer) -> None:
-            store.apply_revisions(
-                {str((o.get("metadata") or {}).get("name")): o for o in informer.store.values()}
-            )
-
         def failed(exc: Exception) -> None:
             if isinstance(exc, ApiError) and exc.status in (401, 403):
                 store.apply_revisions({})
 
-        collection = Collection(
-            "configmaps", "ConfigMap", self.namespace, label_selector=PROFILE_SELECTOR
-        )
-        return self._new(api, collection, changed, listed, failed)
+        feed = ProfileRevisionFeed(self.namespace, store.apply_revision, store.apply_revisions)
+        return self._new(api, feed.collection, feed.changed, feed.listed, failed)
 
     async def stop(self) -> None:
         if self.informers is not None:

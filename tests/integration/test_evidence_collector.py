@@ -8,6 +8,7 @@ import asyncio
 import json
 from typing import Any
 
+import orjson
 import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
@@ -16,10 +17,16 @@ from prometheus_client import CollectorRegistry, generate_latest
 from allocation_controller.app import create_app
 from allocation_controller.config import ControllerSettings, settings_from_args
 from allocation_controller.controller import Controller
-from allocation_controller.evidence import EVIDENCE_PATH, EvidenceBoard, add_evidence_routes
+from allocation_controller.evidence import (
+    EVIDENCE_PATH,
+    MAX_REPORT_BYTES,
+    EvidenceBoard,
+    add_evidence_routes,
+)
 from allocation_controller.memory import MemoryKube
 from inference_policy.evidence import judge
 from policy_io.state import PolicySettings
+from serving.app import READ_TIMEOUT
 from tests.evidencekit import GIB, H200_UUID, MIG, SHARED, nvml_observation, owners, pods
 from tmi_cli.evidence import post_report
 
@@ -41,7 +48,7 @@ class Clock:
 
 
 async def client_for(board: EvidenceBoard, registry: CollectorRegistry) -> TestClient:
-    app = web.Application()
+    app = web.Application(client_max_size=MAX_REPORT_BYTES)
     add_evidence_routes(app, board, TOKEN, registry)
     client = TestClient(TestServer(app))
     await client.start_server()
@@ -165,6 +172,45 @@ async def test_the_controller_serves_evidence_only_with_a_token() -> None:
     try:
         assert (await client.put(EVIDENCE_PATH, data=body, headers=AUTH)).status == 404
         assert "tmi_evidence" not in await (await client.get("/metrics")).text()
+    finally:
+        await client.close()
+
+
+async def test_a_report_is_read_in_time_and_within_the_limit() -> None:
+    # The controller's own app, so its body limit is the one under test too.
+    app = create_app(Controller(MemoryKube("kamiwaza"), settings(TOKEN)))
+    app[READ_TIMEOUT] = 0.5
+    client = TestClient(TestServer(app))
+    await client.start_server()
+    try:
+        # A body announced and never sent: 408 once the read timeout passes. (Its connection is
+        # closed after the listener's linger, which `test_abusive_clients` measures.)
+        reader, writer = await asyncio.open_connection(client.host, client.port)
+        writer.write(
+            f"PUT {EVIDENCE_PATH} HTTP/1.1\r\nHost: collector\r\n"
+            f"Authorization: Bearer {TOKEN}\r\nContent-Length: 100\r\n\r\n{{".encode()
+        )
+        head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)
+        assert head.startswith(b"HTTP/1.1 408"), head
+        assert b"Connection: close" in head
+        length = int(head.split(b"Content-Length: ")[1].split(b"\r\n")[0])
+        detail = orjson.loads(await asyncio.wait_for(reader.readexactly(length), 10))["detail"]
+        assert detail == "the request body did not arrive within 0.5 seconds"
+        writer.close()
+
+        async def chunks() -> Any:
+            # Without a Content-Length, so the limit is found while reading.
+            for _ in range(MAX_REPORT_BYTES // (1024 * 1024)):
+                yield b" " * (1024 * 1024)
+            yield b"{}"
+
+        for body in (b" " * MAX_REPORT_BYTES + b"{}", chunks()):
+            answer = await client.put(EVIDENCE_PATH, data=body, headers=AUTH)
+            assert answer.status == 413
+            assert await answer.json() == {
+                "status": 413,
+                "detail": f"a report is at most {MAX_REPORT_BYTES} bytes",
+            }
     finally:
         await client.close()
 

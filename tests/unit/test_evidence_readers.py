@@ -28,7 +28,7 @@ from tmi_cli.gpu_processes import (
     parse_mig_lgi,
     parse_smi_xml,
 )
-from tmi_cli.nvidia_smi import NvidiaSmiUnavailable
+from tmi_cli.nvidia_smi import ABSENT_VALUES, NvidiaSmiUnavailable
 from tmi_cli.nvml import NvmlUnavailable
 
 REAL = GPU / "h200-1x"
@@ -81,6 +81,24 @@ def test_compute_apps_csv_by_column_name() -> None:
     assert parse_compute_apps(reordered)[0].used_bytes == 12 * MIB
     with pytest.raises(DetectionError, match="gpu_uuid"):
         parse_compute_apps("pid, used_memory\n1, 2\n")
+
+
+@pytest.mark.parametrize("absent", sorted(ABSENT_VALUES))
+def test_evidence_reads_nvidia_smi_absent_values_as_detect_does(absent: str) -> None:
+    # One set for `tmi detect` and `tmi evidence` (`tmi_cli.nvidia_smi.ABSENT_VALUES`).
+    csv = f"pid, gpu_uuid, process_name, used_memory [MiB]\n7, GPU-x, {absent}, {absent}\n"
+    (row,) = parse_compute_apps(csv)
+    assert (row.name, row.used_bytes) == (None, None)
+    xml = f"<nvidia_smi_log><gpu><uuid>  {absent}\n</uuid></gpu></nvidia_smi_log>"
+    with pytest.raises(DetectionError, match="no UUID"):
+        parse_smi_xml(xml)
+
+
+def test_none_is_not_one_of_nvidia_smis_absent_values() -> None:
+    # nvidia-smi prints "None" for an empty list (`<mig_devices>` in the recorded reports),
+    # which no reader takes as a value; where a value is read, "None" is what was printed.
+    (row,) = parse_compute_apps("pid, gpu_uuid, process_name\n7, GPU-x, None\n")
+    assert row.name == "None"
 
 
 def test_mig_listings() -> None:

@@ -122,6 +122,17 @@ def test_negative_resources_are_refused() -> None:
         parse_millicores("-500m")
 
 
+@pytest.mark.parametrize("text", ["-1", "-500m", "8 Gi", "1e999", ""])
+def test_bytes_and_millicores_refuse_with_the_form_they_take(text: str) -> None:
+    # What a refused deployment request quotes back: the form asked for, not the grammar's detail.
+    with pytest.raises(QuantityError) as memory:
+        parse_bytes(text)
+    assert str(memory.value) == f"{text!r} is not a memory quantity such as 8Gi or 512Mi"
+    with pytest.raises(QuantityError) as cpu:
+        parse_millicores(text)
+    assert str(cpu.value) == f"{text!r} is not a CPU quantity such as 2 or 500m"
+
+
 def test_profile_quantities_stay_whole_binary() -> None:
     assert parse_whole_binary("79Gi") == 79 * 1024**3
     for text in ("79.5Gi", "80G", "0Gi", "1e3"):

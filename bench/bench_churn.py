@@ -406,16 +406,14 @@ def offered_load(tasks: Sequence[Task], fleet: Fleet) -> dict[str, Any]:
     on arrival, against the class's capacity."""
     specs = {spec.name: spec for spec in fleet.specs}
     start, end = min(t.arrive for t in tasks), max(t.arrive for t in tasks)
+    resources = {cls: {r for r, _, _ in mix} for cls, mix in class_distributions(tasks).items()}
     out: dict[str, Any] = {}
     for cls, names in fleet.classes.items():
         capacity = 0.0
         for name in names:
             allocatable = node_facts(specs[name].manifest()).allocatable
-            capacity += sum(
-                gpu_units(r, v)
-                for r, v in allocatable.items()
-                if r in (VRAM, "nvidia.com/gpu") or r in MIG_GPU_SHARE
-            )
+            # Only the class's own resource: a VRAM bucket's node also lists its one GPU.
+            capacity += sum(gpu_units(r, v) for r, v in allocatable.items() if r in resources[cls])
         busy = sum(
             t.gpus * max(0.0, min(t.arrive + t.lifetime, end) - t.arrive)
             for t in tasks

@@ -40,7 +40,10 @@ before this benchmark existed: `score_nodes` with no workload distribution), `sp
 free capacity left, kube-scheduler's default), and `fgd (tmi)` (the extender's score with the
 decayed histogram of the requests seen so far, fed the same way the server feeds it). The
 extender's scores break ties at random as kube-scheduler does; those policies run `SEEDS` seeds
-and the figures are means.
+and the figures are means. Three diagnostics of fgd's score follow it: `unquantised` (the least
+rise in fragmentation itself, not its 0..10 grade, so no ties but the least leftover),
+`half-life x10` (a histogram ten times slower to forget) and `whole trace's mix` (fed the
+distribution the stranded measure is taken against, which no server knows in advance).
 
 The floor: what no placement could beat. Placement only decides where a request runs, so the
 most it can do is what a scheduler could do that moved every running request at every arrival
@@ -117,7 +120,12 @@ from bench_placement import (  # noqa: E402
     build_fleet,
 )
 
-from inference_policy.fragmentation import RequestMix, Workload  # noqa: E402
+from inference_policy.fragmentation import (  # noqa: E402
+    DEFAULT_HALF_LIFE,
+    RequestMix,
+    Workload,
+    fragment_delta,
+)
 from inference_policy.nodes import NodeFacts, node_facts  # noqa: E402
 from inference_policy.placement import (  # noqa: E402
     Demand,
@@ -478,13 +486,48 @@ ORACLE = "repack oracle"
 ORACLE_GENEROUS = "repack oracle, generous"
 
 
-def policies(seed: int, mix: RequestMix) -> list[tuple[str, Chooser, bool]]:
-    """(label, chooser, whether arrivals feed the histogram)."""
+def unquantised(rng: random.Random, workload: Callable[[], Workload | None]) -> Chooser:
+    """FGD without the 0..10 range: the least rise in expected fragmentation, then the least
+    leftover, then at random. Whether the extender's quantising and ties cost anything."""
+
+    def choose(demand: Demand, nodes: list[NodeFacts], fit: list[int], used_of: Any) -> int:
+        name = demand.kind[0]
+        want = demand.requests[name]
+        mix = workload()
+        sizes = mix.of(name) if mix is not None else None
+        keys = []
+        for i in fit:
+            free = nodes[i].allocatable[name] - used_of(nodes[i].name).get(name, 0)
+            delta = fragment_delta(free, want, sizes) if sizes else 0.0
+            keys.append((round(delta, 9), free - want))
+        top = min(keys)
+        best = [fit[k] for k, key in enumerate(keys) if key == top]
+        return best[rng.randrange(len(best))]
+
+    return choose
+
+
+def trace_workload(tasks: Sequence[Task]) -> Workload:
+    """The whole trace's request mix, the one the stranded measure is taken against."""
+    sizes: dict[str, list[tuple[int, float]]] = {}
+    for mix in class_distributions(tasks).values():
+        for resource, size, p in mix:
+            sizes.setdefault(resource, []).append((size, p))
+    return Workload({r: tuple(sorted(v)) for r, v in sizes.items()})
+
+
+def policies(seed: int, trace: Workload) -> list[tuple[str, Chooser, RequestMix | None]]:
+    """(label, chooser, the histogram arrivals feed). After `fgd (tmi)`, diagnostics of its
+    score: ties and quantising, the histogram's half-life, and the distribution it is fed."""
+    mixes = [RequestMix(), RequestMix(), RequestMix(10 * DEFAULT_HALF_LIFE)]
     return [
-        ("first-fit", first_fit, False),
-        ("best-fit", extender(random.Random(seed), lambda: None), False),
-        ("spread", spread(random.Random(seed)), False),
-        ("fgd (tmi)", extender(random.Random(seed), mix.workload), True),
+        ("first-fit", first_fit, None),
+        ("best-fit", extender(random.Random(seed), lambda: None), None),
+        ("spread", spread(random.Random(seed)), None),
+        ("fgd (tmi)", extender(random.Random(seed), mixes[0].workload), mixes[0]),
+        ("fgd, unquantised", unquantised(random.Random(seed), mixes[1].workload), mixes[1]),
+        ("fgd, half-life x10", extender(random.Random(seed), mixes[2].workload), mixes[2]),
+        ("fgd, whole trace's mix", extender(random.Random(seed), lambda: trace), None),
     ]
 
 
@@ -992,14 +1035,13 @@ def main() -> None:
             "offered": offered_load(tasks, fleet),
             "policies": {},
         }
-        for label, _, _ in policies(0, RequestMix()):
+        trace = trace_workload(tasks)
+        for label, _, _ in policies(0, trace):
             randomised = label != "first-fit"
             runs = []
             run_started = time.perf_counter()
             for seed in range(SEEDS if randomised else 1):
-                mix = RequestMix()
-                chooser, feeds = next((c, f) for lab, c, f in policies(seed, mix) if lab == label)
-                feed = mix if feeds else None
+                chooser, feed = next((c, f) for lab, c, f in policies(seed, trace) if lab == label)
                 runs.append(
                     replay(tasks, fleet, demands, chooser, feed, floor, bracket=not randomised)
                 )

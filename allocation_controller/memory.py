@@ -128,7 +128,7 @@ class MemoryKube:
         self.calls: dict[str, int] = {}
         self.failures: dict[str, list[ApiError]] = {}
         self.latency = 0.0
-        self.on_patch: Callable[[Patch], None] | None = None
+        self.on_patch: Callable[[Patch], object] | None = None
 
     @property
     def namespace(self) -> str:

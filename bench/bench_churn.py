@@ -100,7 +100,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "bench"))
@@ -534,6 +534,16 @@ def policies(seed: int, trace: Workload) -> list[tuple[str, Chooser, RequestMix 
 # -- the discrete-event replay ---------------------------------------------------------------------
 
 
+class ReplayStats(TypedDict):
+    """One class's running tallies in a replay."""
+
+    arrived: int
+    admitted: int
+    gpus_arrived: float
+    gpus_admitted: float
+    waits: list[float]
+
+
 @dataclass
 class ClassState:
     nodes: list[NodeFacts]
@@ -605,7 +615,7 @@ def replay(
     # Floor.fits for (class, resource, size) since the class's running requests last changed.
     verdicts: dict[tuple[str, str, int], bool | None] = {}
     waiting: dict[str, list[tuple[float, int]]] = {cls: [] for cls in classes}
-    stats = {
+    stats: dict[str, ReplayStats] = {
         cls: {"arrived": 0, "admitted": 0, "gpus_arrived": 0.0, "gpus_admitted": 0.0, "waits": []}
         for cls in classes
     }
@@ -750,7 +760,7 @@ def replay(
         integral = built_integral if bracket else floor_integral
     out: dict[str, Any] = {}
     for cls, block in stats.items():
-        waits = block.pop("waits")
+        waits = block["waits"]
         refused = {i for i, t in enumerate(tasks) if t.item.cls == cls} - admitted_tasks
         out[cls] = {
             "arrived": block["arrived"],
@@ -858,7 +868,7 @@ def steering(tasks: Sequence[Task], demands: Demands, steer: bool, seed: int) ->
     cpu_demand = demand_for(parse_plan(CPU_PLAN), None)
     events: list[tuple[float, int, int, str]] = [(t.arrive, 1, i, "") for i, t in enumerate(tasks)]
     heapq.heapify(events)
-    counts = {
+    counts: dict[str, float] = {
         "cpu_pods": 0,
         "cpu_pods_on_gpu_nodes": 0,
         "cpu_pods_unplaced": 0,

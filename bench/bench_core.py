@@ -11,8 +11,8 @@ import platform
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -21,7 +21,7 @@ from inference_policy.signing import verify_configmap  # noqa: E402
 from tests.profilekit import NOW, Owner, request  # noqa: E402
 
 
-def timed(fn: Any, rounds: int) -> dict[str, float]:
+def timed(fn: Callable[[], object], rounds: int) -> dict[str, float]:
     samples = []
     for _ in range(rounds):
         start = time.perf_counter_ns()
@@ -47,7 +47,7 @@ def main() -> None:
     for _ in range(200):
         state.decide(derived_gpu, NOW)
 
-    results = {
+    results: dict[str, object] = {
         "machine": f"{platform.machine()} {platform.processor() or ''}".strip(),
         "python": platform.python_version(),
         "verify_profile": timed(lambda: verify_configmap(configmap, policy, NOW), 2000),

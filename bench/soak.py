@@ -69,8 +69,10 @@ def serve(kind: str, stats: str, argv: list[str]) -> int:
 
     if kind == "webhook":
         from webhook import __main__ as server
+        from webhook import config
     else:
         from extender import __main__ as server  # type: ignore[no-redef]
+        from extender import config  # type: ignore[no-redef]
 
     async def sample() -> None:
         with open(stats, "a", encoding="utf-8") as out:
@@ -89,7 +91,7 @@ def serve(kind: str, stats: str, argv: list[str]) -> int:
     def prepare(settings: Any) -> Any:
         return with_sampler(server.prepare(settings))
 
-    return process.main(argv, server.settings_from_args, prepare)
+    return process.main(argv, config.settings_from_args, prepare)
 
 
 # -- the fixture: profile, nodes, bound Pods --------------------------------------------------

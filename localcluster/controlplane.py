@@ -237,7 +237,7 @@ class ControlPlane:
             if proc is not None:
                 proc.stop()
         for api in self._api_clients:
-            api.close()  # type: ignore[no-untyped-call]
+            api.close()
         self._api_clients.clear()
         remove = self._owns_workdir if remove_workdir is None else remove_workdir
         if remove and self._owns_workdir:

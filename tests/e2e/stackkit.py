@@ -9,7 +9,7 @@ import contextlib
 import uuid
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, TypedDict
 
 from localcluster import ApiError, ControlPlane, FakeNode, create_fake_nodes, delete_fake_nodes
 from localcluster.stack import StackSettings, TenantStack, deploy_stack
@@ -24,6 +24,12 @@ LARGE = request(
     model__layers=80,
     model__kvHeads=8,
 )
+
+
+class _NodeOverrides(TypedDict, total=False):
+    """FakeNode fields a stack's node sets only when asked to (else the FakeNode default)."""
+
+    gpu_product: str
 
 
 def whole_h100_profile() -> dict[str, Any]:
@@ -84,7 +90,7 @@ def h100_stack(
     which the extender has seen before the first test runs; the node goes with the stack."""
     admin = control_plane.kube("admin")
     node = f"{prefix.removeprefix('tmi-')}-h100-{uuid.uuid4().hex[:4]}"
-    extra = {"gpu_product": gpu_product} if gpu_product else {}
+    extra: _NodeOverrides = {"gpu_product": gpu_product} if gpu_product else {}
     with tenant_stack(control_plane, prefix, whole_h100_envelope, scheduling_timeout_seconds) as up:
         create_fake_nodes(admin, [FakeNode(node, gpus=gpus, vram_gb=80, **extra)])
         assert up.extender is not None

@@ -208,9 +208,6 @@ def test_a_deployment_rolls_to_a_new_request_pod_by_pod(
                 f"/apis/apps/v1/namespaces/{namespace}/deployments/{name}",
                 query={"propagationPolicy": "Foreground"},
             )
+        pod_query: dict[str, str | int] = {"labelSelector": f"app={name}", "gracePeriodSeconds": 0}
         with contextlib.suppress(ApiError):
-            admin.request(
-                "DELETE",
-                f"/api/v1/namespaces/{namespace}/pods",
-                query={"labelSelector": f"app={name}", "gracePeriodSeconds": 0},
-            )
+            admin.request("DELETE", f"/api/v1/namespaces/{namespace}/pods", query=pod_query)

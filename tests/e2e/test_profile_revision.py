@@ -154,6 +154,7 @@ def following(
 def _pids(stack: TenantStack) -> list[int]:
     processes = [stack.webhook.process if stack.webhook else None]
     processes.append(stack.extender.process if stack.extender else None)
+    assert stack.controller is not None
     processes += [replica.process for replica in stack.controller.replicas]
     return [p.pid for p in processes if p is not None]
 
@@ -181,7 +182,7 @@ def test_following_a_new_revision_takes_only_its_publication(
     second = revision(owner, namespace, 2, R2)
     published = time.monotonic()
     publish_profile(control_plane, second)
-    wanted = second["data"]["bundle.sha256"]
+    wanted: str = second["data"]["bundle.sha256"]
 
     def planned_with_r2() -> bool:
         probe = engine_pod(namespace, LARGE, name=f"probe-{uuid.uuid4().hex[:6]}")

@@ -37,7 +37,7 @@ def examples(quick: int = QUICK_EXAMPLES) -> int:
     return int(value) if value else quick
 
 
-def fuzz_settings(quick: int = QUICK_EXAMPLES) -> Any:
+def fuzz_settings(quick: int = QUICK_EXAMPLES) -> settings:
     return settings(
         max_examples=examples(quick),
         deadline=None,

@@ -43,6 +43,7 @@ from allocation_controller.config import settings_from_args as controller_settin
 from extender.config import settings_from_args as extender_settings
 from inference_policy import strictjson
 from inference_policy.plan import Plan, PlanError, parse_plan
+from inference_policy.profile import CpuBinding
 from inference_policy.signing import (
     BUNDLE_KEY,
     DIGEST_KEY,
@@ -315,6 +316,7 @@ def test_fuzz_plan_api(webhook: AppDriver) -> None:
             if plan.path == "gpu":
                 found = profile.envelope.binding(plan.bindingId or "")
                 assert found is not None, plan.bindingId
+                assert not isinstance(found[1], CpuBinding), plan.bindingId
                 resource = found[1].resource.name
                 assert set(plan.requests) == {resource}, (plan.requests, resource)
             assert status != 503, "a published, valid profile must not be unavailable"
@@ -325,7 +327,7 @@ def test_fuzz_plan_api(webhook: AppDriver) -> None:
 # -- plan annotations --------------------------------------------------------------------------
 
 
-annotations = st.one_of(
+plan_annotations = st.one_of(
     st.sampled_from(corpus.plan_texts()),
     st.sampled_from([p.wire() for p in corpus.plans()])
     .flatmap(lambda w: mutated(w, 3))
@@ -340,7 +342,7 @@ def test_fuzz_plan_annotations() -> None:
     with recorded(Stats("plan-annotations")) as stats:
 
         @fuzz_settings(300)
-        @given(annotations)
+        @given(plan_annotations)
         def run(annotation: Any) -> None:
             try:
                 plan = parse_plan(annotation)
@@ -389,7 +391,7 @@ SERVERS: dict[str, tuple[Parse, dict[str, str]]] = {
     ),
 }
 # Whole-number settings, by variable, and where each server keeps the value.
-WHOLE = {
+WHOLE: dict[str, Callable[[Any], object]] = {
     "TMI_PORT": lambda s: s.port,
     "TMI_MINIMUM_BUNDLE_VERSION": lambda s: s.policy.minimum_bundle_version,
     "TMI_MAX_HEADER_BYTES": lambda s: s.limits.max_header_bytes,

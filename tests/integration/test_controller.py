@@ -26,7 +26,6 @@ from aiohttp.test_utils import TestClient, TestServer
 from allocation_controller.app import create_app
 from allocation_controller.config import (
     FAULT_PAUSE_VARIABLE,
-    ConfigError,
     ControllerSettings,
     settings_from_args,
 )
@@ -38,6 +37,7 @@ from allocation_controller.reconciler import NotLeader, Reconciler, ReconcileSet
 from allocation_controller.revisions import PolicyView
 from inference_policy.grant import CONDITION_TYPE
 from policy_io.state import PolicySettings
+from serving.settings import ConfigError
 from tests.profilekit import NAMESPACE, NOW, Owner, request
 
 CREATED = "2026-11-29T12:00:00Z"

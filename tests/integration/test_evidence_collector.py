@@ -47,7 +47,9 @@ class Clock:
         return self.now
 
 
-async def client_for(board: EvidenceBoard, registry: CollectorRegistry) -> TestClient:
+async def client_for(
+    board: EvidenceBoard, registry: CollectorRegistry
+) -> TestClient[web.Request, web.Application]:
     app = web.Application(client_max_size=MAX_REPORT_BYTES)
     add_evidence_routes(app, board, TOKEN, registry)
     client = TestClient(TestServer(app))

@@ -14,6 +14,7 @@ import pytest
 
 from inference_policy.recipes import load_catalog
 from tests.profilekit import NOW_TEXT, Owner, catalog_image, request
+from tmi_cli.detect import DetectionError
 from tmi_cli.main import main
 
 
@@ -407,7 +408,7 @@ def test_detect_without_gpu_fails_clearly(capsys: Any, monkeypatch: Any) -> None
     import tmi_cli.main as cli
 
     def no_gpu(*_: Any, **__: Any) -> Any:
-        raise cli.DetectionError("no NVIDIA driver found: NVML and nvidia-smi are unavailable")
+        raise DetectionError("no NVIDIA driver found: NVML and nvidia-smi are unavailable")
 
     monkeypatch.setattr(cli, "detect_accelerator", no_gpu)
     code, out, err = run(capsys, "detect")

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from extender.__main__ import main
-from extender.config import ConfigError, settings_from_args
+from extender.config import settings_from_args
+from serving.settings import ConfigError
 
 KEY = "A" * 43 + "="
 BASE = {

@@ -9,7 +9,7 @@ the profile bounds its version, and any number no encoder can write makes the te
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
@@ -19,7 +19,7 @@ from tests.fuzz import corpus
 
 def _gpu_plan() -> dict[str, Any]:
     wire = next(p for p in corpus.plans() if p.path == "gpu").wire()
-    return json.loads(json.dumps(wire))
+    return cast(dict[str, Any], json.loads(json.dumps(wire)))
 
 
 @pytest.mark.parametrize("version", [2**64, 2**53])

@@ -231,7 +231,8 @@ def test_external_with_block() -> None:
 
 @pytest.mark.parametrize("field", ["gpu_allocation", "vram_allocation"])
 def test_external_with_allocation(field: str) -> None:
-    body = plan(request(external=True, **{field: 1}))
+    allocation: dict[str, Any] = {field: 1}
+    body = plan(request(external=True, **allocation))
     assert body == {
         "status": 422,
         "detail": "external endpoints allocate no local resources; omit gpu_allocation and "
@@ -649,7 +650,7 @@ def test_gpu_only_engine_with_force_cpu() -> None:
 
 
 def test_explicit_cpu_block() -> None:
-    cpu = {
+    cpu: dict[str, Any] = {
         "schemaVersion": 1,
         "cpu": {"architecture": "amd64", "requests": {"cpu": "2", "memory": "8Gi"}},
         "runtime": {"selection": "automatic"},

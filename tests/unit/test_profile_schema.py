@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
@@ -14,7 +14,7 @@ BASE = OWNER.envelope()
 
 
 def whole(env: dict[str, Any]) -> dict[str, Any]:
-    return env["profiles"][1]["bindings"][0]
+    return cast(dict[str, Any], env["profiles"][1]["bindings"][0])
 
 
 def refused(env: dict[str, Any]) -> str:

@@ -66,7 +66,7 @@ def test_structured_fields_from_extra_are_top_level_keys() -> None:
     logger = logging.getLogger("tests.logs.extra")
     captured: list[logging.LogRecord] = []
     handler = logging.Handler()
-    handler.emit = captured.append  # type: ignore[method-assign]
+    handler.emit = captured.append  # type: ignore[method-assign, assignment]
     logger.addHandler(handler)
     logger.propagate = False
     try:

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from webhook.config import ConfigError, settings_from_args
+from serving.settings import ConfigError
+from webhook.config import settings_from_args
 
 BASE = ["--cert", "c.pem", "--key", "k.pem"]
 

@@ -61,7 +61,7 @@ def test_the_final_stage_runs_as_a_non_root_user() -> None:
 
 
 def test_the_application_packages_and_nothing_of_the_harness_are_copied() -> None:
-    shipped = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["mypy"]["packages"])
+    shipped = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["mypy"]["files"])
     copied = {
         rest.split()[0]
         for stage in stages()

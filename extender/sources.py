@@ -29,6 +29,7 @@ from inference_policy.ledger import accounted_pod, pod_key
 from inference_policy.nodes import NodeFacts, node_facts
 from inference_policy.wire import ENGINE_LABEL as DEPLOYMENT_LABEL
 from serving.informer import Collection, Delta, Informer, Informers, ListWatch
+from serving.kube import not_permitted
 from serving.revisions import ProfileRevisionFeed
 
 log = logging.getLogger(__name__)
@@ -167,12 +168,14 @@ class KubernetesSource:
         collection: Collection,
         changed: Callable[[Delta], None],
         listed: Callable[[Informer], None],
+        failed: Callable[[Exception], None] | None = None,
     ) -> Informer:
         return Informer(
             self.api,
             collection,
             changed,
             on_listed=listed,
+            on_error=failed,
             watch_timeout=self.watch_seconds,
             relist_seconds=self.resync_seconds,
             backoff=self.backoff_seconds,
@@ -181,8 +184,17 @@ class KubernetesSource:
 
     def _profile(self, view: ClusterView) -> Informer:
         settings = view.settings
+
+        def failed(exc: Exception) -> None:
+            why = not_permitted(exc)
+            if why is not None:
+                view.profile_not_permitted(why)
+
         if settings.follow_revisions:
-            return self._revisions(view)
+            feed = ProfileRevisionFeed(
+                settings.namespace, view.follow_profile, view.follow_profiles
+            )
+            return self._informer(feed.collection, feed.changed, feed.listed, failed)
         name = settings.bundle_configmap
 
         def changed(delta: Delta) -> None:
@@ -196,14 +208,7 @@ class KubernetesSource:
         collection = Collection(
             "configmaps", "ConfigMap", settings.namespace, field_selector=f"metadata.name={name}"
         )
-        return self._informer(collection, changed, listed)
-
-    def _revisions(self, view: ClusterView) -> Informer:
-        """Every signed profile ConfigMap of the namespace, by label (follow mode)."""
-        feed = ProfileRevisionFeed(
-            view.settings.namespace, view.follow_profile, view.follow_profiles
-        )
-        return self._informer(feed.collection, feed.changed, feed.listed)
+        return self._informer(collection, changed, listed, failed)
 
     def _nodes(self, view: ClusterView) -> Informer:
         facts: dict[str, NodeFacts] = {}

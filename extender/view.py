@@ -184,14 +184,25 @@ class ClusterView:
         self.pending.discard(PROFILE)
         self.policy.follow_list(configmaps)
 
-    def set_profile(self, configmap: Mapping[str, Any] | None) -> None:
-        """The profile ConfigMap as read now (None: absent). Never raises: it is a callback."""
+    def profile_not_permitted(self, why: str) -> None:
+        """The profile ConfigMap (or, following revisions, their list) may not be read by this
+        server's Role (`serving.kube.not_permitted`): the profile did not arrive, and every
+        node's rejection says why, rather than the extender staying unready."""
+        if self.settings.follow_revisions:
+            self.pending.discard(PROFILE)
+            self.policy.revisions_not_permitted(why)
+        else:
+            self.set_profile(None, why)
+
+    def set_profile(self, configmap: Mapping[str, Any] | None, why: str | None = None) -> None:
+        """The profile ConfigMap as read now (None: absent, or unreadable for `why`). Never
+        raises: it is a callback."""
         self.pending.discard(PROFILE)
         name, namespace = self.settings.bundle_configmap, self.settings.namespace
         try:
             if configmap is None:
                 self.policy.profile_missing(
-                    f"ConfigMap {name!r} was not found in namespace {namespace!r}"
+                    f"ConfigMap {name!r} {why or 'was not found'} in namespace {namespace!r}"
                 )
                 return
             if self.policy.read_profile(dict(configmap), self.clock()):

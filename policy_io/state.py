@@ -270,6 +270,15 @@ class PolicyState:
 
         return self._following(step)
 
+    def revisions_not_permitted(self, why: str) -> None:
+        """Follow mode: the signed profile ConfigMaps could not be listed (`why`, the API
+        server's refusal of this server's Role). What was read before is forgotten, as a pinned
+        ConfigMap that may no longer be read is: the profile did not arrive, and says why."""
+        self.followed.keep_only(set())
+        self.profile_missing(
+            f"ConfigMaps labelled {PROFILE_SELECTOR} in namespace {self.settings.namespace!r} {why}"
+        )
+
     def _following(self, step: Callable[[], bool]) -> bool:
         # A follow step runs as a watch callback in every server: a ConfigMap it cannot use
         # must become a profile that did not arrive, not a dead watch. Each revision's verdict

@@ -73,6 +73,19 @@ def api_error(status: int, reason: str = "", message: str = "") -> ApiError:
     return kind(status, reason, message)
 
 
+def not_permitted(exc: BaseException) -> str | None:
+    """Why a read was refused when the API server refused this server's credentials or Role
+    (401 or 403), else None.
+
+    For a profile or recipe-catalog ConfigMap this is the owner's install, not a server fault:
+    every server turns it into a profile that did not arrive, with this reason, so the tenant's
+    refusal says what to fix and the server stays ready to give it. Any other failure is retried
+    with backoff while the server stays unready."""
+    if isinstance(exc, ApiError) and exc.status in (401, 403):
+        return f"may not be read (HTTP {exc.status}; check the Role)"
+    return None
+
+
 def describe_error(exc: BaseException) -> str:
     """A failed call in a few words for the log: the HTTP status, else the exception."""
     status, reason = getattr(exc, "status", None), getattr(exc, "reason", None)

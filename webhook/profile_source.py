@@ -33,7 +33,7 @@ from inference_policy.signing import DEFAULT_SKEW
 from policy_io.catalog import packaged_catalog
 from policy_io.state import PROFILE_LABEL, PolicySettings, PolicyState, revision_of
 from serving.informer import Collection, Delta, Informer, Informers, ListWatch
-from serving.kube import ApiError
+from serving.kube import not_permitted
 from serving.revisions import ProfileRevisionFeed
 
 log = logging.getLogger(__name__)
@@ -114,6 +114,13 @@ class PolicyStore:
         self.synced.add(REVISIONS)
         if self.state.follow_list(configmaps):
             self.generation += 1
+
+    def revisions_not_permitted(self, why: str) -> None:
+        """Follow mode: the Role does not let this server list the signed profile ConfigMaps
+        (`serving.kube.not_permitted`); the profile did not arrive, and the refusal says why."""
+        self.synced.add(REVISIONS)
+        self.state.revisions_not_permitted(why)
+        self.generation += 1
 
     def apply(self, name: str, configmap: Mapping[str, Any] | None, why: str | None = None) -> None:
         """A ConfigMap as read now (None: it does not exist). Never raises: it runs as a loop
@@ -370,8 +377,9 @@ class KubernetesSource:
         """Every signed profile ConfigMap of the namespace, by label (follow mode)."""
 
         def failed(exc: Exception) -> None:
-            if isinstance(exc, ApiError) and exc.status in (401, 403):
-                store.apply_revisions({})
+            why = not_permitted(exc)
+            if why is not None:
+                store.revisions_not_permitted(why)
 
         feed = ProfileRevisionFeed(self.namespace, store.apply_revision, store.apply_revisions)
         return self._new(api, feed.collection, feed.changed, feed.listed, failed)
@@ -411,10 +419,10 @@ class KubernetesSource:
             store.apply(name, informer.store.get(name))
 
         def failed(exc: Exception) -> None:
-            if isinstance(exc, ApiError) and exc.status in (401, 403):
-                # The Role does not name this ConfigMap (a new revision's name, say): to a
-                # tenant that is a profile that did not arrive, not an unready webhook.
-                store.apply(name, None, f"may not be read (HTTP {exc.status}; check the Role)")
+            why = not_permitted(exc)
+            if why is not None:
+                # The Role does not name this ConfigMap (a new revision's name, say).
+                store.apply(name, None, why)
 
         collection = Collection(
             "configmaps", "ConfigMap", self.namespace, field_selector=f"metadata.name={name}"

@@ -265,6 +265,7 @@ class FakeApiServer(_FakeApi):
         self.by_label = by_label
         self.fail_next = 0
         self.forbidden: set[str] = set()
+        self.forbid_label_lists = False
         self.gone_next = 0
         self.lists = 0
         self.watches = 0
@@ -291,6 +292,9 @@ class FakeApiServer(_FakeApi):
             self.by_label and request.query.get("labelSelector")
         ):
             return web.json_response({"kind": "Status", "code": 403}, status=403)
+        if self.forbid_label_lists and request.query.get("labelSelector"):
+            # What RBAC answers when the Role grants get by name but not list.
+            return _failure(403, reason="Forbidden")
         if selector.removeprefix("metadata.name=") in self.forbidden:
             # What RBAC answers when the Role's resourceNames do not include the name.
             return _failure(403, reason="Forbidden")
@@ -317,6 +321,8 @@ class FakeCluster(_FakeApi):
         super().__init__("extender")
         self.fail_next: dict[str, int] = {}
         self.gone_next: dict[str, int] = {}
+        # Kinds the extender's Role does not let it read: RBAC's 403.
+        self.forbidden: set[str] = set()
         self.lists: dict[str, int] = dict.fromkeys(KINDS, 0)
 
     def put(self, kind: str, obj: dict[str, Any]) -> None:
@@ -326,6 +332,8 @@ class FakeCluster(_FakeApi):
         self._delete(kind, key)
 
     def _refusal(self, kind: str, request: web.Request) -> web.Response | None:
+        if kind in self.forbidden:
+            return _failure(403, reason="Forbidden")
         if self.fail_next.get(kind, 0) > 0:
             self.fail_next[kind] -= 1
             return _failure(500, message="boom")

@@ -153,3 +153,31 @@ async def test_a_restarted_extender_rebuilds_the_ledger_from_the_list(
         finally:
             await source.stop()
     assert used == [{"kamiwaza.ai/vram-gb-gpu-0": 24}] * 2
+
+
+@pytest.mark.parametrize("follow", [False, True], ids=["pinned", "following revisions"])
+async def test_a_profile_the_role_does_not_let_it_read_did_not_arrive(
+    cluster: FakeCluster, tmp_path: Path, follow: bool
+) -> None:
+    # As in the webhook: a 403 on the profile is the owner's install to fix, told in every
+    # node's rejection, not an extender that stays unready and fails every scheduling call.
+    owner = Owner()
+    configmap = owner.sign(fleet_envelope(owner))
+    configmap["metadata"]["namespace"] = NAMESPACE
+    cluster.put("configmaps", configmap)
+    cluster.put("nodes", _node("n1", gpus=2))
+    cluster.forbidden.add("configmaps")
+    view = ClusterView(owner.settings(follow_revisions=follow), [NAMESPACE], lambda: NOW)
+    source = _source(cluster, tmp_path)
+    await source.start(view)
+    try:
+        await until(lambda: view.ready)
+        refusal = view.policy.profile_refusal
+        assert view.policy.profile is None and refusal is not None
+        assert "may not be read (HTTP 403; check the Role)" in refusal.check
+        assert f"in namespace {NAMESPACE!r}" in refusal.check
+        cluster.forbidden.clear()  # the Role is fixed
+        await until(lambda: view.policy.profile is not None)
+        assert view.policy.profile_refusal is None
+    finally:
+        await source.stop()

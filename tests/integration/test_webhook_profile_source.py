@@ -225,3 +225,25 @@ def test_following_revisions_still_reads_the_pinned_recipe_catalogs() -> None:
     store.apply("gpu-recipes", None)
     decision = store.decide(request())
     assert decision.status == 503 and decision.detail.startswith("recipe catalog: ")
+
+
+async def test_following_revisions_the_role_may_not_list_did_not_arrive(tmp_path: Path) -> None:
+    api = FakeApiServer(NAMESPACE, by_label=True)
+    await api.start()
+    owner = Owner()
+    api.put(owner.sign(name="kamiwaza-inference-profiles-r1"))
+    api.forbid_label_lists = True
+    store = PolicyStore(owner.settings(follow_revisions=True), clock=lambda: NOW)
+    source = await _source(api, tmp_path, store)
+    try:
+        await eventually(lambda: store.ready)
+        assert store.decide(request()).status == 503
+        refusal = store.state.profile_refusal
+        assert refusal is not None
+        assert refusal.check.startswith("ConfigMaps labelled kamiwaza.ai/inference-profile=true")
+        assert "may not be read (HTTP 403; check the Role)" in refusal.check
+        api.forbid_label_lists = False  # the Role is fixed
+        await eventually(lambda: store.decide(request()).allowed)
+    finally:
+        await source.stop()
+        await api.stop()

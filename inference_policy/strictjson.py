@@ -32,11 +32,15 @@ def _reject_constant(name: str) -> Any:
 
 
 def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in out:
-            raise StrictJSONError(f"duplicate key {key!r}")
-        out[key] = value
+    # Built in C; a key listed twice leaves the dict shorter than the list, and only then is
+    # the list walked to name the first key that repeats.
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise StrictJSONError(f"duplicate key {key!r}")
+            seen.add(key)
     return out
 
 

@@ -282,23 +282,23 @@ def planned_resources(current: Mapping[str, Any], plan: Plan) -> dict[str, Any]:
     A CPU plan sets requests only and the seed says no limits, so limits go: a limit the
     platform had set below the planned request would otherwise make the Pod invalid.
     """
-    out = {k: v for k, v in current.items() if k not in _PLANNED_PARTS}
-    requests = _with_planned(current.get("requests"), plan.requests)
-    if requests:
-        out["requests"] = requests
-    if plan.path != "cpu":
-        limits = _with_planned(current.get("limits"), plan.limits)
-        if limits:
-            out["limits"] = limits
+    # Loops rather than comprehensions and helpers: this runs for every planned Pod, and each
+    # comprehension is a function call of its own.
+    out: dict[str, Any] = {}
+    for key, value in current.items():
+        if key not in _PLANNED_PARTS:
+            out[key] = value
+    for part in ("requests",) if plan.path == "cpu" else ("requests", "limits"):
+        kept: dict[str, Any] = {}
+        asks = current.get(part)
+        if asks:
+            for key, value in as_mapping(asks).items():
+                if not is_accelerator_resource(str(key)):
+                    kept[key] = value
+        kept.update(plan.requests if part == "requests" else plan.limits)
+        if kept:
+            out[part] = kept
     return out
-
-
-def _with_planned(current: Any, planned: Mapping[str, str]) -> dict[str, Any]:
-    """The container's own asks of one part (requests or limits), accelerators replaced by the
-    plan's."""
-    kept = {k: v for k, v in as_mapping(current).items() if not is_accelerator_resource(str(k))}
-    kept.update(planned)
-    return kept
 
 
 __all__ = [

@@ -33,7 +33,7 @@ def edits_patch(document: Mapping[str, Any], edits: Sequence[Any]) -> list[Opera
     ops: list[Operation] = []
     for edit in edits:
         tokens = edit.path
-        pointers = _pointers(tokens)
+        pointers = _POINTERS.get(tokens) or _pointers(tokens)
         parent: Any = document
         last = len(tokens) - 1
         depth = 0
@@ -74,17 +74,15 @@ _MAX_POINTERS = 512
 
 
 def _pointers(tokens: tuple[str | int, ...]) -> tuple[str, ...]:
-    found = _POINTERS.get(tokens)
-    if found is None:
-        path = ""
-        prefixes = []
-        for token in tokens:
-            path += "/" + escape(str(token))
-            prefixes.append(path)
-        found = tuple(prefixes)
-        if len(_POINTERS) >= _MAX_POINTERS:
-            _POINTERS.clear()
-        _POINTERS[tokens] = found
+    path = ""
+    prefixes = []
+    for token in tokens:
+        path += "/" + escape(str(token))
+        prefixes.append(path)
+    found = tuple(prefixes)
+    if len(_POINTERS) >= _MAX_POINTERS:
+        _POINTERS.clear()
+    _POINTERS[tokens] = found
     return found
 
 

@@ -108,7 +108,9 @@ def loads(data: bytes | str, *, max_bytes: int = DEFAULT_MAX_BYTES, what: str = 
         raise StrictJSONError(
             f"{what} is not JSON: {exc.msg} at line {exc.lineno} column {exc.colno}"
         ) from None
-    if raw.count(b"[") + raw.count(b"{") <= MAX_DEPTH and not _SURROGATE_ESCAPE.search(raw):
+    if raw.count(b"[") + raw.count(b"{") <= MAX_DEPTH and (
+        b"\\u" not in raw or not _SURROGATE_ESCAPE.search(raw)
+    ):
         return value
     try:
         _check_depth_and_strings(value)

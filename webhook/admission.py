@@ -78,7 +78,7 @@ class MalformedPod(ValueError):
     """The review is answerable but its Pod cannot be read (a 400 denial)."""
 
 
-@dataclass
+@dataclass(slots=True)
 class Outcome:
     """One answered review: the response object plus the labels it is counted under."""
 
@@ -377,7 +377,11 @@ class Reviewer:
         annotations = _annotations(pod)
         containers = pod["spec"]["containers"]
         engine = engine_container_name(pod)
-        index = next((i for i, c in enumerate(containers) if c["name"] == engine), None)
+        index = None
+        for position, container in enumerate(containers):
+            if container["name"] == engine:
+                index = position
+                break
         if index is None:
             return deny(
                 uid,

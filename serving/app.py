@@ -36,16 +36,14 @@ async def read_limited(request: web.Request, max_body_bytes: int, too_large: Any
 
     A body that has all arrived (the common case: a review fits in the packets that carry its
     head) is read without the timeout, whose timer costs more than the read itself."""
-    timeout = 0.0
     try:
         if request.content.is_eof():
             return await request.read()
-        timeout = request.app.get(READ_TIMEOUT, _DEFAULT_READ_TIMEOUT)
-        async with asyncio.timeout(timeout):
+        async with asyncio.timeout(_read_timeout(request)):
             return await request.read()
     except TimeoutError:
         # Caught here: a TimeoutError that reached aiohttp would become its bare 504.
-        detail = f"the request body did not arrive within {timeout:g} seconds"
+        detail = f"the request body did not arrive within {_read_timeout(request):g} seconds"
         log.warning("request body not read in time", extra={"status": 408, "path": request.path})
         slow = web.HTTPRequestTimeout(
             text=orjson.dumps({"status": 408, "detail": detail}).decode(),
@@ -60,6 +58,10 @@ async def read_limited(request: web.Request, max_body_bytes: int, too_large: Any
             text=orjson.dumps(too_large).decode(),
             content_type="application/json",
         ) from None
+
+
+def _read_timeout(request: web.Request) -> float:
+    return request.app.get(READ_TIMEOUT, _DEFAULT_READ_TIMEOUT)
 
 
 @contextlib.asynccontextmanager

@@ -94,6 +94,7 @@ def diff(source: Any, target: Any) -> list[Operation]:
 
 
 _MISSING: Any = object()
+_SCALARS = frozenset((str, int, float, bool, type(None)))
 
 
 def _same_kind(a: Any, b: Any) -> bool:
@@ -115,7 +116,7 @@ def _diff(source: Any, target: Any, path: str, ops: list[Operation]) -> None:
     if source is target:
         return
     kind = type(source)
-    if kind is type(target) and kind is not dict and kind is not list:
+    if kind is type(target) and kind in _SCALARS:
         # Two scalars of one JSON type (bool is its own type here, so True never equals 1).
         if source != target:
             ops.append({"op": "replace", "path": path, "value": target})

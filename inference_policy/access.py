@@ -93,20 +93,36 @@ def as_mapping(value: Any) -> Mapping[str, Any]:
     return value if type(value) is dict or isinstance(value, Mapping) else {}
 
 
-def _containers(spec: Mapping[str, Any]) -> Iterator[tuple[str, Mapping[str, Any]]]:
-    for kind in CONTAINER_LISTS:
-        entries = spec.get(kind)
-        if isinstance(entries, list):
-            for container in entries:
-                if is_map(container):
-                    yield kind, container
-
-
-def _resource_reaches(at: str, resources: Mapping[str, Any]) -> Iterator[Reach]:
+def _resource_reaches(at: str, resources: Mapping[str, Any], found: list[Reach]) -> None:
     for part in RESOURCE_PARTS:
-        for key, value in as_mapping(resources.get(part)).items():
+        asks = resources.get(part)
+        if not asks or not is_map(asks):
+            continue
+        for key, value in asks.items():
             if isinstance(key, str) and is_accelerator_resource(key):
-                yield Reach(f"{at}.resources.{part}[{key}]", str(value))
+                found.append(Reach(f"{at}.resources.{part}[{key}]", str(value)))
+
+
+def _container_reaches(
+    kind: str, container: Mapping[str, Any], resources: bool, found: list[Reach]
+) -> None:
+    # Appends rather than yields, and names the field only once there is a reach to name:
+    # every container of every reviewed Pod passes here, and almost none reaches.
+    if resources:
+        own = container.get("resources")
+        if own and is_map(own):
+            at = f"spec.{kind}[{container.get('name')}]"
+            _resource_reaches(at, own, found)
+            claims = own.get("claims")
+            if isinstance(claims, list) and claims:
+                found.append(Reach(f"{at}.resources.claims", str(len(claims)), "claim"))
+    env = container.get("env")
+    if isinstance(env, list):
+        for entry in env:
+            if is_map(entry) and selects_devices(entry):
+                value = entry.get("value") if "valueFrom" not in entry else "valueFrom"
+                at = f"spec.{kind}[{container.get('name')}]"
+                found.append(Reach(f"{at}.env[{entry.get('name')}]", str(value), "env"))
 
 
 def container_reaches(
@@ -114,18 +130,9 @@ def container_reaches(
 ) -> Iterator[Reach]:
     """The reaches of one container; `resources` False skips its resource asks (the engine
     container, whose asks the plan replaces or grants)."""
-    at = f"spec.{kind}[{container.get('name')}]"
-    own = as_mapping(container.get("resources"))
-    if resources:
-        yield from _resource_reaches(at, own)
-        claims = own.get("claims")
-        if isinstance(claims, list) and claims:
-            yield Reach(f"{at}.resources.claims", str(len(claims)), "claim")
-    env = container.get("env")
-    for entry in env if isinstance(env, list) else ():
-        if is_map(entry) and selects_devices(entry):
-            value = entry.get("value") if "valueFrom" not in entry else "valueFrom"
-            yield Reach(f"{at}.env[{entry.get('name')}]", str(value), "env")
+    found: list[Reach] = []
+    _container_reaches(kind, container, resources, found)
+    return iter(found)
 
 
 def reaches(
@@ -142,10 +149,14 @@ def reaches(
     """
     spec = as_mapping(pod.get("spec"))
     found: list[Reach] = []
-    for kind, container in _containers(spec):
-        governed = kind == "containers" and container.get("name") == engine
-        found.extend(container_reaches(kind, container, resources=not governed))
-    found.extend(_resource_reaches("spec", as_mapping(spec.get("resources"))))
+    for kind in CONTAINER_LISTS:
+        entries = spec.get(kind)
+        if isinstance(entries, list):
+            for container in entries:
+                if is_map(container):
+                    governed = kind == "containers" and container.get("name") == engine
+                    _container_reaches(kind, container, not governed, found)
+    _resource_reaches("spec", as_mapping(spec.get("resources")), found)
     runtime_class = spec.get("runtimeClassName")
     if engine is None and runtime_class:
         found.append(
@@ -154,9 +165,10 @@ def reaches(
     claims = spec.get("resourceClaims")
     if isinstance(claims, list) and claims:
         found.append(Reach("spec.resourceClaims", str(len(claims)), "claim"))
-    annotations = as_mapping(as_mapping(pod.get("metadata")).get("annotations"))
-    if plan_annotation and engine is None and PLAN_ANNOTATION in annotations:
-        found.append(Reach(f"metadata.annotations[{PLAN_ANNOTATION}]", "", "plan-annotation"))
+    if plan_annotation and engine is None:
+        annotations = as_mapping(as_mapping(pod.get("metadata")).get("annotations"))
+        if PLAN_ANNOTATION in annotations:
+            found.append(Reach(f"metadata.annotations[{PLAN_ANNOTATION}]", "", "plan-annotation"))
     return found
 
 

@@ -146,14 +146,6 @@ class _Candidate:
     resource_quantity: int
     engine_args: dict[str, Any] = field(default_factory=dict)
 
-    @property
-    def sort_key(self) -> tuple[int, int, int]:
-        return (
-            self.binding.usable_memory_bytes,
-            ISOLATION_RANK[binding_guarantee(self.binding)],
-            self.order,
-        )
-
 
 class _Planner:
     def __init__(self, request: DeploymentRequest, ctx: PlanContext) -> None:
@@ -548,7 +540,8 @@ class _Planner:
         image_reasons: list[str] = []
         count_reasons: list[str] = []
         memory_misses: list[tuple[int, str]] = []
-        candidates: list[_Candidate] = []
+        best: _Candidate | None = None
+        best_key: tuple[int, int, int] | None = None
         accel = self.block.accelerator if self.block else None
         for order, (prof, binding) in enumerate(profile.envelope.gpu_bindings()):
             guarantee = binding_guarantee(binding)
@@ -570,13 +563,17 @@ class _Planner:
             if fit is None:
                 memory_misses.append((binding.usable_memory_bytes, binding.id))
                 continue
-            request_bytes, quantity, args = fit
-            candidates.append(
-                _Candidate(prof, binding, order, image, variant, request_bytes, quantity, args)
-            )
-        if not candidates:
+            # The smallest usable memory, then the stronger isolation, then envelope order
+            # (unique, so no two keys tie).
+            key = (binding.usable_memory_bytes, ISOLATION_RANK[guarantee], order)
+            if best_key is None or key < best_key:
+                request_bytes, quantity, args = fit
+                best_key = key
+                best = _Candidate(
+                    prof, binding, order, image, variant, request_bytes, quantity, args
+                )
+        if best is None:
             raise self._no_fit(engine, need, image_reasons, count_reasons, memory_misses)
-        best = min(candidates, key=lambda c: c.sort_key)
         return _planned(self._gpu_body(engine, profile, best, recipe))
 
     def _binding_image(

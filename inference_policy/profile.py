@@ -319,6 +319,13 @@ class Profile(_Strict):
 
 
 def binding_guarantee(binding: CpuBinding | ExtendedResourceBinding | VramPluginBinding) -> str:
+    # By exact type first: a model class's isinstance goes through ABCMeta, and the planner
+    # asks this of every binding on every decision.
+    kind = type(binding)
+    if kind is ExtendedResourceBinding:
+        return "mig" if binding.is_mig else "whole-device"  # type: ignore[union-attr]
+    if kind is VramPluginBinding:
+        return "accounted-share"
     if isinstance(binding, VramPluginBinding):
         return "accounted-share"
     if isinstance(binding, ExtendedResourceBinding):

@@ -20,6 +20,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from functools import cached_property
 from typing import Any
 
 from aiohttp import web
@@ -52,15 +53,19 @@ class Runtime:
     cert_reload_seconds: float = 10.0
     draining: bool = False
 
+    @cached_property
+    def too_large(self) -> dict[str, Any]:
+        """The 413 answer's body, made once rather than for every request read."""
+        detail = f"request body is larger than the limit of {self.max_body_bytes} bytes"
+        return {"status": 413, "detail": detail}
+
 
 RUNTIME = web.AppKey("runtime", Runtime)
 
 
 async def _read_body(request: web.Request, runtime: Runtime) -> bytes:
     """The body, or HTTPException with a JSON problem when it is too large."""
-    limit = runtime.max_body_bytes
-    detail = f"request body is larger than the limit of {limit} bytes"
-    return await read_limited(request, limit, {"status": 413, "detail": detail})
+    return await read_limited(request, runtime.max_body_bytes, runtime.too_large)
 
 
 async def mutate(request: web.Request) -> web.Response:

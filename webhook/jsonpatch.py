@@ -32,12 +32,14 @@ def edits_patch(document: Mapping[str, Any], edits: Sequence[Any]) -> list[Opera
     `document`; parents that do not exist yet are added whole."""
     ops: list[Operation] = []
     for edit in edits:
-        parent: Any = document
-        path = ""
         tokens = edit.path
-        for depth, token in enumerate(tokens[:-1]):
+        pointers = _POINTERS.get(tokens) or _pointers(tokens)
+        parent: Any = document
+        last = len(tokens) - 1
+        depth = 0
+        while depth < last:
+            token = tokens[depth]
             child = parent[token] if type(parent) is list else parent.get(token, _MISSING)
-            path += "/" + _token(str(token))
             if child is _MISSING or child is None:
                 if not edit.remove:
                     value: Any = edit.value
@@ -46,24 +48,42 @@ def edits_patch(document: Mapping[str, Any], edits: Sequence[Any]) -> list[Opera
                     ops.append(
                         {
                             "op": "add" if child is _MISSING else "replace",
-                            "path": path,
+                            "path": pointers[depth],
                             "value": value,
                         }
                     )
                 break
             parent = child
+            depth += 1
         else:
-            last = tokens[-1]
-            current = parent.get(last, _MISSING)
-            child_path = path + "/" + _token(str(last))
+            current = parent.get(tokens[last], _MISSING)
             if edit.remove:
                 if current is not _MISSING:
-                    ops.append({"op": "remove", "path": child_path})
+                    ops.append({"op": "remove", "path": pointers[last]})
             elif current is _MISSING:
-                ops.append({"op": "add", "path": child_path, "value": edit.value})
+                ops.append({"op": "add", "path": pointers[last], "value": edit.value})
             else:
-                _diff(current, edit.value, child_path, ops)
+                _diff(current, edit.value, pointers[last], ops)
     return ops
+
+
+# The pointer of every prefix of an edit's path, by path: the paths a plan sets are a handful of
+# constants (and one per container index), so each is escaped once rather than per review.
+_POINTERS: dict[tuple[str | int, ...], tuple[str, ...]] = {}
+_MAX_POINTERS = 512
+
+
+def _pointers(tokens: tuple[str | int, ...]) -> tuple[str, ...]:
+    path = ""
+    prefixes = []
+    for token in tokens:
+        path += "/" + escape(str(token))
+        prefixes.append(path)
+    found = tuple(prefixes)
+    if len(_POINTERS) >= _MAX_POINTERS:
+        _POINTERS.clear()
+    _POINTERS[tokens] = found
+    return found
 
 
 def diff(source: Any, target: Any) -> list[Operation]:
@@ -74,6 +94,7 @@ def diff(source: Any, target: Any) -> list[Operation]:
 
 
 _MISSING: Any = object()
+_SCALARS = frozenset((str, int, float, bool, type(None)))
 
 
 def _same_kind(a: Any, b: Any) -> bool:
@@ -93,6 +114,12 @@ def _diff(source: Any, target: Any, path: str, ops: list[Operation]) -> None:
     # Subtrees the target shares with the source (by identity) are skipped without a look:
     # the webhook builds its target by copying only what it changes, so this stays small.
     if source is target:
+        return
+    kind = type(source)
+    if kind is type(target) and kind in _SCALARS:
+        # Two scalars of one JSON type (bool is its own type here, so True never equals 1).
+        if source != target:
+            ops.append({"op": "replace", "path": path, "value": target})
         return
     if _is_mapping(source) and _is_mapping(target):
         for key in source:

@@ -47,7 +47,7 @@ K = TypeVar("K", str, bytes, str | bytes)
 V = TypeVar("V")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Planned:
     """A request text decided: its strict-JSON error, or the decision (and a plan's JSON)."""
 

@@ -85,7 +85,11 @@ _DECODER = json.JSONDecoder(
 
 def loads(data: bytes | str, *, max_bytes: int = DEFAULT_MAX_BYTES, what: str = "document") -> Any:
     """Decode one strict JSON document or raise StrictJSONError naming the problem."""
-    raw = data.encode("utf-8") if isinstance(data, str) else data
+    try:
+        raw = data.encode("utf-8") if isinstance(data, str) else data
+    except UnicodeEncodeError as exc:
+        # Text that no UTF-8 bytes could carry: a lone surrogate, as bytes would be refused.
+        raise StrictJSONError(f"{what} holds a lone surrogate at character {exc.start}") from None
     if len(raw) > max_bytes:
         raise StrictJSONError(f"{what} is {len(raw)} bytes, more than the limit of {max_bytes}")
     if raw.startswith(b"\xef\xbb\xbf"):

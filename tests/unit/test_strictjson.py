@@ -47,3 +47,10 @@ def test_depth_limit_is_exact() -> None:
     assert loads(b"[" * 64 + b"]" * 64) is not None
     with pytest.raises(StrictJSONError, match="nesting deeper than 64"):
         loads(b"[" * 66 + b"]" * 66)
+
+
+@pytest.mark.parametrize("text", ['{"a":"\ud800"}', '{"\udfff":1}'])
+def test_text_holding_a_lone_surrogate_is_refused_by_name(text: str) -> None:
+    # Text (not bytes) cannot be refused by the UTF-8 decoder: encoding it is where it fails.
+    with pytest.raises(StrictJSONError, match="request holds a lone surrogate at character"):
+        loads(text, what="request")

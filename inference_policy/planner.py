@@ -112,7 +112,8 @@ class Refusal(Exception):
 
 @dataclass(frozen=True)
 class PlanContext:
-    """Everything a decision depends on besides the request; built once per configuration."""
+    """Everything a decision depends on besides the request: the configuration a server holds
+    and the clock's reading for this decision (the profile's time window is checked against it)."""
 
     catalog: EngineCatalog
     now: datetime

@@ -283,8 +283,9 @@ class Reviewer:
         self.settings = store.settings
         self.answers: Memo[bytes, Outcome] = Memo(store)
 
-    def answer(self, body: bytes, max_bytes: int, now: datetime) -> Outcome:
-        """The answer to a review body (MalformedReview when it is not one).
+    def answer(self, body: bytes, request: Mapping[str, Any], uid: str, now: datetime) -> Outcome:
+        """The answer to a review body, given its request and uid as `parse_review` read them
+        (the edge parses once, and keeps the request for its log line).
 
         An answer is a function of the decoded review, the store's inputs and the window the
         clock is in, with the uid only echoed. The Pods of one ReplicaSet reach admission as
@@ -299,7 +300,6 @@ class Reviewer:
         re-encoding it to make a key would fail on values the decoder accepts but the encoder
         refuses (nesting past 254 levels), and nobody but the API server sends reviews often.
         """
-        request, uid = parse_review(body, max_bytes)
         prefix = _GO_PREFIX + orjson.dumps(uid)
         if not body.startswith(prefix):
             return self.review(request, uid, now)

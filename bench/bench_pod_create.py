@@ -31,7 +31,7 @@ cost is a fixed round trip (reported as `added_*_ms` and broken down by the API 
 webhook's own metrics).
 
 Needs the control-plane binaries (`make controlplane`). Run:
-`.venv/bin/python bench/bench_pod_create.py [--creates 300] [--rounds 6] [--concurrency 4]
+`.venv/bin/python bench/bench_pod_create.py [--creates 3600] [--rounds 24] [--concurrency 4]
 [--no-fsync]`.
 Writes bench/results/pod_create.json. It measures and compares with the target; it asserts
 nothing.
@@ -296,8 +296,8 @@ def _set_mode(hook: LocalWebhook, constant: ConstantWebhook, mode: str, current:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("--creates", type=int, default=300, help="creates per case and mode")
-    parser.add_argument("--rounds", type=int, default=6)
+    parser.add_argument("--creates", type=int, default=3600, help="creates per case and mode")
+    parser.add_argument("--rounds", type=int, default=24)
     parser.add_argument("--concurrency", type=int, default=4)
     parser.add_argument(
         "--no-fsync",

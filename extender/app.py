@@ -142,7 +142,7 @@ async def filter_handler(request: web.Request) -> web.Response:
         response = json_response(outcome.body)
     runtime.metrics.call("filter", outcome.outcome, time.perf_counter() - started)
     for code, count in outcome.codes.items():
-        runtime.metrics.verdicts.labels(code).inc(count)
+        runtime.metrics.verdict(code, count)
     _log_filter(args, outcome, failure)
     return response
 

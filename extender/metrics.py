@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from datetime import UTC, datetime
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -82,7 +83,24 @@ class ExtenderMetrics:
             registry=self.registry,
         )
         self.registry.register(_ViewCollector(view))
+        # Label children by value: `labels()` validates and locks on every call, and each
+        # scheduled Pod costs a handful of them. The label sets are few and bounded.
+        self._requests: dict[tuple[str, str], Any] = {}
+        self._latency: dict[str, Any] = {}
+        self._verdicts: dict[str, Any] = {}
 
     def call(self, verb: str, outcome: str, seconds: float) -> None:
-        self.requests.labels(verb, outcome).inc()
-        self.latency.labels(verb).observe(seconds)
+        child = self._requests.get((verb, outcome))
+        if child is None:
+            child = self._requests[verb, outcome] = self.requests.labels(verb, outcome)
+        child.inc()
+        timer = self._latency.get(verb)
+        if timer is None:
+            timer = self._latency[verb] = self.latency.labels(verb)
+        timer.observe(seconds)
+
+    def verdict(self, code: str, count: int) -> None:
+        child = self._verdicts.get(code)
+        if child is None:
+            child = self._verdicts[code] = self.verdicts.labels(code)
+        child.inc(count)

@@ -150,6 +150,11 @@ class UsageLedger:
         return len(self._pods)
 
     def upsert(self, key: str, node: str, requests: Mapping[str, int]) -> None:
+        previous = self._pods.get(key)
+        if previous is not None and previous[0] == node and previous[1] == requests:
+            # A bound Pod's status updates (Running, its conditions) change nothing it holds:
+            # no version bump, so readers' cached judgements of the node stay valid.
+            return
         self.remove(key)
         stored = dict(requests)
         self._pods[key] = (node, stored)

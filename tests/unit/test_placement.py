@@ -655,6 +655,20 @@ def test_ledger_moves_and_removes_pods() -> None:
     assert len(ledger) == 0 and ledger.used("n2") == {}
 
 
+def test_ledger_counts_an_update_that_holds_the_same_as_no_change() -> None:
+    # A bound Pod's status updates must not make readers judge its node again.
+    ledger = UsageLedger()
+    ledger.upsert("ns/a", "n1", {"nvidia.com/gpu": 2})
+    seen = ledger.version
+    ledger.upsert("ns/a", "n1", {"nvidia.com/gpu": 2})
+    assert ledger.version == seen and ledger.changed_since(seen) == set()
+    ledger.upsert("ns/a", "n1", {"nvidia.com/gpu": 1})
+    assert ledger.changed_since(seen) == {"n1"} and ledger.used("n1") == {"nvidia.com/gpu": 1}
+    seen = ledger.version
+    ledger.upsert("ns/a", "n2", {"nvidia.com/gpu": 1})
+    assert ledger.changed_since(seen) == {"n1", "n2"}
+
+
 # -- best fit -----------------------------------------------------------------------------------
 
 

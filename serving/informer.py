@@ -462,6 +462,7 @@ class Informer:
         key = self.collection.key(obj)
         if key is None:
             return
+        _trim(obj)
         old = self.store.get(key)
         if same_revision(old, obj):
             return
@@ -481,6 +482,19 @@ class Informer:
             # A handler bug must not kill the watch: the object is still stored, and the next
             # change to it (or a relist) gives the handler another chance.
             log.exception("handler failed for %s event on %s", delta.type, self.what)
+
+
+def _trim(obj: JSON) -> None:
+    """Drop `metadata.managedFields` before an object is stored or delivered.
+
+    It is the API server's record of which client set each field: often as large as the rest of
+    a Pod or Node, and read by none of the servers. client-go's informers are given the same
+    transform for the same reason: the store holds what the servers use, so a large fleet costs
+    memory for its objects, not for their history. (An object is decoded afresh for each list
+    page and watch event, so it is changed in place.)"""
+    metadata = obj.get("metadata")
+    if isinstance(metadata, dict):
+        metadata.pop("managedFields", None)
 
 
 class Informers:

@@ -3,6 +3,7 @@
 We test these aspects:
 
 * a list is read page by page, delivered once whole, and the store equals it;
+* managed fields are dropped before an object is stored or delivered;
 * a continue token that expires mid-list starts the list over, with nothing delivered twice;
 * the watch asks for bookmarks and a timeout, resumes from the last version (a bookmark's
   included) without listing again, and bookmarks are never delivered;
@@ -111,6 +112,32 @@ async def test_a_list_is_read_in_pages_and_delivered_once_whole(
         stored = subject.store.get("n0")
         assert stored is not None and (stored["kind"], stored["apiVersion"]) == ("Node", "v1")
         assert subject.lists == 1 and subject.errors == 0
+    finally:
+        await subject.stop()
+
+
+async def test_managed_fields_are_neither_stored_nor_delivered(
+    cluster: FakeCluster, client: ApiClient
+) -> None:
+    fields = [{"manager": "kubelet", "operation": "Update", "fieldsV1": {"f:status": {}}}]
+    listed = node("n0")
+    listed["metadata"]["managedFields"] = fields
+    cluster.put("nodes", listed)
+    recorder = Recorder()
+    subject = informer(client, recorder)
+    subject.start()
+    try:
+        await asyncio.wait_for(subject.synced.wait(), 10)
+        watched = node("n1", zone="a")
+        watched["metadata"]["managedFields"] = fields
+        cluster.put("nodes", watched)
+        await until(lambda: "n1" in recorder.seen("ADDED"))
+        for name in ("n0", "n1"):
+            stored = subject.store.get(name)
+            assert stored is not None and "managedFields" not in stored["metadata"]
+        assert all("managedFields" not in d.object["metadata"] for d in recorder.deltas)
+        kept = subject.store.get("n1")
+        assert kept is not None and kept["metadata"]["labels"] == {"zone": "a"}
     finally:
         await subject.stop()
 

@@ -23,6 +23,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+import orjson
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 from hypothesis import HealthCheck, settings
@@ -156,6 +157,10 @@ def garbled(draw: st.DrawFn, body: bytes) -> bytes:
 # -- driving an app ------------------------------------------------------------------------------
 
 
+class Failure(AssertionError):
+    """An oracle found the server wrong."""
+
+
 class AppDriver:
     """One app behind aiohttp's test server, on its own loop, posted to synchronously."""
 
@@ -177,6 +182,18 @@ class AppDriver:
                 return resp.status, await resp.read()
 
         return self.loop.run_until_complete(go())
+
+    def answer(self, path: str, body: bytes, accepted: bool, what: str) -> Any:
+        """The decoded 200 answer to a body the server must accept; None once a body it must
+        refuse got its 400. Any other status is a Failure naming `what` was sent."""
+        status, data = self.post(path, body)
+        if not accepted:
+            if status != 400:
+                raise Failure(f"{what} that must be refused got {status}: {data[:300]!r}")
+            return None
+        if status != 200:
+            raise Failure(f"{what} got HTTP {status}: {data[:300]!r}")
+        return orjson.loads(data)
 
     def close(self) -> None:
         self.loop.run_until_complete(self.client.close())

@@ -36,6 +36,7 @@ from localcluster.nodes import FakeNode
 from tests.fuzz import corpus
 from tests.fuzz.fuzzkit import (
     AppDriver,
+    Failure,
     Stats,
     chance,
     fuzz_settings,
@@ -153,10 +154,6 @@ def extender_args(draw: st.DrawFn) -> tuple[bytes, dict[str, Any], bool]:
 # -- the oracle ---------------------------------------------------------------------------------
 
 
-class Failure(AssertionError):
-    pass
-
-
 def _valid(body: bytes) -> dict[str, Any] | None:
     """The ExtenderArgs when `body` is one the extender must answer (else None), decided here
     from the wire types (`k8s.io/kube-scheduler/extender/v1`), not from the extender's code."""
@@ -223,16 +220,11 @@ def _may_pass(pod: Mapping[str, Any], node: Any, ledger: UsageLedger) -> str | N
 
 
 def check_filter(driver: AppDriver, body: bytes, ledger: UsageLedger, stats: Stats) -> None:
-    status, data = driver.post("/filter", body)
     args = _valid(body)
+    answer = driver.answer("/filter", body, args is not None, "ExtenderArgs to filter")
     if args is None:
-        if status != 400:
-            raise Failure(f"malformed ExtenderArgs got {status}: {data[:300]!r}")
         stats.saw("http-400")
         return
-    if status != 200:
-        raise Failure(f"an ExtenderArgs got HTTP {status}: {data[:300]!r}")
-    answer = orjson.loads(data)
     if set(answer) != {"Nodes", "NodeNames", "FailedNodes", "FailedAndUnresolvableNodes", "Error"}:
         raise Failure(f"not an ExtenderFilterResult: {answer}")
     candidates = _candidates(args)
@@ -267,15 +259,10 @@ def check_filter(driver: AppDriver, body: bytes, ledger: UsageLedger, stats: Sta
 
 
 def check_prioritize(driver: AppDriver, body: bytes) -> None:
-    status, data = driver.post("/prioritize", body)
     args = _valid(body)
+    scores = driver.answer("/prioritize", body, args is not None, "ExtenderArgs to prioritize")
     if args is None:
-        if status != 400:
-            raise Failure(f"malformed ExtenderArgs got {status} from prioritize")
         return
-    if status != 200:
-        raise Failure(f"prioritize answered HTTP {status}: {data[:300]!r}")
-    scores = orjson.loads(data)
     if not isinstance(scores, list):
         raise Failure(f"prioritize answered {scores}")
     names = [name for name, _ in _candidates(args)]

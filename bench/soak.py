@@ -38,6 +38,7 @@ import ssl
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -181,6 +182,24 @@ class Load:
         else:
             pod, allowed = self.forged_pod, False
         return orjson.dumps(self._review(pod, uid=uid)), uid, allowed
+
+
+async def _post(
+    client: aiohttp.ClientSession, url: str, body: bytes, judge: Callable[[bytes], str | None]
+) -> str | None:
+    """POST one JSON body; what is wrong with the answer (`judge` reads a 200's body), or
+    None. A failed or timed-out call is a problem too, never an exception."""
+    try:
+        async with client.post(
+            url,
+            data=body,
+            headers={"Content-Type": "application/json"},
+            timeout=aiohttp.ClientTimeout(total=5),
+        ) as resp:
+            data = await resp.read()
+        return f"status {resp.status}" if resp.status != 200 else judge(data)
+    except (aiohttp.ClientError, TimeoutError) as exc:
+        return f"{type(exc).__name__}: {exc}"
 
 
 def _check_review(data: bytes, uid: str, allowed: bool) -> str | None:
@@ -416,21 +435,12 @@ async def soak(args: argparse.Namespace) -> dict[str, Any]:
             async def one_review() -> None:
                 body, uid, allowed = load.review()
                 started = time.perf_counter()
-                try:
-                    async with client.post(
-                        f"{webhook.url}/mutate?timeout=5s",
-                        data=body,
-                        headers={"Content-Type": "application/json"},
-                        timeout=aiohttp.ClientTimeout(total=5),
-                    ) as resp:
-                        data = await resp.read()
-                    problem = (
-                        f"status {resp.status}"
-                        if resp.status != 200
-                        else _check_review(data, uid, allowed)
-                    )
-                except (aiohttp.ClientError, TimeoutError) as exc:
-                    problem = f"{type(exc).__name__}: {exc}"
+                problem = await _post(
+                    client,
+                    f"{webhook.url}/mutate?timeout=5s",
+                    body,
+                    lambda data: _check_review(data, uid, allowed),
+                )
                 latencies.append(time.perf_counter() - started)
                 counts["reviews"] += 1
                 if problem:
@@ -441,21 +451,12 @@ async def soak(args: argparse.Namespace) -> dict[str, Any]:
                     (counts["filter"] + counts["prioritize"]) % len(load.extender_calls)
                 ]
                 counts[verb] += 1
-                try:
-                    async with client.post(
-                        f"{extender.url}/{verb}",
-                        data=body,
-                        headers={"Content-Type": "application/json"},
-                        timeout=aiohttp.ClientTimeout(total=5),
-                    ) as resp:
-                        data = await resp.read()
-                    problem = (
-                        f"status {resp.status}"
-                        if resp.status != 200
-                        else _check_extender(verb, data, load.node_count)
-                    )
-                except (aiohttp.ClientError, TimeoutError) as exc:
-                    problem = f"{type(exc).__name__}: {exc}"
+                problem = await _post(
+                    client,
+                    f"{extender.url}/{verb}",
+                    body,
+                    lambda data: _check_extender(verb, data, load.node_count),
+                )
                 if problem:
                     errors.append(f"{verb}: {problem}")
 

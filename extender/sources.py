@@ -1,8 +1,8 @@
 """Where the extender's `ClusterView` comes from: Nodes, planned Pods and the profile ConfigMap.
 
 `KubernetesSource` runs one informer per collection (all Nodes; the Pods labelled
-`kamiwaza.ai/deployment-id` in each accounted namespace; the profile ConfigMap by name in the
-tenant namespace), the same `serving.informer.Informer` the webhook and the controller use: it
+`kamiwaza.ai/deployment-id` in each accounted namespace that are bound and not terminated, the
+ledger's `HOLDING_PODS_FIELD_SELECTOR`; the profile ConfigMap by name in the tenant namespace), the same `serving.informer.Informer` the webhook and the controller use: it
 lists, then watches from the list's resource version, and re-lists after `resync_seconds` or a
 410 Gone, backing off with jitter after errors. It runs on the event loop and calls the source's
 handlers there, so the view is only ever touched by the loop, with no lock, and a slow or
@@ -25,7 +25,7 @@ from typing import Any, Protocol
 
 from extender.config import ALL_NAMESPACES
 from extender.view import ClusterView
-from inference_policy.ledger import accounted_pod, pod_key
+from inference_policy.ledger import HOLDING_PODS_FIELD_SELECTOR, accounted_pod, pod_key
 from inference_policy.nodes import NodeFacts, node_facts
 from inference_policy.wire import ENGINE_LABEL as DEPLOYMENT_LABEL
 from serving.informer import Collection, Delta, Informer, Informers, ListWatch
@@ -245,7 +245,13 @@ class KubernetesSource:
             view.replace_pods(scope, pods.items())
 
         namespace = None if scope == ALL_NAMESPACES else scope
-        collection = Collection("pods", "Pod", namespace, label_selector=DEPLOYMENT_LABEL)
+        collection = Collection(
+            "pods",
+            "Pod",
+            namespace,
+            label_selector=DEPLOYMENT_LABEL,
+            field_selector=HOLDING_PODS_FIELD_SELECTOR,
+        )
         return self._informer(collection, changed, listed)
 
     async def start(self, view: ClusterView) -> None:

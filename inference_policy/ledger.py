@@ -13,7 +13,16 @@ from typing import Any
 
 from inference_policy.quantity import QuantityError, resource_units
 
-_TERMINATED = frozenset({"Succeeded", "Failed"})
+_TERMINATED = ("Succeeded", "Failed")
+
+# The Pods `accounted_pod` can count, as a field selector the API server applies to a list and a
+# watch: bound, and not terminated. A watcher given it hears nothing of a Pod until it is bound
+# (the scheduler's own create and status events on a pending Pod are most of a Pod's traffic
+# before it runs), and a Pod that terminates leaves the selection as a DELETED event, which is
+# what its end means to the ledger. `accounted_pod` still checks both, for Pods from elsewhere.
+HOLDING_PODS_FIELD_SELECTOR = ",".join(
+    ["spec.nodeName!="] + [f"status.phase!={phase}" for phase in _TERMINATED]
+)
 
 
 def _add(total: dict[str, int], more: Mapping[str, int]) -> None:
@@ -201,4 +210,10 @@ class UsageLedger:
 _EMPTY: Mapping[str, int] = {}
 
 
-__all__ = ["UsageLedger", "accounted_pod", "pod_key", "pod_requests"]
+__all__ = [
+    "HOLDING_PODS_FIELD_SELECTOR",
+    "UsageLedger",
+    "accounted_pod",
+    "pod_key",
+    "pod_requests",
+]

@@ -3,8 +3,9 @@ the extender and the informer's own tests.
 
 They speak the API server's wire protocol (a List with `metadata.resourceVersion`, paged with
 `limit` and `continue`, then a watch stream of JSON lines with bookmarks that ends after
-`timeoutSeconds`), so the informer and its `ApiClient` run unmodified against them. Tests change
-objects with `put`/`delete`, which bump the resource version and notify open watches, and can
+`timeoutSeconds`; label and field selectors, an object that enters or leaves a watch's
+selection sent as ADDED or DELETED), so the informer and its `ApiClient` run unmodified against
+them. Tests change objects with `put`/`delete`, which bump the resource version and notify open watches, and can
 make the next requests fail, expire a watch (as an ERROR event or an HTTP 410) or a continue
 token, hold changes back from open watches (`quiet`), send bookmarks and end every watch.
 """
@@ -20,6 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from aiohttp import web
+
+Queued = tuple[dict[str, Any], dict[str, Any] | None]
 
 TOKEN = "test-token"
 
@@ -44,8 +47,9 @@ class _FakeApi:
         self.user = user
         self.objects: dict[str, dict[str, dict[str, Any]]] = {kind: {} for kind in KINDS}
         self.version = 100
-        self.watchers: list[tuple[str, asyncio.Queue[dict[str, Any]]]] = []
-        self.history: list[tuple[int, str, dict[str, Any]]] = []
+        # Each event is queued and kept with the object as it was before (None for a new one).
+        self.watchers: list[tuple[str, asyncio.Queue[Queued]]] = []
+        self.history: list[tuple[int, str, dict[str, Any], dict[str, Any] | None]] = []
         self.runner: web.AppRunner | None = None
         self.url = ""
         # The query of every list and watch request, in order.
@@ -78,7 +82,7 @@ class _FakeApi:
     def close_watches(self) -> None:
         """End every open watch, as an API server restart (or a load balancer) does."""
         for _, queue in self.watchers:
-            queue.put_nowait({"type": "CLOSE"})
+            queue.put_nowait(({"type": "CLOSE"}, None))
 
     def bookmark(self, kind: str) -> str:
         """Move the resource version on (as writes elsewhere do) and send a bookmark carrying it
@@ -87,7 +91,7 @@ class _FakeApi:
         mark = {"type": "BOOKMARK", "object": {"metadata": {"resourceVersion": version}}}
         for watched, queue in self.watchers:
             if watched == kind:
-                queue.put_nowait(mark)
+                queue.put_nowait((mark, None))
         return version
 
     def kubeconfig(self, path: Path) -> Path:
@@ -119,20 +123,25 @@ class _FakeApi:
         meta.setdefault("uid", existing["metadata"]["uid"] if existing else str(uuid.uuid4()))
         meta["resourceVersion"] = self._bump()
         self.objects[kind][key] = obj
-        self._notify(kind, {"type": "MODIFIED" if existing else "ADDED", "object": obj})
+        event = {"type": "MODIFIED" if existing else "ADDED", "object": obj}
+        # The object before, kept beside the event (never sent): a watch with a field selector
+        # needs it to tell an object entering or leaving its selection.
+        self._notify(kind, event, existing)
 
     def _delete(self, kind: str, key: str) -> None:
         obj = copy.deepcopy(self.objects[kind].pop(key))
         obj["metadata"]["resourceVersion"] = self._bump()
         self._notify(kind, {"type": "DELETED", "object": obj})
 
-    def _notify(self, kind: str, event: dict[str, Any]) -> None:
-        self.history.append((self.version, kind, event))
+    def _notify(
+        self, kind: str, event: dict[str, Any], before: dict[str, Any] | None = None
+    ) -> None:
+        self.history.append((self.version, kind, event, before))
         if self.quiet:
             return
         for watched, queue in self.watchers:
             if watched == kind:
-                queue.put_nowait(event)
+                queue.put_nowait((event, before))
 
     def _refusal(self, kind: str, request: web.Request) -> web.Response | None:
         return None
@@ -159,8 +168,7 @@ class _FakeApi:
             labels = meta.get("labels") or {}
             if key not in labels or (value and labels[key] != value):
                 return False
-        field = request.query.get("fieldSelector", "")
-        return not field or meta["name"] == field.removeprefix("metadata.name=")
+        return _fields_match(obj, request.query.get("fieldSelector", ""))
 
     def _handler(self, kind: str) -> Callable[[web.Request], Any]:
         async def handle(request: web.Request) -> web.StreamResponse:
@@ -218,12 +226,12 @@ class _FakeApi:
             }
             await response.write(json.dumps(gone).encode() + b"\n")
             return response
-        queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+        queue: asyncio.Queue[Queued] = asyncio.Queue()
         # Like the real server: replay what happened after the version the client listed at.
         since = int(request.query.get("resourceVersion") or self.version)
-        for version, watched, event in self.history:
+        for version, watched, event, before in self.history:
             if watched == kind and version > since:
-                queue.put_nowait(event)
+                queue.put_nowait((event, before))
         entry = (kind, queue)
         self.watchers.append(entry)
         loop = asyncio.get_running_loop()
@@ -232,7 +240,7 @@ class _FakeApi:
         try:
             while (left := deadline - loop.time()) > 0:
                 try:
-                    event = await asyncio.wait_for(queue.get(), left)
+                    event, before = await asyncio.wait_for(queue.get(), left)
                 except TimeoutError:
                     break
                 if event["type"] == "CLOSE":
@@ -240,13 +248,51 @@ class _FakeApi:
                 if event["type"] == "BOOKMARK":
                     if bookmarks:
                         await response.write(json.dumps(event).encode() + b"\n")
-                elif self._matches(event["object"], request):
-                    await response.write(json.dumps(event).encode() + b"\n")
+                    continue
+                sent = _selected(event, before, lambda obj: self._matches(obj, request))
+                if sent is not None:
+                    await response.write(json.dumps(sent).encode() + b"\n")
         except (ConnectionResetError, asyncio.CancelledError):
             pass
         finally:
             self.watchers.remove(entry)
         return response
+
+
+def _selected(
+    event: dict[str, Any], before: dict[str, Any] | None, matches: Callable[[Any], bool]
+) -> dict[str, Any] | None:
+    """The event as a watch with a selector sends it, as the API server does: an object that
+    enters the selection is ADDED, one that leaves it is DELETED (in its new state), and one
+    outside it before and after is not sent."""
+    now = matches(event["object"])
+    was = before is not None and matches(before)
+    if event["type"] == "MODIFIED" and now != was:
+        return {"type": "ADDED" if now else "DELETED", "object": event["object"]}
+    return event if now else None
+
+
+def _field(obj: dict[str, Any], path: str) -> str:
+    value: Any = obj
+    for part in path.split("."):
+        value = value.get(part) if isinstance(value, dict) else None
+    # The API server's field sets hold an absent field as the empty string.
+    return "" if value is None else str(value)
+
+
+def _fields_match(obj: dict[str, Any], selector: str) -> bool:
+    """A field selector as the API server reads it: terms joined by `,`, each `path=value`,
+    `path==value` or `path!=value`, all of which must hold."""
+    for term in filter(None, selector.split(",")):
+        if "!=" in term:
+            path, _, value = term.partition("!=")
+            if _field(obj, path) == value:
+                return False
+        else:
+            path, _, value = term.partition("=")
+            if _field(obj, path) != value.removeprefix("="):
+                return False
+    return True
 
 
 def _failure(code: int, **fields: str) -> web.Response:

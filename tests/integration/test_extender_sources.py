@@ -17,6 +17,7 @@ import pytest
 
 from extender.sources import KubernetesSource
 from extender.view import ClusterView
+from inference_policy.ledger import HOLDING_PODS_FIELD_SELECTOR
 from inference_policy.wire import ENGINE_LABEL as DEPLOYMENT_LABEL
 from localcluster.nodes import FakeNode
 from serving.apiserver import from_kubeconfig
@@ -100,6 +101,24 @@ async def test_informers_list_then_follow_watch_events(
         cluster.delete("nodes", "/n2")
         await until(lambda: "n2" not in view.nodes)
         await until(lambda: view.ledger.used("n1") == {"nvidia.com/gpu": 1})
+        # A Pod is heard of once it is bound: the watch asks for bound, unfinished Pods only.
+        pending = planned_pod(plan)
+        events = view.events
+        cluster.put("pods", pending)
+        cluster.put("pods", {**pending, "status": {"phase": "Pending"}})
+        running = copy.deepcopy(pending)
+        running["spec"]["nodeName"] = "n1"
+        running["status"] = {"phase": "Running"}
+        cluster.put("pods", running)
+        await until(lambda: view.ledger.used("n1") == {"nvidia.com/gpu": 2})
+        assert view.events == events + 1
+        watched = [q for q in cluster.watch_requests if q.get("labelSelector") == DEPLOYMENT_LABEL]
+        assert watched and all(
+            q.get("fieldSelector") == HOLDING_PODS_FIELD_SELECTOR for q in watched
+        )
+        cluster.delete("pods", f"{NAMESPACE}/{pending['metadata']['name']}")
+        await until(lambda: view.ledger.used("n1") == {"nvidia.com/gpu": 1})
+        # A Pod that terminates leaves the selection: the watch says DELETED, its GPU is free.
         succeeded = copy.deepcopy(second)
         succeeded["status"] = {"phase": "Succeeded"}
         cluster.put("pods", succeeded)

@@ -12,7 +12,12 @@ from typing import Any
 
 import pytest
 
-from inference_policy.ledger import UsageLedger, accounted_pod, pod_requests
+from inference_policy.ledger import (
+    HOLDING_PODS_FIELD_SELECTOR,
+    UsageLedger,
+    accounted_pod,
+    pod_requests,
+)
 from inference_policy.nodes import GFD_CUDA_MAJOR, NodeFacts, Verdict, node_facts
 from inference_policy.placement import (
     best_fit_scales,
@@ -637,6 +642,35 @@ def test_accounted_pods_are_bound_and_not_terminated() -> None:
         "spec": {"nodeName": "n1", "containers": [_container("c", {"cpu": "?"})]},
     }
     assert accounted_pod(unreadable) is None
+
+
+def _selected(pod: dict[str, Any], selector: str) -> bool:
+    # The API server's reading of `path!=value` terms: an absent field is the empty string.
+    for term in selector.split(","):
+        path, _, value = term.partition("!=")
+        assert path and "=" not in path, f"only != terms are expected, got {term!r}"
+        field: Any = pod
+        for part in path.split("."):
+            field = field.get(part) if isinstance(field, dict) else None
+        if ("" if field is None else str(field)) == value:
+            return False
+    return True
+
+
+@pytest.mark.parametrize("node", [None, "", "n1"])
+@pytest.mark.parametrize("phase", [None, "Pending", "Running", "Succeeded", "Failed", "Unknown"])
+def test_the_watch_selector_selects_exactly_the_pods_the_ledger_counts(
+    node: str | None, phase: str | None
+) -> None:
+    # The extender's Pod watch asks the API server for these Pods only; one it leaves out
+    # must be one the ledger would not count, and the other way round.
+    spec: dict[str, Any] = {"containers": [_container("c", {"cpu": "1"})]}
+    if node is not None:
+        spec["nodeName"] = node
+    pod: dict[str, Any] = {"metadata": {"namespace": "kamiwaza", "name": "a"}, "spec": spec}
+    if phase is not None:
+        pod["status"] = {"phase": phase}
+    assert _selected(pod, HOLDING_PODS_FIELD_SELECTOR) == (accounted_pod(pod) is not None)
 
 
 def test_ledger_moves_and_removes_pods() -> None:

@@ -2,19 +2,20 @@
 
 `KubernetesSource` runs one informer per collection (all Nodes; the Pods labelled
 `kamiwaza.ai/deployment-id` in each accounted namespace that are bound and not terminated, the
-ledger's `HOLDING_PODS_FIELD_SELECTOR`; the profile ConfigMap by name in the tenant namespace), the same `serving.informer.Informer` the webhook and the controller use: it
-lists, then watches from the list's resource version, and re-lists after `resync_seconds` or a
-410 Gone, backing off with jitter after errors. It runs on the event loop and calls the source's
-handlers there, so the view is only ever touched by the loop, with no lock, and a slow or
-unreachable API server delays the next update but never a scheduling request.
+ledger's `HOLDING_PODS_FIELD_SELECTOR`; the profile ConfigMap by name in the tenant namespace), the
+same `serving.informer.Informer` the webhook and the controller use: it lists, then watches from
+the list's resource version, and re-lists after `resync_seconds` or a 410 Gone, backing off with
+jitter after errors. It runs on the event loop and calls the source's handlers there, so the view
+is only ever touched by the loop, with no lock, and a slow or unreachable API server delays the
+next update but never a scheduling request.
 
 After a restart, the first list of Pods rebuilds the whole ledger: nothing is persisted, and
 nothing needs to be, because every accounted fact is in the API.
 
 `MemorySource` feeds the same view from dicts, for tests and benchmarks.
 
-The profile informer reads one named ConfigMap, as the webhook's source does, and the view
-verifies it once per revision with the same `PolicyState`.
+The profile informer reads one named ConfigMap, as the webhook's source does, and the view verifies
+it once per revision with the same `PolicyState`.
 """
 
 from __future__ import annotations

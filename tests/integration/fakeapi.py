@@ -1,12 +1,12 @@
-"""Fake API servers for list and watch: ConfigMaps by name for the webhook, a small cluster for
-the extender and the informer's own tests.
+"""Fake API servers for list and watch: ConfigMaps by name for the webhook, a small cluster for the
+extender and the informer's own tests.
 
 They speak the API server's wire protocol (a List with `metadata.resourceVersion`, paged with
 `limit` and `continue`, then a watch stream of JSON lines with bookmarks that ends after
-`timeoutSeconds`; label and field selectors, an object that enters or leaves a watch's
-selection sent as ADDED or DELETED), so the informer and its `ApiClient` run unmodified against
-them. Tests change objects with `put`/`delete`, which bump the resource version and notify open watches, and can
-make the next requests fail, expire a watch (as an ERROR event or an HTTP 410) or a continue
+`timeoutSeconds`; label and field selectors, an object that enters or leaves a watch's selection
+sent as ADDED or DELETED), so the informer and its `ApiClient` run unmodified against them. Tests
+change objects with `put`/`delete`, which bump the resource version and notify open watches, and
+can make the next requests fail, expire a watch (as an ERROR event or an HTTP 410) or a continue
 token, hold changes back from open watches (`quiet`), send bookmarks and end every watch.
 """
 

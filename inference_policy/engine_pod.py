@@ -162,6 +162,33 @@ class Edit(NamedTuple):
     remove: bool = False
 
 
+class PlanFields(NamedTuple):
+    """The fields a plan sets that depend on the plan and the install only, not on the Pod:
+    made once per plan and container index and reused for every Pod planned so (the edits on
+    either side of the engine container's resources, in the patch's order)."""
+
+    head: tuple[Edit, ...]
+    tail: tuple[Edit, ...]
+
+
+def plan_fields(
+    index: int, plan: Plan, plan_text: str, *, scheduler_name: str, pull_secret: str | None
+) -> PlanFields:
+    head = (
+        Edit(("metadata", "annotations", PLAN_ANNOTATION), plan_text),
+        Edit(("spec", "containers", index, "image"), plan.image),
+    )
+    tail = [
+        Edit(("spec", "runtimeClassName"), plan.runtimeClassName, not plan.runtimeClassName),
+        Edit(("spec", "nodeSelector"), dict(plan.nodeSelector or {})),
+        Edit(("spec", "schedulerName"), scheduler_name),
+    ]
+    if pull_secret:
+        # The seed: engine Pods carry only the staging credential as their pull Secret.
+        tail.append(Edit(("spec", "imagePullSecrets"), [{"name": pull_secret}]))
+    return PlanFields(head, tuple(tail))
+
+
 def plan_edits(
     pod: Mapping[str, Any],
     index: int,
@@ -170,26 +197,26 @@ def plan_edits(
     *,
     scheduler_name: str,
     pull_secret: str | None,
+    fields: PlanFields | None = None,
 ) -> list[Edit]:
     """Every field the plan governs, with the value the planned Pod holds there. Fields already
     holding that value are included too: the caller compares, so a planned Pod (a reinvoked
-    webhook) comes out unchanged."""
+    webhook) comes out unchanged. `fields` is `plan_fields` for the same arguments, when the
+    caller keeps it."""
+    if fields is None:
+        fields = plan_fields(
+            index, plan, plan_text, scheduler_name=scheduler_name, pull_secret=pull_secret
+        )
     spec = as_mapping(pod.get("spec"))
     container = as_mapping(spec["containers"][index])
     edits = [
-        Edit(("metadata", "annotations", PLAN_ANNOTATION), plan_text),
-        Edit(("spec", "containers", index, "image"), plan.image),
+        *fields.head,
         Edit(
             ("spec", "containers", index, "resources"),
             planned_resources(as_mapping(container.get("resources")), plan),
         ),
-        Edit(("spec", "runtimeClassName"), plan.runtimeClassName, not plan.runtimeClassName),
-        Edit(("spec", "nodeSelector"), dict(plan.nodeSelector or {})),
-        Edit(("spec", "schedulerName"), scheduler_name),
+        *fields.tail,
     ]
-    if pull_secret:
-        # The seed: engine Pods carry only the staging credential as their pull Secret.
-        edits.append(Edit(("spec", "imagePullSecrets"), [{"name": pull_secret}]))
     gates = spec.get("readinessGates") or []
     if not any(is_map(g) and g.get("conditionType") == READINESS_GATE for g in gates):
         edits.append(Edit(("spec", "readinessGates"), [*gates, {"conditionType": READINESS_GATE}]))
@@ -304,12 +331,14 @@ def planned_resources(current: Mapping[str, Any], plan: Plan) -> dict[str, Any]:
 __all__ = [
     "READINESS_GATE",
     "Edit",
+    "PlanFields",
     "PodRefusal",
     "admission_refusal",
     "apply_edits",
     "engine_container_name",
     "forgery_message",
     "plan_edits",
+    "plan_fields",
     "planned_pod",
     "planned_resources",
     "shield_edits",

@@ -34,7 +34,7 @@ revision, the planning context and the clock.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
@@ -391,7 +391,7 @@ def _rederive(
     except ValueError as exc:
         return _false(PLAN_MISMATCH, f"{exc}; the plan cannot be checked against the core")
     at = _plan_time(pod, profile, now)
-    context = replace(ctx, profile=profile, profile_refusal=None, now=at)
+    context = ctx._replace(profile=profile, profile_refusal=None, now=at)
     decision = decide(document, context)
     under = _revision_text(profile) if profile is not None else "this install's settings"
     if not decision.allowed:

@@ -16,7 +16,7 @@ import math
 from dataclasses import dataclass, field
 from datetime import datetime
 from functools import cached_property
-from typing import Any
+from typing import Any, NamedTuple
 
 from inference_policy.catalog import Engine, EngineCatalog, cc_text
 from inference_policy.plan import Plan
@@ -110,10 +110,13 @@ class Refusal(Exception):
         return Decision.refused(self.status, self.detail, self.code, self.wire_code)
 
 
-@dataclass(frozen=True)
-class PlanContext:
+class PlanContext(NamedTuple):
     """Everything a decision depends on besides the request: the configuration a server holds
-    and the clock's reading for this decision (the profile's time window is checked against it)."""
+    and the clock's reading for this decision (the profile's time window is checked against it).
+
+    Immutable, and a named tuple rather than a frozen dataclass: a server makes one per
+    decision, and a frozen dataclass's constructor sets each field through `object.__setattr__`
+    (about 1 microsecond for these nine, a tenth of planning a request)."""
 
     catalog: EngineCatalog
     now: datetime
@@ -123,6 +126,56 @@ class PlanContext:
     catalog_refusal: str | None = None
     gpu_recipes: RecipeCatalog | None = None
     cpu_recipes: RecipeCatalog | None = None
+    options: GpuOptions | None = None
+    """Where the per-revision part of a GPU decision is kept between decisions (a server's
+    state holds one); None works it out for each decision."""
+
+
+class _Option(NamedTuple):
+    """One GPU binding as a decision for an engine sees it, whatever the request: its place in
+    the envelope, isolation, and image (or why the engine's image cannot run there)."""
+
+    order: int
+    profile: Profile
+    binding: ExtendedResourceBinding | VramPluginBinding
+    guarantee: str
+    rank: int
+    chosen: tuple[str, str] | str
+
+
+class GpuOptions:
+    """The bindings' options per engine and recipe, for one profile revision and catalog.
+
+    Which image an engine runs on a binding, and the binding's isolation, depend on the
+    revision only, yet were worked out on every decision; a server decides many requests per
+    revision, so it keeps them here. An entry is used only for the very profile, catalog and
+    recipe objects it was made from (a new revision or catalog is a new object), so a stale
+    entry can never be read, and the table is bounded.
+    """
+
+    __slots__ = ("_catalog", "_options", "_profile")
+    MAX_ENTRIES = 64
+
+    def __init__(self) -> None:
+        self._profile: VerifiedProfile | None = None
+        self._catalog: EngineCatalog | None = None
+        self._options: dict[tuple[str, int], tuple[Recipe | None, tuple[_Option, ...]]] = {}
+
+    def get(self, planner: _Planner, engine: Engine, recipe: Recipe | None) -> tuple[_Option, ...]:
+        ctx = planner.ctx
+        if ctx.profile is not self._profile or ctx.catalog is not self._catalog:
+            self._profile, self._catalog = ctx.profile, ctx.catalog
+            self._options.clear()
+        key = (engine.name, id(recipe))
+        found = self._options.get(key)
+        if found is not None and found[0] is recipe:
+            return found[1]
+        options = planner.gpu_options(engine, recipe)
+        if len(self._options) >= self.MAX_ENTRIES:
+            self._options.clear()
+        # The recipe is held with its options: its id cannot be reused while the entry lives.
+        self._options[key] = (recipe, options)
+        return options
 
 
 def decide(document: Any, ctx: PlanContext) -> Decision:
@@ -535,38 +588,57 @@ class _Planner:
             self.devices,
         ).per_device
 
+    def gpu_options(self, engine: Engine, recipe: Recipe | None) -> tuple[_Option, ...]:
+        """Every GPU binding of the profile with what this engine (and recipe) makes of it."""
+        profile = self.ctx.profile
+        assert profile is not None
+        return tuple(
+            _Option(
+                order,
+                prof,
+                binding,
+                guarantee := binding_guarantee(binding),
+                ISOLATION_RANK[guarantee],
+                self._binding_image(engine, prof, binding, recipe),
+            )
+            for order, (prof, binding) in enumerate(profile.envelope.gpu_bindings())
+        )
+
     def _gpu(self, engine: Engine, profile: VerifiedProfile) -> Decision:
         need = self._need_per_device(engine)
         recipe = self._recipe("gpu")
+        memo = self.ctx.options
+        options = (
+            memo.get(self, engine, recipe) if memo is not None else self.gpu_options(engine, recipe)
+        )
         image_reasons: list[str] = []
         count_reasons: list[str] = []
         memory_misses: list[tuple[int, str]] = []
         best: _Candidate | None = None
         best_key: tuple[int, int, int] | None = None
         accel = self.block.accelerator if self.block else None
-        for order, (prof, binding) in enumerate(profile.envelope.gpu_bindings()):
-            guarantee = binding_guarantee(binding)
+        for order, prof, binding, guarantee, rank, chosen in options:
             if accel is not None:
                 if accel.profile is not None and prof.name != accel.profile:
                     continue
                 if accel.isolation not in ("any-qualified", guarantee):
                     continue
-            chosen = self._binding_image(engine, prof, binding, recipe)
             if isinstance(chosen, str):
                 image_reasons.append(chosen)
                 continue
             image, variant = chosen
-            count_reason = self._count_reason(binding, guarantee)
-            if count_reason:
-                count_reasons.append(count_reason)
-                continue
+            if self.devices != 1:
+                count_reason = self._count_reason(binding, guarantee)
+                if count_reason:
+                    count_reasons.append(count_reason)
+                    continue
             fit = self._fit(engine, binding, guarantee, need)
             if fit is None:
                 memory_misses.append((binding.usable_memory_bytes, binding.id))
                 continue
             # The smallest usable memory, then the stronger isolation, then envelope order
             # (unique, so no two keys tie).
-            key = (binding.usable_memory_bytes, ISOLATION_RANK[guarantee], order)
+            key = (binding.usable_memory_bytes, rank, order)
             if best_key is None or key < best_key:
                 request_bytes, quantity, args = fit
                 best_key = key
@@ -766,4 +838,12 @@ def _ceil_hundredth(value: float) -> float:
     return ceil_div(math.ceil(scaled * 1000), 1000) / 100 if scaled != int(scaled) else scaled / 100
 
 
-__all__ = ["NO_GPU", "Decision", "PlanContext", "Refusal", "cc_text", "decide"]
+__all__ = [
+    "NO_GPU",
+    "Decision",
+    "GpuOptions",
+    "PlanContext",
+    "Refusal",
+    "cc_text",
+    "decide",
+]

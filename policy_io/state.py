@@ -14,7 +14,7 @@ from datetime import datetime
 from typing import Any
 
 from inference_policy.catalog import CatalogError, EngineCatalog, ImageMapError, ImageSource
-from inference_policy.planner import Decision, PlanContext, decide
+from inference_policy.planner import Decision, GpuOptions, PlanContext, decide
 from inference_policy.recipes import RecipeCatalog
 from inference_policy.signing import (
     DEFAULT_CONFIGMAP_NAME,
@@ -178,6 +178,8 @@ class PolicyState:
     cpu_recipes: RecipeCatalog | None = None
     pinned_verifications: int = field(init=False, default=0)
     followed: ProfileRevisions = field(init=False, default_factory=ProfileRevisions)
+    # What each GPU binding offers each engine under the current revision, kept across decisions.
+    gpu_options: GpuOptions = field(init=False, default_factory=GpuOptions)
 
     @property
     def verifications(self) -> int:
@@ -324,6 +326,7 @@ class PolicyState:
             catalog_refusal=self.catalog_refusal,
             gpu_recipes=self.gpu_recipes,
             cpu_recipes=self.cpu_recipes,
+            options=self.gpu_options,
         )
 
     def decide(self, request: Any, now: datetime) -> Decision:

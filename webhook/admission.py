@@ -37,10 +37,12 @@ import orjson
 from inference_policy.access import CONTAINER_LISTS
 from inference_policy.engine_pod import (
     Edit,
+    PlanFields,
     PodRefusal,
     admission_refusal,
     engine_container_name,
     plan_edits,
+    plan_fields,
     shield_edits,
     to_shield,
     update_refusal,
@@ -57,6 +59,7 @@ from webhook.jsonpatch import edits_patch
 from webhook.profile_source import Memo, PolicyStore
 
 API_VERSION = "admission.k8s.io/v1"
+_MAX_PLAN_FIELDS = 256
 
 # How the API server's encoder starts every review: TypeMeta inline, then the request's uid.
 _GO_PREFIX = b'{"kind":"AdmissionReview","apiVersion":"admission.k8s.io/v1","request":{"uid":'
@@ -282,6 +285,10 @@ class Reviewer:
         self.store = store
         self.settings = store.settings
         self.answers: Memo[bytes, Outcome] = Memo(store)
+        # The Pod-independent fields of each plan, by plan text and container index: the text
+        # names the revision, and the scheduler and Secrets are this install's, so an entry
+        # never goes stale; it is bounded because revisions come and go.
+        self._fields: dict[tuple[str, int], PlanFields] = {}
 
     def answer(self, body: bytes, request: Mapping[str, Any], uid: str, now: datetime) -> Outcome:
         """The answer to a review body, given its request and uid as `parse_review` read them
@@ -442,16 +449,30 @@ class Reviewer:
         self, pod: Mapping[str, Any], index: int, plan: Plan, plan_json: str
     ) -> list[Edit]:
         """The fields the plan sets, with this install's scheduler and pull Secret."""
-        secret = (
-            self.settings.gpu_registry_credentials_secret
-            if plan.path == "gpu"
-            else self.settings.cpu_registry_credentials_secret
-        )
+        key = (plan_json, index)
+        fields = self._fields.get(key)
+        if fields is None:
+            secret = (
+                self.settings.gpu_registry_credentials_secret
+                if plan.path == "gpu"
+                else self.settings.cpu_registry_credentials_secret
+            )
+            fields = plan_fields(
+                index,
+                plan,
+                plan_json,
+                scheduler_name=self.settings.scheduler_name,
+                pull_secret=secret or None,
+            )
+            if len(self._fields) >= _MAX_PLAN_FIELDS:
+                self._fields.clear()
+            self._fields[key] = fields
         return plan_edits(
             pod,
             index,
             plan,
             plan_json,
             scheduler_name=self.settings.scheduler_name,
-            pull_secret=secret or None,
+            pull_secret=None,
+            fields=fields,
         )

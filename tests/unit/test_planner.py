@@ -90,6 +90,40 @@ def test_decide_is_deterministic() -> None:
     assert plan(request()) == plan(request())
 
 
+_VARIED = [
+    request(),
+    request("vllm"),
+    request("diffusion"),
+    request(config__force_cpu=True),
+    request(inferenceResources=block()),
+    request(inferenceResources=block(isolation="mig")),
+    request(inferenceResources=block(isolation="accounted-share")),
+    request(inferenceResources=block(count=2)),
+    request(model__weightsBytes=60 * GI),
+    request(model__weightsBytes=900 * GI),
+]
+
+
+def test_options_kept_between_decisions_change_no_decision() -> None:
+    # A server's state keeps each binding's options per engine between decisions; deciding
+    # with them kept, twice over, must give what working them out afresh gives.
+    state = OWNER.state()
+    for document in _VARIED + _VARIED:
+        kept = state.decide(document, NOW)
+        fresh = decide(document, state.context(NOW)._replace(options=None))
+        assert kept.body == fresh.body
+
+
+def test_options_kept_for_one_revision_are_not_used_for_another() -> None:
+    old = only(gpu_profile("w", "whole-device", [gpu_binding("w", cc="7.0", cuda=12)]))
+    new = only(gpu_profile("w", "whole-device", [gpu_binding("w", cc="9.0", cuda=13)]))
+    options = old.context(NOW).options
+    assert plan(request(), old)["image"] == catalog_image("llamacpp", "nvidia", "amd64", 12)
+    # The same table handed a decision under another revision is rebuilt for it.
+    body = decide(request(), new.context(NOW)._replace(options=options)).body
+    assert body["image"] == catalog_image("llamacpp", "nvidia", "amd64", 13)
+
+
 # -- tenant mode off ---------------------------------------------------------------------------
 
 

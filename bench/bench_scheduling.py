@@ -212,6 +212,7 @@ def _run(
     started = time.perf_counter()
     busy = _busy_seconds()
     extender_cpu = _process_seconds(extender_pid)
+    components = _component_seconds(plane)
     names = {p["metadata"]["name"] for p in pods}
     path = f"/api/v1/namespaces/{NAMESPACE}/pods"
     try:
@@ -226,6 +227,8 @@ def _run(
         elapsed = time.perf_counter() - started
         busy = _busy_seconds() - busy
         extender_cpu = _process_seconds(extender_pid) - extender_cpu
+        spent = _component_seconds(plane)
+        components = {name: spent[name] - components.get(name, 0.0) for name in spent}
     finally:
         plane.stop_scheduler(label)
     bound: dict[str, str] = {}
@@ -241,10 +244,29 @@ def _run(
         "pods_per_second": round(len(bound) / elapsed, 1),
         "machine_cpu_ms_per_pod": round(busy / max(1, len(bound)) * 1000, 3),
         "extender_cpu_ms_per_pod": round(extender_cpu / max(1, len(bound)) * 1000, 3),
+        "component_cpu_ms_per_pod": {
+            name: round(seconds / max(1, len(bound)) * 1000, 3)
+            for name, seconds in sorted(components.items())
+        },
         "on_contradicted_nodes": sorted({n for n in bound.values() if n in CONTRADICTED}),
         "pods_on_contradicted_nodes": sum(1 for n in bound.values() if n in CONTRADICTED),
         "placement": _placement(bound),
     }
+
+
+def _component_seconds(plane: ControlPlane) -> dict[str, float]:
+    """CPU time of each control-plane process (the schedulers under one name): where a Pod's
+    cost lands besides the extender, the API server and etcd serving its calls, the scheduler
+    encoding what it sends the extender."""
+    schedulers = {id(sched.process) for sched in plane.schedulers.values()}
+    out: dict[str, float] = {}
+    for proc in plane.processes():
+        name = "kube-scheduler" if id(proc) in schedulers else proc.name
+        try:
+            out[name] = out.get(name, 0.0) + _process_seconds(proc.pid)
+        except OSError:
+            continue
+    return out
 
 
 def _placement(bound: dict[str, str]) -> dict[str, dict[str, int]]:
@@ -311,6 +333,7 @@ def main() -> None:
         paired: list[float] = []
         cpu: dict[str, list[float]] = {label: [] for label, _ in modes}
         extender_cpu: list[float] = []
+        components: dict[str, dict[str, list[float]]] = {label: {} for label, _ in modes}
         for repeat in range(REPEATS):
             # Alternate which mode goes first, and compare the two runs of each repeat: a
             # neighbour's load on a shared machine then hits both modes of a pair alike.
@@ -320,6 +343,8 @@ def main() -> None:
                 run = _run(plane, pods, label, cfg, extender.pid)
                 _clear(plane, pods)
                 cpu[label].append(run.pop("machine_cpu_ms_per_pod"))
+                for name, value in run.pop("component_cpu_ms_per_pod").items():
+                    components[label].setdefault(name, []).append(value)
                 spent = run.pop("extender_cpu_ms_per_pod")
                 if label == "with_extender":
                     extender_cpu.append(spent)
@@ -343,6 +368,10 @@ def main() -> None:
             "median": sorted(extender_cpu)[len(extender_cpu) // 2],
             "runs": extender_cpu,
         }
+        results["component_cpu_ms_per_pod"] = {
+            label: {name: sorted(v)[len(v) // 2] for name, v in sorted(by_name.items())}
+            for label, by_name in components.items()
+        }
         results["cpu_throughput_ratio_with_vs_without"] = round(
             median_cpu["without_extender"] / median_cpu["with_extender"], 3
         )
@@ -351,7 +380,13 @@ def main() -> None:
         results["extender_metrics"] = [
             line
             for line in metrics.splitlines()
-            if line.startswith(("tmi_extender_requests_total", "tmi_extender_node_verdicts_total"))
+            if line.startswith(
+                (
+                    "tmi_extender_requests_total",
+                    "tmi_extender_node_verdicts_total",
+                    "tmi_extender_informer_events",
+                )
+            )
         ]
     finally:
         if extender is not None:

@@ -13,7 +13,7 @@ device, then accounted share), then to the order of the envelope.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
 from functools import cached_property
 from typing import Any, NamedTuple
@@ -153,19 +153,45 @@ class GpuOptions:
     entry can never be read, and the table is bounded.
     """
 
-    __slots__ = ("_catalog", "_options", "_profile")
+    __slots__ = ("_catalog", "_options", "_plans", "_profile")
     MAX_ENTRIES = 64
+    MAX_PLANS = 1024
 
     def __init__(self) -> None:
         self._profile: VerifiedProfile | None = None
         self._catalog: EngineCatalog | None = None
         self._options: dict[tuple[str, int], tuple[Recipe | None, tuple[_Option, ...]]] = {}
+        self._plans: dict[tuple[int, int, GpuSizing], tuple[Recipe | None, Decision]] = {}
 
-    def get(self, planner: _Planner, engine: Engine, recipe: Recipe | None) -> tuple[_Option, ...]:
-        ctx = planner.ctx
+    def _revision(self, ctx: PlanContext) -> None:
         if ctx.profile is not self._profile or ctx.catalog is not self._catalog:
             self._profile, self._catalog = ctx.profile, ctx.catalog
             self._options.clear()
+            self._plans.clear()
+
+    def plan(
+        self,
+        ctx: PlanContext,
+        option: _Option,
+        recipe: Recipe | None,
+        sizing: GpuSizing,
+        profile: VerifiedProfile,
+    ) -> Decision:
+        """The plan for this sizing on this option, made once per revision: distinct requests
+        that size alike (the same model in another deployment) share it."""
+        self._revision(ctx)
+        key = (option.order, id(recipe), sizing)
+        found = self._plans.get(key)
+        if found is not None and found[0] is recipe:
+            return found[1]
+        decision = _planned(_gpu_body(sizing, option, profile, recipe))
+        if len(self._plans) >= self.MAX_PLANS:
+            self._plans.clear()
+        self._plans[key] = (recipe, decision)
+        return decision
+
+    def get(self, planner: _Planner, engine: Engine, recipe: Recipe | None) -> tuple[_Option, ...]:
+        self._revision(planner.ctx)
         key = (engine.name, id(recipe))
         found = self._options.get(key)
         if found is not None and found[0] is recipe:
@@ -189,16 +215,18 @@ def decide(document: Any, ctx: PlanContext) -> Decision:
         return refusal.decision()
 
 
-@dataclass
-class _Candidate:
-    profile: Profile
-    binding: ExtendedResourceBinding | VramPluginBinding
-    order: int
-    image: str
-    variant_id: str
+class GpuSizing(NamedTuple):
+    """What a GPU plan holds besides the binding's option it lands on and the revision: the
+    request's part of it. With the option and the revision it determines the plan entirely
+    (`_gpu_body` reads nothing else), so it is what a kept plan is found by."""
+
+    engine: str
+    derived: bool
+    devices: int
     request_bytes: int
-    resource_quantity: int
-    engine_args: dict[str, Any] = field(default_factory=dict)
+    quantity: int
+    engine_args: tuple[tuple[str, Any], ...]
+    isolation: str
 
 
 class _Planner:
@@ -614,10 +642,12 @@ class _Planner:
         image_reasons: list[str] = []
         count_reasons: list[str] = []
         memory_misses: list[tuple[int, str]] = []
-        best: _Candidate | None = None
+        best: _Option | None = None
+        best_fit: tuple[int, int, dict[str, Any]] | None = None
         best_key: tuple[int, int, int] | None = None
         accel = self.block.accelerator if self.block else None
-        for order, prof, binding, guarantee, rank, chosen in options:
+        for option in options:
+            order, prof, binding, guarantee, rank, chosen = option
             if accel is not None:
                 if accel.profile is not None and prof.name != accel.profile:
                     continue
@@ -626,7 +656,6 @@ class _Planner:
             if isinstance(chosen, str):
                 image_reasons.append(chosen)
                 continue
-            image, variant = chosen
             if self.devices != 1:
                 count_reason = self._count_reason(binding, guarantee)
                 if count_reason:
@@ -640,14 +669,22 @@ class _Planner:
             # (unique, so no two keys tie).
             key = (binding.usable_memory_bytes, rank, order)
             if best_key is None or key < best_key:
-                request_bytes, quantity, args = fit
-                best_key = key
-                best = _Candidate(
-                    prof, binding, order, image, variant, request_bytes, quantity, args
-                )
-        if best is None:
+                best_key, best, best_fit = key, option, fit
+        if best is None or best_fit is None:
             raise self._no_fit(engine, need, image_reasons, count_reasons, memory_misses)
-        return _planned(self._gpu_body(engine, profile, best, recipe))
+        request_bytes, quantity, args = best_fit
+        sizing = GpuSizing(
+            engine.name,
+            self.derived,
+            self.devices,
+            request_bytes,
+            quantity,
+            tuple(args.items()),
+            accel.isolation if accel else "any-qualified",
+        )
+        if memo is not None:
+            return memo.plan(self.ctx, best, recipe, sizing, profile)
+        return _planned(_gpu_body(sizing, best, profile, recipe))
 
     def _binding_image(
         self,
@@ -765,45 +802,48 @@ class _Planner:
             return self._unservable(f"no binding in {wanted} offers isolation {accel.isolation}")
         return self._unservable("the profile declares no GPU binding")  # pragma: no cover
 
-    def _gpu_body(
-        self, engine: Engine, profile: VerifiedProfile, best: _Candidate, recipe: Recipe | None
-    ) -> dict[str, Any]:
-        binding = best.binding
-        quantity = str(best.resource_quantity)
-        accel = self.block.accelerator if self.block else None
-        body: dict[str, Any] = {
-            "status": 200,
-            "path": "gpu",
-            "derived": self.derived,
-            "profile": best.profile.name,
-            "bindingId": binding.id,
-            "engine": engine.name,
-            "variantId": best.variant_id,
-            "image": best.image,
-            "runtimeClassName": binding.runtimeClassName,
-            "nodeSelector": {ARCH_KEY: binding.architecture},
-            "resources": {
-                "requests": {binding.resource.name: quantity},
-                "limits": {binding.resource.name: quantity},
+
+def _gpu_body(
+    sizing: GpuSizing, option: _Option, profile: VerifiedProfile, recipe: Recipe | None
+) -> dict[str, Any]:
+    """The GPU plan's body, from exactly what `GpuSizing` says it depends on."""
+    binding = option.binding
+    assert not isinstance(option.chosen, str)
+    image, variant = option.chosen
+    quantity = str(sizing.quantity)
+    body: dict[str, Any] = {
+        "status": 200,
+        "path": "gpu",
+        "derived": sizing.derived,
+        "profile": option.profile.name,
+        "bindingId": binding.id,
+        "engine": sizing.engine,
+        "variantId": variant,
+        "image": image,
+        "runtimeClassName": binding.runtimeClassName,
+        "nodeSelector": {ARCH_KEY: binding.architecture},
+        "resources": {
+            "requests": {binding.resource.name: quantity},
+            "limits": {binding.resource.name: quantity},
+        },
+        "deviceCount": sizing.devices,
+        "engineArgs": dict(sizing.engine_args),
+        "inferenceResources": {
+            "schemaVersion": 1,
+            "accelerator": {
+                "capability": "gpu",
+                "count": sizing.devices,
+                "memory": {"minimum": format_gib(sizing.request_bytes)},
+                "isolation": sizing.isolation,
+                "profile": option.profile.name,
             },
-            "deviceCount": self.devices,
-            "engineArgs": best.engine_args,
-            "inferenceResources": {
-                "schemaVersion": 1,
-                "accelerator": {
-                    "capability": "gpu",
-                    "count": self.devices,
-                    "memory": {"minimum": format_gib(best.request_bytes)},
-                    "isolation": accel.isolation if accel else "any-qualified",
-                    "profile": best.profile.name,
-                },
-                "runtime": {"selection": "automatic"},
-            },
-            "bundle": _bundle(profile),
-        }
-        if recipe is not None:
-            body["recipe"] = recipe.id
-        return body
+            "runtime": {"selection": "automatic"},
+        },
+        "bundle": _bundle(profile),
+    }
+    if recipe is not None:
+        body["recipe"] = recipe.id
+    return body
 
 
 def _planned(body: dict[str, Any]) -> Decision:

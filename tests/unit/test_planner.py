@@ -112,6 +112,13 @@ def test_options_kept_between_decisions_change_no_decision() -> None:
         kept = state.decide(document, NOW)
         fresh = decide(document, state.context(NOW)._replace(options=None))
         assert kept.body == fresh.body
+    # Two deployments that size alike share the plan made for the first; one sized otherwise
+    # gets its own.
+    first = state.decide(request(model__weightsBytes=4_000_000_000), NOW)
+    alike = state.decide(request(model__weightsBytes=4_000_000_001), NOW)
+    other = state.decide(request(model__weightsBytes=20 * GI), NOW)
+    assert alike is first
+    assert other.body != first.body
 
 
 def test_options_kept_for_one_revision_are_not_used_for_another() -> None:

@@ -6,13 +6,15 @@ process (`tmi-extender --plain-http`) and authenticates as the user `tmi-extende
 ClusterRole and Role of manifests/scheduler/extender-rbac.yaml, so the shipped RBAC is what it
 reads nodes, pods and the profile with. kube-scheduler runs with the configuration
 `tmi render-scheduler-config` renders for the profile (leader election off, plain HTTP on
-loopback), once with the extender and once with the same configuration minus the extender, in eleven
-repeats that alternate which goes first; the figure is the median of the repeats' paired
-ratios (each repeat's two runs share whatever else loads the machine), next to the ratio of
-the medians. Wall-clock rates on a shared 2-core machine swing by 2x between runs of the same
+loopback), once with the extender, once with a constant extender in its place
+(`bench/constant_extender.py`: every node passes, none is scored, so it shows what consulting
+any extender costs the scheduler), and once with the same configuration minus the extender, in
+eleven repeats that rotate which goes first; the figure is the median of the repeats' paired
+ratios (each repeat's runs share whatever else loads the machine), next to the ratio of the
+medians. Wall-clock rates on a shared 2-core machine swing by 2x between runs of the same
 mode, so each run also records the machine's busy CPU time per Pod bound (/proc/stat, every
-process) and the extender's own: the CPU ratio is the rate ratio a quiet, CPU-bound machine
-would show, and moves far less between runs.
+process), each control-plane process's and the extender's own: the CPU ratio is the rate ratio
+a quiet, CPU-bound machine would show, and moves far less between runs.
 
 The same planned engine Pods (whole GPUs, MIG slices, VRAM shares, as the webhook leaves them)
 are created each time before the scheduler starts; the script measures the time from the
@@ -159,6 +161,25 @@ def _start_extender(plane: ControlPlane, owner: Owner, port: int) -> subprocess.
     return process
 
 
+def _start_constant_extender(plane: ControlPlane, port: int) -> subprocess.Popen[bytes]:
+    log = (plane.logs_dir / "constant-extender.log").open("wb")
+    process = subprocess.Popen(
+        [sys.executable, str(ROOT / "bench" / "constant_extender.py"), f"--port={port}"],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+
+    def ready() -> bool:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=2) as r:
+                return bool(r.status == 200)
+        except OSError:
+            return False
+
+    wait_until(ready, timeout=60, what="constant extender /readyz")
+    return process
+
+
 def _pods(owner: Owner, envelope: dict[str, Any], run: str) -> list[dict[str, Any]]:
     plans = {
         "whole": plan_for(owner, envelope, request(inferenceResources=block("nvidia-whole"))),
@@ -195,7 +216,7 @@ def _run(
     pods: list[dict[str, Any]],
     label: str,
     config: dict[str, Any],
-    extender_pid: int,
+    extender_pid: int | None,
     timeout: float = 300,
 ) -> dict[str, Any]:
     """Create every Pod first, then start the scheduler: the queue is full from the start, so
@@ -208,25 +229,23 @@ def _run(
     kube = plane.kube("admin")
     for pod in pods:
         kube.create(pod)
+    path = f"/api/v1/namespaces/{NAMESPACE}/pods"
+    listed = kube.request("GET", path, query={"limit": 1})["metadata"]["resourceVersion"]
+    names = {p["metadata"]["name"] for p in pods}
     plane.start_scheduler(config, name=label)
     started = time.perf_counter()
     busy = _busy_seconds()
-    extender_cpu = _process_seconds(extender_pid)
+    extender_cpu = _process_seconds(extender_pid) if extender_pid else 0.0
     components = _component_seconds(plane)
-    names = {p["metadata"]["name"] for p in pods}
-    path = f"/api/v1/namespaces/{NAMESPACE}/pods"
     try:
-        # Asks only whether any Pod is still unbound, one item at most: listing all 800 Pods
-        # every 20 ms would cost the API server more CPU than the scheduling it times, and more
-        # the slower a run is.
-        unbound: dict[str, str | int | bool] = {"fieldSelector": "spec.nodeName=", "limit": 1}
-        while kube.request("GET", path, query=unbound)["items"]:
-            if time.perf_counter() - started > timeout:
-                break
-            time.sleep(0.02)
+        # Learns of each binding from one watch of bound Pods: the API server's cost is then
+        # one event per Pod in every mode. Asking it over and over whether any Pod is still
+        # unbound cost it CPU for every poll, so the slower a mode ran the more it was charged.
+        _wait_bound(kube, path, listed, names, timeout)
         elapsed = time.perf_counter() - started
         busy = _busy_seconds() - busy
-        extender_cpu = _process_seconds(extender_pid) - extender_cpu
+        if extender_pid:
+            extender_cpu = _process_seconds(extender_pid) - extender_cpu
         spent = _component_seconds(plane)
         components = {name: spent[name] - components.get(name, 0.0) for name in spent}
     finally:
@@ -252,6 +271,17 @@ def _run(
         "pods_on_contradicted_nodes": sum(1 for n in bound.values() if n in CONTRADICTED),
         "placement": _placement(bound),
     }
+
+
+def _wait_bound(kube: Any, path: str, version: str, names: set[str], timeout: float) -> None:
+    """Return once every Pod named has been bound (or after `timeout`), following a watch of
+    the namespace's bound Pods from `version`."""
+    waiting = set(names)
+    query = {"fieldSelector": "spec.nodeName!=", "resourceVersion": version}
+    for event in kube.watch(path, query, timeout=timeout):
+        waiting.discard(event.get("object", {}).get("metadata", {}).get("name"))
+        if not waiting:
+            return
 
 
 def _component_seconds(plane: ControlPlane) -> dict[str, float]:
@@ -310,6 +340,7 @@ def main() -> None:
     }
     plane = ControlPlane.start(start_scheduler=False)
     extender: subprocess.Popen[bytes] | None = None
+    constant: subprocess.Popen[bytes] | None = None
     try:
         plane.create_namespace(NAMESPACE)
         plane.kube("admin").create({**configmap, "metadata": {**configmap["metadata"]}})
@@ -325,29 +356,40 @@ def main() -> None:
         # the extender's cost; lift it so the scheduling cycle itself is measured.
         config["clientConnection"] = {"qps": 1000, "burst": 2000}
         results["scheduler_config_extender"] = config["extenders"][0]
+        constant_port = free_port()
+        constant = _start_constant_extender(plane, constant_port)
+        constant_config = {
+            **config,
+            "extenders": [
+                {**config["extenders"][0], "urlPrefix": f"http://127.0.0.1:{constant_port}"}
+            ],
+        }
         runs: dict[str, Any] = {}
         modes = (
-            ("with_extender", config),
-            ("without_extender", {k: v for k, v in config.items() if k != "extenders"}),
+            ("with_extender", config, extender.pid),
+            ("constant_extender", constant_config, constant.pid),
+            ("without_extender", {k: v for k, v in config.items() if k != "extenders"}, None),
         )
         paired: list[float] = []
-        cpu: dict[str, list[float]] = {label: [] for label, _ in modes}
-        extender_cpu: list[float] = []
-        components: dict[str, dict[str, list[float]]] = {label: {} for label, _ in modes}
+        paired_constant: list[float] = []
+        cpu: dict[str, list[float]] = {label: [] for label, _, _ in modes}
+        extender_cpu: dict[str, list[float]] = {"with_extender": [], "constant_extender": []}
+        components: dict[str, dict[str, list[float]]] = {label: {} for label, _, _ in modes}
         for repeat in range(REPEATS):
-            # Alternate which mode goes first, and compare the two runs of each repeat: a
-            # neighbour's load on a shared machine then hits both modes of a pair alike.
+            # Rotate which mode goes first, and compare the runs of each repeat: a neighbour's
+            # load on a shared machine then hits the modes of a repeat alike.
             rates_now: dict[str, float] = {}
-            for label, cfg in modes if repeat % 2 == 0 else modes[::-1]:
+            shift = repeat % len(modes)
+            for label, cfg, pid in modes[shift:] + modes[:shift]:
                 pods = _pods(owner, envelope, f"{label.replace('_', '')}{repeat}")
-                run = _run(plane, pods, label, cfg, extender.pid)
+                run = _run(plane, pods, label, cfg, pid)
                 _clear(plane, pods)
                 cpu[label].append(run.pop("machine_cpu_ms_per_pod"))
                 for name, value in run.pop("component_cpu_ms_per_pod").items():
                     components[label].setdefault(name, []).append(value)
                 spent = run.pop("extender_cpu_ms_per_pod")
-                if label == "with_extender":
-                    extender_cpu.append(spent)
+                if label in extender_cpu:
+                    extender_cpu[label].append(spent)
                 best = runs.get(label)
                 rates = [*(best or {}).get("pods_per_second_runs", []), run["pods_per_second"]]
                 run["pods_per_second_runs"] = rates
@@ -355,9 +397,13 @@ def main() -> None:
                 runs[label] = run
                 rates_now[label] = rates[-1]
             paired.append(rates_now["with_extender"] / rates_now["without_extender"])
+            paired_constant.append(rates_now["constant_extender"] / rates_now["without_extender"])
         results["runs"] = runs
         results["paired_throughput_ratios"] = [round(r, 3) for r in paired]
         results["median_paired_throughput_ratio"] = round(sorted(paired)[len(paired) // 2], 3)
+        results["median_paired_throughput_ratio_constant_vs_without"] = round(
+            sorted(paired_constant)[len(paired_constant) // 2], 3
+        )
         # CPU per Pod: the median of the repeats, and the rate ratio it implies when the machine
         # is CPU-bound (without / with: the extender's CPU is what it adds).
         median_cpu = {label: sorted(v)[len(v) // 2] for label, v in cpu.items()}
@@ -365,8 +411,8 @@ def main() -> None:
             label: {"median": median_cpu[label], "runs": values} for label, values in cpu.items()
         }
         results["extender_cpu_ms_per_pod"] = {
-            "median": sorted(extender_cpu)[len(extender_cpu) // 2],
-            "runs": extender_cpu,
+            label: {"median": sorted(values)[len(values) // 2], "runs": values}
+            for label, values in extender_cpu.items()
         }
         results["component_cpu_ms_per_pod"] = {
             label: {name: sorted(v)[len(v) // 2] for name, v in sorted(by_name.items())}
@@ -374,6 +420,12 @@ def main() -> None:
         }
         results["cpu_throughput_ratio_with_vs_without"] = round(
             median_cpu["without_extender"] / median_cpu["with_extender"], 3
+        )
+        results["cpu_throughput_ratio_constant_vs_without"] = round(
+            median_cpu["without_extender"] / median_cpu["constant_extender"], 3
+        )
+        results["cpu_throughput_ratio_with_vs_constant"] = round(
+            median_cpu["constant_extender"] / median_cpu["with_extender"], 3
         )
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as resp:
             metrics = resp.read().decode()
@@ -389,13 +441,17 @@ def main() -> None:
             )
         ]
     finally:
-        if extender is not None:
-            extender.terminate()
-            extender.wait(15)
+        for process in (extender, constant):
+            if process is not None:
+                process.terminate()
+                process.wait(15)
         plane.stop()
     with_ext, without = results["runs"]["with_extender"], results["runs"]["without_extender"]
     results["throughput_ratio_with_vs_without"] = round(
         with_ext["pods_per_second"] / without["pods_per_second"], 3
+    )
+    results["throughput_ratio_constant_vs_without"] = round(
+        results["runs"]["constant_extender"]["pods_per_second"] / without["pods_per_second"], 3
     )
     results["extender_kept_pods_off_contradicted_nodes"] = (
         with_ext["pods_on_contradicted_nodes"] == 0

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
@@ -152,6 +152,36 @@ class Kube:
         if not 200 <= resp.status < 300:
             raise ApiError(method, path, resp.status, decoded)
         return decoded if isinstance(decoded, dict) else {"raw": decoded}
+
+    def watch(
+        self, path: str, query: Mapping[str, str | int | bool], *, timeout: float = 300.0
+    ) -> Iterator[JSON]:
+        """The events of a watch on `path` (with `watch=true` and `timeoutSeconds` added), each
+        decoded, until the server ends the stream or the caller stops iterating."""
+        pairs = {
+            str(k): str(v).lower() if isinstance(v, bool) else str(v) for k, v in query.items()
+        }
+        pairs.update({"watch": "true", "timeoutSeconds": str(int(timeout))})
+        response = self.api_client.rest_client.pool_manager.request(
+            "GET",
+            f"{self._host}{path}?{urlencode(pairs)}",
+            headers={"Accept": "application/json"},
+            preload_content=False,
+            timeout=urllib3.Timeout(connect=10.0, read=timeout + 10.0),
+            retries=False,
+        )
+        try:
+            if not 200 <= response.status < 300:
+                raise ApiError("GET", path, response.status, response.read().decode())
+            buffer = b""
+            for chunk in response.stream(65536):
+                buffer += chunk
+                *lines, buffer = buffer.split(b"\n")
+                for line in lines:
+                    if line.strip():
+                        yield json.loads(line)
+        finally:
+            response.release_conn()
 
     # -- discovery -------------------------------------------------------------
 

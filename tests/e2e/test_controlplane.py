@@ -73,6 +73,27 @@ def test_gpu_pod_is_scheduled_onto_the_gpu_node_and_runs(
     assert pod["status"].get("podIP")
 
 
+def test_a_watch_with_a_field_selector_hears_a_pod_when_it_is_bound(
+    kube: Kube, namespace: str, fake_nodes: Callable[..., list[dict[str, object]]]
+) -> None:
+    # What the scheduling benchmark waits on, and what the extender's Pod informer relies on:
+    # the API server sends a Pod entering `spec.nodeName!=` as ADDED, and nothing before.
+    suffix = uuid.uuid4().hex[:6]
+    pool = {"tmi.test/pool": suffix}
+    fake_nodes(FakeNode(f"cpu-{suffix}", gpus=0, vram_gb=None, labels=pool))
+    path = f"/api/v1/namespaces/{namespace}/pods"
+    version = kube.request("GET", path, query={"limit": 1})["metadata"]["resourceVersion"]
+    kube.create(_pod("watched", namespace, nodeSelector=pool))
+    query = {"fieldSelector": "spec.nodeName!=", "resourceVersion": version}
+    for event in kube.watch(path, query, timeout=60):
+        assert event["type"] == "ADDED"
+        assert event["object"]["metadata"]["name"] == "watched"
+        assert event["object"]["spec"]["nodeName"] == f"cpu-{suffix}"
+        break
+    else:
+        raise AssertionError("the watch ended before the Pod was bound")
+
+
 def test_readiness_gate_holds_ready_until_condition_is_true(
     kube: Kube, namespace: str, fake_nodes: Callable[..., list[dict[str, object]]]
 ) -> None:

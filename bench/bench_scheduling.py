@@ -415,7 +415,10 @@ def main() -> None:
             for label, values in extender_cpu.items()
         }
         results["component_cpu_ms_per_pod"] = {
-            label: {name: sorted(v)[len(v) // 2] for name, v in sorted(by_name.items())}
+            label: {
+                name: {"median": sorted(v)[len(v) // 2], "runs": v}
+                for name, v in sorted(by_name.items())
+            }
             for label, by_name in components.items()
         }
         results["cpu_throughput_ratio_with_vs_without"] = round(

@@ -132,8 +132,9 @@ def _grant_extender(plane: ControlPlane) -> None:
 
 
 def _start_extender(plane: ControlPlane, owner: Owner, port: int) -> subprocess.Popen[bytes]:
-    log = (plane.logs_dir / "tmi-extender.log").open("wb")
-    process = subprocess.Popen(
+    return _serve(
+        plane,
+        "tmi-extender",
         [
             str(ROOT / ".venv" / "bin" / "tmi-extender"),
             "--plain-http",
@@ -145,6 +146,20 @@ def _start_extender(plane: ControlPlane, owner: Owner, port: int) -> subprocess.
             f"--cluster-binding-id={CLUSTER}",
             f"--kubeconfig={plane.kubeconfig('tmi-extender')}",
         ],
+        port,
+    )
+
+
+def _start_constant_extender(plane: ControlPlane, port: int) -> subprocess.Popen[bytes]:
+    argv = [sys.executable, str(ROOT / "bench" / "constant_extender.py"), f"--port={port}"]
+    return _serve(plane, "constant-extender", argv, port)
+
+
+def _serve(plane: ControlPlane, name: str, argv: list[str], port: int) -> subprocess.Popen[bytes]:
+    """Start an extender process, its output in the plane's logs, once its /readyz answers."""
+    log = (plane.logs_dir / f"{name}.log").open("wb")
+    process = subprocess.Popen(
+        argv,
         stdout=log,
         stderr=subprocess.STDOUT,
         env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"},
@@ -157,26 +172,7 @@ def _start_extender(plane: ControlPlane, owner: Owner, port: int) -> subprocess.
         except OSError:
             return False
 
-    wait_until(ready, timeout=60, what="tmi-extender /readyz")
-    return process
-
-
-def _start_constant_extender(plane: ControlPlane, port: int) -> subprocess.Popen[bytes]:
-    log = (plane.logs_dir / "constant-extender.log").open("wb")
-    process = subprocess.Popen(
-        [sys.executable, str(ROOT / "bench" / "constant_extender.py"), f"--port={port}"],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-
-    def ready() -> bool:
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=2) as r:
-                return bool(r.status == 200)
-        except OSError:
-            return False
-
-    wait_until(ready, timeout=60, what="constant extender /readyz")
+    wait_until(ready, timeout=60, what=f"{name} /readyz")
     return process
 
 

@@ -174,6 +174,8 @@ class PlanFields(NamedTuple):
 def plan_fields(
     index: int, plan: Plan, plan_text: str, *, scheduler_name: str, pull_secret: str | None
 ) -> PlanFields:
+    """The plan's own fields for its engine container at `index`, with this install's
+    scheduler and pull Secret."""
     head = (
         Edit(("metadata", "annotations", PLAN_ANNOTATION), plan_text),
         Edit(("spec", "containers", index, "image"), plan.image),
@@ -189,24 +191,11 @@ def plan_fields(
     return PlanFields(head, tuple(tail))
 
 
-def plan_edits(
-    pod: Mapping[str, Any],
-    index: int,
-    plan: Plan,
-    plan_text: str,
-    *,
-    scheduler_name: str,
-    pull_secret: str | None,
-    fields: PlanFields | None = None,
-) -> list[Edit]:
-    """Every field the plan governs, with the value the planned Pod holds there. Fields already
-    holding that value are included too: the caller compares, so a planned Pod (a reinvoked
-    webhook) comes out unchanged. `fields` is `plan_fields` for the same arguments, when the
-    caller keeps it."""
-    if fields is None:
-        fields = plan_fields(
-            index, plan, plan_text, scheduler_name=scheduler_name, pull_secret=pull_secret
-        )
+def plan_edits(pod: Mapping[str, Any], index: int, plan: Plan, fields: PlanFields) -> list[Edit]:
+    """Every field the plan governs, with the value the planned Pod holds there: the plan's
+    own fields (`plan_fields` for this plan and container index) and the ones that depend on
+    the Pod. Fields already holding that value are included too: the caller compares, so a
+    planned Pod (a reinvoked webhook) comes out unchanged."""
     spec = as_mapping(pod.get("spec"))
     container = as_mapping(spec["containers"][index])
     edits = [
@@ -254,9 +243,10 @@ def planned_pod(
     pull_secret: str | None,
 ) -> dict[str, Any]:
     """The Pod as the plan wants it (what the webhook's patch makes of it)."""
-    edits = plan_edits(
-        pod, index, plan, plan_text, scheduler_name=scheduler_name, pull_secret=pull_secret
+    fields = plan_fields(
+        index, plan, plan_text, scheduler_name=scheduler_name, pull_secret=pull_secret
     )
+    edits = plan_edits(pod, index, plan, fields)
     edits += shield_edits(pod, to_shield(pod, plan))
     return apply_edits(pod, edits)
 

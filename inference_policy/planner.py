@@ -13,10 +13,11 @@ device, then accounted share), then to the order of the envelope.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from functools import cached_property
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeVar
 
 from inference_policy.catalog import Engine, EngineCatalog, cc_text
 from inference_policy.plan import Plan
@@ -56,6 +57,7 @@ EXTERNAL_ALLOCATION = (
 DIFFUSION_KEYS = ("lora", "lightning", "stream_profile", "trust_remote_code", "dfloat11")
 ISOLATION_RANK = {"mig": 0, "whole-device": 1, "accounted-share": 2}
 GB10 = (12, 1)
+T = TypeVar("T")
 MAX_DEVICES = 8
 
 
@@ -144,30 +146,36 @@ class _Option(NamedTuple):
 
 
 class GpuOptions:
-    """The bindings' options per engine and recipe, for one profile revision and catalog.
+    """The bindings' options per engine and recipe, and the plans made on them, for one profile
+    revision and catalog.
 
-    Which image an engine runs on a binding, and the binding's isolation, depend on the
-    revision only, yet were worked out on every decision; a server decides many requests per
-    revision, so it keeps them here. An entry is used only for the very profile, catalog and
+    Which image an engine runs on a binding, the binding's isolation, and the plan a sizing
+    gets on it depend on the revision only, yet were worked out on every decision; a server
+    decides many requests per revision, so it keeps them here. An entry is used only for the very profile, catalog and
     recipe objects it was made from (a new revision or catalog is a new object), so a stale
     entry can never be read, and the table is bounded.
     """
 
     __slots__ = ("_catalog", "_options", "_plans", "_profile")
-    MAX_ENTRIES = 64
-    MAX_PLANS = 1024
+    MAX_ENTRIES = 1024
 
     def __init__(self) -> None:
         self._profile: VerifiedProfile | None = None
         self._catalog: EngineCatalog | None = None
-        self._options: dict[tuple[str, int], tuple[Recipe | None, tuple[_Option, ...]]] = {}
-        self._plans: dict[tuple[int, int, GpuSizing], tuple[Recipe | None, Decision]] = {}
+        self._options: dict[Any, tuple[Recipe | None, tuple[_Option, ...]]] = {}
+        self._plans: dict[Any, tuple[Recipe | None, Decision]] = {}
 
-    def _revision(self, ctx: PlanContext) -> None:
-        if ctx.profile is not self._profile or ctx.catalog is not self._catalog:
-            self._profile, self._catalog = ctx.profile, ctx.catalog
-            self._options.clear()
-            self._plans.clear()
+    def options(
+        self, planner: _Planner, engine: Engine, recipe: Recipe | None
+    ) -> tuple[_Option, ...]:
+        """What each binding offers this engine and recipe under the planner's revision."""
+        return self._kept(
+            planner.ctx,
+            self._options,
+            engine.name,
+            recipe,
+            lambda: planner.gpu_options(engine, recipe),
+        )
 
     def plan(
         self,
@@ -177,31 +185,37 @@ class GpuOptions:
         sizing: GpuSizing,
         profile: VerifiedProfile,
     ) -> Decision:
-        """The plan for this sizing on this option, made once per revision: distinct requests
-        that size alike (the same model in another deployment) share it."""
-        self._revision(ctx)
-        key = (option.order, id(recipe), sizing)
-        found = self._plans.get(key)
-        if found is not None and found[0] is recipe:
-            return found[1]
-        decision = _planned(_gpu_body(sizing, option, profile, recipe))
-        if len(self._plans) >= self.MAX_PLANS:
-            self._plans.clear()
-        self._plans[key] = (recipe, decision)
-        return decision
+        """The plan for this sizing on this option: distinct requests that size alike (the same
+        model in another deployment) share it."""
+        return self._kept(
+            ctx,
+            self._plans,
+            (option.order, sizing),
+            recipe,
+            lambda: _planned(_gpu_body(sizing, option, profile, recipe)),
+        )
 
-    def get(self, planner: _Planner, engine: Engine, recipe: Recipe | None) -> tuple[_Option, ...]:
-        self._revision(planner.ctx)
-        key = (engine.name, id(recipe))
-        found = self._options.get(key)
+    def _kept(
+        self,
+        ctx: PlanContext,
+        table: dict[Any, tuple[Recipe | None, T]],
+        key: Any,
+        recipe: Recipe | None,
+        make: Callable[[], T],
+    ) -> T:
+        if ctx.profile is not self._profile or ctx.catalog is not self._catalog:
+            self._profile, self._catalog = ctx.profile, ctx.catalog
+            self._options.clear()
+            self._plans.clear()
+        # The recipe is held with what was made for it, so its id cannot be reused meanwhile.
+        found = table.get((key, id(recipe)))
         if found is not None and found[0] is recipe:
             return found[1]
-        options = planner.gpu_options(engine, recipe)
-        if len(self._options) >= self.MAX_ENTRIES:
-            self._options.clear()
-        # The recipe is held with its options: its id cannot be reused while the entry lives.
-        self._options[key] = (recipe, options)
-        return options
+        value = make()
+        if len(table) >= self.MAX_ENTRIES:
+            table.clear()
+        table[(key, id(recipe))] = (recipe, value)
+        return value
 
 
 def decide(document: Any, ctx: PlanContext) -> Decision:
@@ -635,10 +649,9 @@ class _Planner:
     def _gpu(self, engine: Engine, profile: VerifiedProfile) -> Decision:
         need = self._need_per_device(engine)
         recipe = self._recipe("gpu")
-        memo = self.ctx.options
-        options = (
-            memo.get(self, engine, recipe) if memo is not None else self.gpu_options(engine, recipe)
-        )
+        # A decision made without a server's table keeps its own, for this decision only.
+        kept = self.ctx.options if self.ctx.options is not None else GpuOptions()
+        options = kept.options(self, engine, recipe)
         image_reasons: list[str] = []
         count_reasons: list[str] = []
         memory_misses: list[tuple[int, str]] = []
@@ -656,11 +669,10 @@ class _Planner:
             if isinstance(chosen, str):
                 image_reasons.append(chosen)
                 continue
-            if self.devices != 1:
-                count_reason = self._count_reason(binding, guarantee)
-                if count_reason:
-                    count_reasons.append(count_reason)
-                    continue
+            count_reason = self._count_reason(binding, guarantee)
+            if count_reason:
+                count_reasons.append(count_reason)
+                continue
             fit = self._fit(engine, binding, guarantee, need)
             if fit is None:
                 memory_misses.append((binding.usable_memory_bytes, binding.id))
@@ -682,9 +694,7 @@ class _Planner:
             tuple(args.items()),
             accel.isolation if accel else "any-qualified",
         )
-        if memo is not None:
-            return memo.plan(self.ctx, best, recipe, sizing, profile)
-        return _planned(_gpu_body(sizing, best, profile, recipe))
+        return kept.plan(self.ctx, best, recipe, sizing, profile)
 
     def _binding_image(
         self,

@@ -467,12 +467,4 @@ class Reviewer:
             if len(self._fields) >= _MAX_PLAN_FIELDS:
                 self._fields.clear()
             self._fields[key] = fields
-        return plan_edits(
-            pod,
-            index,
-            plan,
-            plan_json,
-            scheduler_name=self.settings.scheduler_name,
-            pull_secret=None,
-            fields=fields,
-        )
+        return plan_edits(pod, index, plan, fields)

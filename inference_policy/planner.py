@@ -151,9 +151,9 @@ class GpuOptions:
 
     Which image an engine runs on a binding, the binding's isolation, and the plan a sizing
     gets on it depend on the revision only, yet were worked out on every decision; a server
-    decides many requests per revision, so it keeps them here. An entry is used only for the very profile, catalog and
-    recipe objects it was made from (a new revision or catalog is a new object), so a stale
-    entry can never be read, and the table is bounded.
+    decides many requests per revision, so it keeps them here. An entry is used only for the
+    very profile, catalog and recipe objects it was made from (a new revision or catalog is a
+    new object), so a stale entry can never be read, and the tables are bounded.
     """
 
     __slots__ = ("_catalog", "_options", "_plans", "_profile")

@@ -482,6 +482,7 @@ class ControlPlane:
         *,
         identity: str = "scheduler",
         verbosity: int = 2,
+        extra_args: Sequence[str] = (),
     ) -> Scheduler:
         """Start a kube-scheduler with a KubeSchedulerConfiguration (dict or YAML text).
 
@@ -489,6 +490,7 @@ class ControlPlane:
         log file; the profiles' ``schedulerName`` values are what pods select. The
         harness fills in ``clientConnection.kubeconfig`` and, unless the config says
         otherwise, turns leader election off so several schedulers can run at once.
+        ``extra_args`` are added to its command line.
         """
         if name in self.schedulers:
             raise ValueError(f"a scheduler named {name!r} is already running")
@@ -519,6 +521,7 @@ class ControlPlane:
                     f"--bind-address={HOST}",
                     f"--secure-port={p}",
                     f"--v={verbosity}",
+                    *extra_args,
                 ],
                 lambda p: f"https://{HOST}:{p}/readyz",
                 what=f"kube-scheduler {name} /readyz",

@@ -45,10 +45,8 @@ from inference_policy.ledger import UsageLedger
 from inference_policy.nodes import FITS, NodeFacts, Verdict, node_facts
 from inference_policy.placement import (
     Demand,
-    check,
     check_nodes,
     demand_for,
-    free_capacity,
     free_of,
     score_nodes,
     scores_from,
@@ -98,18 +96,23 @@ MAX_CYCLES = 64
 
 @dataclass
 class _Cycle:
-    """What the last scheduling cycle for one demand over one candidate list found. The next
-    cycle for the same deployment (the next replica) sees the same candidates with one node's
-    load changed (where the last replica went), so only the nodes whose facts or load changed
-    since are judged again."""
+    """What earlier scheduling cycles for one demand found, node by node. The next cycle for
+    the same deployment (the next replica) sees the same nodes with one node's load changed
+    (where the last replica went), so only the nodes whose facts or load changed since are
+    judged again.
 
-    names: list[str]
-    facts: list[NodeFacts | None]
+    Kept by node name, not by position in a candidate list: kube-scheduler sends the filter
+    every feasible node, in an order that moves from cycle to cycle (its search starts where the
+    last one stopped, and its filters run in parallel), and then sends prioritize only the nodes
+    the filter kept. A memo of the last list would miss on every call. A node's entries go when
+    its accounted load changes (the ledger's log, read at the next cycle) and when its Node
+    object is replaced or removed (`ClusterView.node_changed`, at once)."""
+
     version: int
-    verdicts: list[Verdict | None] | None = None
-    frees: list[int | None] | None = None
-    scale: int = 0
-    positions: dict[str, list[int]] = field(default_factory=dict)
+    verdicts: dict[str, Verdict] = field(default_factory=dict)
+    # The node's free amount of the demand's resource (None: the Pod cannot go there at all)
+    # and its allocatable, `placement.free_of`'s pair.
+    frees: dict[str, tuple[int | None, int]] = field(default_factory=dict)
 
 
 class ClusterView:
@@ -143,6 +146,7 @@ class ClusterView:
     def replace_nodes(self, nodes: Iterable[NodeFacts]) -> None:
         self.nodes = {node.name: node for node in nodes}
         self.pending.discard(NODES)
+        self._cycles.clear()
 
     def node_changed(self, name: str, node: NodeFacts | None) -> None:
         self.events += 1
@@ -150,6 +154,10 @@ class ClusterView:
             self.nodes.pop(name, None)
         else:
             self.nodes[name] = node
+        # Its labels or allocatable may differ now: what was found on it no longer holds.
+        for cycle in self._cycles.values():
+            cycle.verdicts.pop(name, None)
+            cycle.frees.pop(name, None)
 
     def replace_pods(
         self, scope: str, pods: Iterable[tuple[str, tuple[str, dict[str, int]] | None]]
@@ -211,45 +219,68 @@ class ClusterView:
             log.exception("profile ConfigMap %s could not be used", name)
             self.policy.profile_missing(f"ConfigMap {name!r} could not be read: {exc}")
 
-    def cycle(self, demand: Demand, names: list[str], facts: list[NodeFacts | None]) -> _Cycle:
-        """The remembered cycle for this demand and candidate list, brought up to date by
-        judging again only the candidates whose node facts or accounted load changed."""
+    def cycle(self, demand: Demand) -> _Cycle:
+        """The remembered verdicts and free capacities for this demand, less those of the nodes
+        whose accounted load changed since they were found."""
         key = (demand.key, tuple((n, demand.requests.get(n, 0)) for n in demand.checked))
         found = self._cycles.get(key)
-        changed = self.ledger.changed_since(found.version) if found is not None else None
-        if found is None or changed is None or found.names != names:
-            found = _Cycle(list(names), list(facts), self.ledger.version)
+        if found is None:
+            found = _Cycle(self.ledger.version)
             self._cycles[key] = found
             if len(self._cycles) > MAX_CYCLES:
                 self._cycles.popitem(last=False)
             return found
         self._cycles.move_to_end(key)
-        if not found.positions:
-            for index, name in enumerate(found.names):
-                found.positions.setdefault(name, []).append(index)
-        stale = {i for name in changed for i in found.positions.get(name, ())}
-        moved = [
-            i for i, (old, new) in enumerate(zip(found.facts, facts, strict=True)) if old is not new
-        ]
-        for i in moved:
-            found.facts[i] = facts[i]
-        stale.update(moved)
-        used = self.ledger.used
-        if found.verdicts is not None:
-            for i in stale:
-                node = found.facts[i]
-                found.verdicts[i] = None if node is None else check(demand, node, used(node.name))
-        if found.frees is not None:
-            if moved:
-                # A node's allocatable may have changed, and with it the score's unit.
-                found.frees = None
+        if found.version != self.ledger.version:
+            changed = self.ledger.changed_since(found.version)
+            if changed is None:
+                found.verdicts.clear()
+                found.frees.clear()
             else:
-                for i in stale:
-                    node = found.facts[i]
-                    found.frees[i] = free_of(demand, node, used(node.name) if node else {})[0]
-        self.recomputed += len(stale)
-        found.version = self.ledger.version
+                for name in changed:
+                    found.verdicts.pop(name, None)
+                    found.frees.pop(name, None)
+            found.version = self.ledger.version
         return found
+
+    def verdicts(
+        self, demand: Demand, names: list[str], facts: list[NodeFacts | None]
+    ) -> list[Verdict | None]:
+        """`placement.check` for each of the candidates, `facts` being the node cache's (None:
+        a node not in it), judging only those not already judged on their present facts and
+        load."""
+        cycle = self.cycle(demand)
+        memo = cycle.verdicts
+        # Looked up in C; a 5,000-node cycle then costs a pass over the few that changed.
+        out: list[Verdict | None] = list(map(memo.get, names))
+        missing = [i for i, verdict in enumerate(out) if verdict is None]
+        if missing:
+            found = check_nodes(demand, [facts[i] for i in missing], self.ledger.used)
+            for i, verdict in zip(missing, found, strict=True):
+                if verdict is not None:
+                    out[i] = memo[names[i]] = verdict
+                    self.recomputed += 1
+        return out
+
+    def frees(
+        self, demand: Demand, names: list[str], facts: list[NodeFacts | None]
+    ) -> tuple[list[int | None], int]:
+        """`placement.free_capacity` for a one-resource GPU demand over the node cache's
+        candidates, finding only what is not already known for their present facts and load."""
+        cycle = self.cycle(demand)
+        memo = cycle.frees
+        entries: list[tuple[int | None, int] | None] = list(map(memo.get, names))
+        missing = [i for i, entry in enumerate(entries) if entry is None]
+        if missing:
+            used = self.ledger.used
+            for i in missing:
+                node = facts[i]
+                if node is not None:
+                    entries[i] = memo[names[i]] = free_of(demand, node, used(node.name))
+                    self.recomputed += 1
+        frees = [None if entry is None else entry[0] for entry in entries]
+        scale = max((entry[1] for entry in entries if entry is not None), default=0)
+        return frees, scale
 
     def observe(self, pod: Mapping[str, Any], demand: Demand) -> None:
         """Add the Pod's request to the workload histogram, once per Pod."""
@@ -406,11 +437,7 @@ def filter_nodes(view: ClusterView, args: Any) -> Outcome:
     codes: dict[str, int] = {}
     node_codes: dict[str, str] = {}
     if cands.cache_mode:
-        cycle = view.cycle(demand, cands.names, cands.facts)
-        if cycle.verdicts is None:
-            cycle.verdicts = check_nodes(demand, cycle.facts, view.ledger.used)
-            view.recomputed += len(cycle.verdicts)
-        verdicts = cycle.verdicts
+        verdicts = view.verdicts(demand, cands.names, cands.facts)
     else:
         verdicts = check_nodes(demand, cands.facts, view.ledger.used)
     names = cands.names
@@ -472,11 +499,8 @@ def prioritize_nodes(view: ClusterView, args: Any) -> Outcome:
     view.observe(pod, demand)
     workload = view.mix.workload()
     if cands.cache_mode and demand.path == "gpu" and len(demand.kind) == 1:
-        cycle = view.cycle(demand, cands.names, cands.facts)
-        if cycle.frees is None:
-            cycle.frees, cycle.scale = free_capacity(demand, cycle.facts, view.ledger.used)
-            view.recomputed += len(cycle.frees)
-        scores = scores_from(demand, cycle.frees, cycle.scale, workload)
+        frees, scale = view.frees(demand, cands.names, cands.facts)
+        scores = scores_from(demand, frees, scale, workload)
     else:
         scores = score_nodes(demand, cands.facts, view.ledger.used, workload)
     body = [{"Host": name, "Score": value} for name, value in zip(cands.names, scores, strict=True)]

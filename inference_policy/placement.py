@@ -395,6 +395,7 @@ def _best_fit(frees: Sequence[int | None], want: int, scale: int) -> list[int]:
     top = MAX_SCORE - 1
     out: list[int] = []
     append = out.append
+    # Compares rather than min() and max(): prioritize scores every candidate of every cycle.
     for free in frees:
         left = -1 if free is None else free - want
         if left < 0:
@@ -402,7 +403,8 @@ def _best_fit(frees: Sequence[int | None], want: int, scale: int) -> list[int]:
         elif left == 0:
             append(MAX_SCORE)
         else:
-            append(max(0, min(top, (MAX_SCORE * (scale - left)) // scale)))
+            graded = (MAX_SCORE * (scale - left)) // scale
+            append(top if graded > top else 0 if graded < 0 else graded)
     return out
 
 

@@ -101,11 +101,31 @@ def ceil_units(value: Decimal) -> int:
     return whole + 1 if value > whole else whole
 
 
+# Units already found, by resource name and quantity text: the extender reads every Pod's
+# requests on each watch event and each scheduling call, and a cluster's Pods spell their
+# quantities in a handful of ways. Pure and bounded (started over when full).
+_UNITS: dict[tuple[str, str], int] = {}
+_MAX_UNITS: Final = 4096
+
+
 def resource_units(name: str, text: Any, *, example: str | None = None) -> int:
     """A non-negative resource amount in the unit the scheduler counts it in: millicores for
     `cpu`, whole base units (bytes, devices, GB) for anything else, rounded up. A quantity that
     is not one, or is negative, is refused with `parse_quantity`'s reason, or with only "is not
     a <example>" when an example is given (`parse_bytes`, `parse_millicores`)."""
+    if type(text) is str and example is None:
+        key = (name, text)
+        found = _UNITS.get(key)
+        if found is None:
+            found = _resource_units(name, text, example)
+            if len(_UNITS) >= _MAX_UNITS:
+                _UNITS.clear()
+            _UNITS[key] = found
+        return found
+    return _resource_units(name, text, example)
+
+
+def _resource_units(name: str, text: Any, example: str | None) -> int:
     try:
         value = parse_quantity(text)
         if value < 0:

@@ -151,3 +151,44 @@ def test_same_quantity(left: str, right: str, same: bool) -> None:
 
 def test_exact_values_not_floats() -> None:
     assert parse_quantity("0.1") * 3 == Decimal("0.3")
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.sampled_from(["cpu", "memory", "nvidia.com/gpu"]), quantities())
+def test_remembered_units_are_the_units_found_afresh(name: str, text: str) -> None:
+    """`resource_units` remembers what it found by name and text; asked twice, or after a full
+    memo starts over, it answers as working it out again does, and a refusal is never kept."""
+    from inference_policy import quantity
+
+    def afresh() -> int | str:
+        try:
+            units = parse_quantity(text) * (1000 if name == "cpu" else 1)
+            if units < 0:
+                return "refused"
+            return int(units) + (1 if units > int(units) else 0)
+        except QuantityError:
+            return "refused"
+
+    def remembered() -> int | str:
+        try:
+            return resource_units(name, text)
+        except QuantityError:
+            return "refused"
+
+    expected = afresh()
+    assert remembered() == expected
+    assert remembered() == expected
+    if expected == "refused":
+        assert (name, text) not in quantity._UNITS
+    else:
+        assert quantity._UNITS[name, text] == expected
+
+
+def test_the_units_memo_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    from inference_policy import quantity
+
+    monkeypatch.setattr(quantity, "_UNITS", {})
+    monkeypatch.setattr(quantity, "_MAX_UNITS", 8)
+    for n in range(20):
+        assert resource_units("memory", f"{n}Ki") == n * 1024
+        assert len(quantity._UNITS) <= 8

@@ -2,7 +2,8 @@
 
 `KubernetesSource` runs one informer per collection (all Nodes; the Pods labelled
 `kamiwaza.ai/deployment-id` in each accounted namespace that are bound and not terminated, the
-ledger's `HOLDING_PODS_FIELD_SELECTOR`; the profile ConfigMap by name in the tenant namespace), the
+ledger's `HOLDING_PODS_FIELD_SELECTOR`, each kept as its `holding_part`, what decides what it
+holds; the profile ConfigMap by name in the tenant namespace), the
 same `serving.informer.Informer` the webhook and the controller use: it lists, then watches from
 the list's resource version, and re-lists after `resync_seconds` or a 410 Gone, backing off with
 jitter after errors. It runs on the event loop and calls the source's handlers there, so the view
@@ -26,7 +27,12 @@ from typing import Any, Protocol
 
 from extender.config import ALL_NAMESPACES
 from extender.view import ClusterView
-from inference_policy.ledger import HOLDING_PODS_FIELD_SELECTOR, accounted_pod, pod_key
+from inference_policy.ledger import (
+    HOLDING_PODS_FIELD_SELECTOR,
+    accounted_pod,
+    holding_part,
+    pod_key,
+)
 from inference_policy.nodes import NodeFacts, node_facts
 from inference_policy.wire import ENGINE_LABEL as DEPLOYMENT_LABEL
 from serving.informer import Collection, Delta, Informer, Informers, ListWatch
@@ -170,6 +176,7 @@ class KubernetesSource:
         changed: Callable[[Delta], None],
         listed: Callable[[Informer], None],
         failed: Callable[[Exception], None] | None = None,
+        transform: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
     ) -> Informer:
         return Informer(
             self.api,
@@ -181,6 +188,7 @@ class KubernetesSource:
             relist_seconds=self.resync_seconds,
             backoff=self.backoff_seconds,
             max_backoff=30.0 * self.backoff_seconds,
+            transform=transform,
         )
 
     def _profile(self, view: ClusterView) -> Informer:
@@ -253,7 +261,8 @@ class KubernetesSource:
             label_selector=DEPLOYMENT_LABEL,
             field_selector=HOLDING_PODS_FIELD_SELECTOR,
         )
-        return self._informer(collection, changed, listed)
+        # Only what decides what a Pod holds is kept: every bound engine Pod is in this store.
+        return self._informer(collection, changed, listed, transform=holding_part)
 
     async def start(self, view: ClusterView) -> None:
         self.informers.add(self._profile(view))

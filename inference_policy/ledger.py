@@ -121,6 +121,56 @@ def pod_key(pod: Mapping[str, Any]) -> str:
     return f"{meta.get('namespace') or ''}/{meta.get('name') or ''}"
 
 
+# What `accounted_pod` and `pod_key` read of a Pod, and what an informer needs besides to tell
+# revisions and incarnations apart (uid, resourceVersion).
+_KEPT_METADATA = ("name", "namespace", "uid", "resourceVersion")
+_KEPT_SPEC = ("nodeName", "overhead")
+_KEPT_CONTAINER = ("name", "resources", "restartPolicy")
+
+
+def holding_part(pod: Mapping[str, Any]) -> dict[str, Any]:
+    """The part of a Pod that decides what it holds: `accounted_pod` and `pod_key` answer the
+    same for it as for the whole Pod, and nothing else is kept.
+
+    For a cache of many Pods (the extender's informer keeps every bound engine Pod): a whole Pod
+    is a hundred-odd objects (annotations, environment, probes, volumes, status conditions),
+    every one of them scanned by each of Python's full garbage collections, which pause the
+    event loop that answers the scheduler. A value of a shape the ledger would refuse is kept as
+    it came, so the refusal is the same too."""
+    out: dict[str, Any] = {}
+    for key in ("apiVersion", "kind"):
+        if key in pod:
+            out[key] = pod[key]
+    meta = pod.get("metadata")
+    if isinstance(meta, Mapping):
+        out["metadata"] = {key: meta[key] for key in _KEPT_METADATA if key in meta}
+    elif meta is not None:
+        out["metadata"] = meta
+    spec = pod.get("spec")
+    if isinstance(spec, Mapping):
+        kept = {key: spec[key] for key in _KEPT_SPEC if key in spec}
+        for kind in ("containers", "initContainers"):
+            containers = spec.get(kind)
+            if isinstance(containers, list):
+                kept[kind] = [
+                    {key: c[key] for key in _KEPT_CONTAINER if key in c}
+                    if isinstance(c, Mapping)
+                    else c
+                    for c in containers
+                ]
+            elif kind in spec:
+                kept[kind] = containers
+        out["spec"] = kept
+    elif spec is not None:
+        out["spec"] = spec
+    status = pod.get("status")
+    if isinstance(status, Mapping):
+        out["status"] = {"phase": status["phase"]} if "phase" in status else {}
+    elif status is not None:
+        out["status"] = status
+    return out
+
+
 class UsageLedger:
     """Requests of the Pods bound to each node, kept as per-node totals.
 
@@ -214,6 +264,7 @@ __all__ = [
     "HOLDING_PODS_FIELD_SELECTOR",
     "UsageLedger",
     "accounted_pod",
+    "holding_part",
     "pod_key",
     "pod_requests",
 ]

@@ -179,15 +179,24 @@ class ApiClient:
         ) as response:
             if response.status >= 400:
                 raise status_error(response.status, await response.read())
-            buffer = bytearray()
+            # The start of an event whose line has not ended yet, in the pieces it came in:
+            # a chunk carries many small events or a piece of a large one, and neither is
+            # copied more than once.
+            pending: list[bytes] = []
+            size = 0
             async for chunk in response.content.iter_any():
-                buffer.extend(chunk)
-                while (end := buffer.find(b"\n")) >= 0:
-                    line = bytes(buffer[:end])
-                    del buffer[: end + 1]
-                    if line.strip():
-                        yield watch_event(line)
-                if len(buffer) > MAX_LINE_BYTES:
+                if b"\n" not in chunk:
+                    pending.append(chunk)
+                    size += len(chunk)
+                else:
+                    pending.append(chunk)
+                    *lines, rest = b"".join(pending).split(b"\n")
+                    pending = [rest]
+                    size = len(rest)
+                    for line in lines:
+                        if line.strip():
+                            yield watch_event(line)
+                if size > MAX_LINE_BYTES:
                     raise api_error(500, "TooLarge", "a watch event is larger than allowed")
 
 

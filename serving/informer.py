@@ -264,8 +264,12 @@ class Informer:
         healthy_seconds: float = 10.0,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         monotonic: Callable[[], float] = time.monotonic,
+        transform: Callable[[JSON], JSON] | None = None,
     ) -> None:
         self.api = api
+        # What is kept of each object, stored and delivered (client-go's SetTransform): a
+        # consumer that reads a few fields of many objects need not hold the rest.
+        self.transform = transform
         self.collection = collection
         self.handler = handler
         self.on_listed = on_listed
@@ -448,7 +452,8 @@ class Informer:
                 old = self.store.remove(key)
                 # Nothing held (a relist already reported it gone): nothing to tell.
                 if old is not None:
-                    self._deliver(Delta("DELETED", obj, old, listed=False))
+                    last = obj if self.transform is None else self.transform(obj)
+                    self._deliver(Delta("DELETED", last, old, listed=False))
             elif event.type in ("ADDED", "MODIFIED"):
                 self._upsert(obj, listed=False)
             else:
@@ -463,6 +468,8 @@ class Informer:
         if key is None:
             return
         _trim(obj)
+        if self.transform is not None:
+            obj = self.transform(obj)
         old = self.store.get(key)
         if same_revision(old, obj):
             return

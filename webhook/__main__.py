@@ -8,7 +8,6 @@ period. Exit status: 0 after a clean shutdown, 2 for a setting or certificate th
 
 from __future__ import annotations
 
-import gc
 import logging
 from collections.abc import Coroutine, Sequence
 from typing import Any
@@ -29,10 +28,6 @@ async def serve(
     app: web.Application, settings: ServerSettings, reloader: CertificateReloader
 ) -> None:
     def started(runner: web.AppRunner) -> None:
-        # Everything built so far lives as long as the process: keeping it out of the
-        # collector's generations keeps full collections (and the latency spikes they cause)
-        # small.
-        gc.freeze()
         log.info(
             "serving HTTPS on %s for namespace %s (tenant mode %s)",
             process.addresses(runner),

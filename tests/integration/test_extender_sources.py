@@ -17,7 +17,7 @@ import pytest
 
 from extender.sources import KubernetesSource
 from extender.view import ClusterView
-from inference_policy.ledger import HOLDING_PODS_FIELD_SELECTOR
+from inference_policy.ledger import HOLDING_PODS_FIELD_SELECTOR, holding_part
 from inference_policy.wire import ENGINE_LABEL as DEPLOYMENT_LABEL
 from localcluster.nodes import FakeNode
 from serving.apiserver import from_kubeconfig
@@ -90,6 +90,11 @@ async def test_informers_list_then_follow_watch_events(
         assert set(view.nodes) == {"n1"}
         assert view.ledger.used("n1") == {"nvidia.com/gpu": 1}
         assert view.policy.profile is not None and view.policy.verifications == 1
+        # The Pod informer keeps what decides what a Pod holds, not its plan or environment.
+        [pods] = [i for i in source.informers.informers if i.collection.kind == "Pod"]
+        kept = pods.store.get(first["metadata"]["name"])
+        assert kept is not None and kept["spec"] == holding_part(first)["spec"]
+        assert set(kept["metadata"]) == {"name", "namespace", "uid", "resourceVersion"}
 
         cluster.put("nodes", _node("n2", gpus=8))
         second = bound(planned_pod(plan), "n1")

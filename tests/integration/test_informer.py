@@ -26,8 +26,11 @@ from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
+from aiohttp import web
 
+from serving import apiserver
 from serving.apiserver import ApiClient, from_kubeconfig
 from serving.informer import Collection, Delta, Informer
 from tests.integration.fakeapi import FakeCluster
@@ -138,6 +141,43 @@ async def test_managed_fields_are_neither_stored_nor_delivered(
         assert all("managedFields" not in d.object["metadata"] for d in recorder.deltas)
         kept = subject.store.get("n1")
         assert kept is not None and kept["metadata"]["labels"] == {"zone": "a"}
+    finally:
+        await subject.stop()
+
+
+async def test_a_transform_decides_what_is_stored_and_delivered(
+    cluster: FakeCluster, client: ApiClient
+) -> None:
+    """Listed, added, modified and deleted objects are all stored and delivered as the
+    transform leaves them (the extender keeps a Pod's `holding_part`)."""
+
+    def keep(obj: dict[str, Any]) -> dict[str, Any]:
+        meta = obj["metadata"]
+        return {"metadata": {k: meta[k] for k in ("name", "resourceVersion", "uid") if k in meta}}
+
+    cluster.put("nodes", node("n0", zone="a"))
+    recorder = Recorder()
+    subject = informer(client, recorder, transform=keep)
+    subject.start()
+    try:
+        await asyncio.wait_for(subject.synced.wait(), 10)
+        cluster.put("nodes", node("n1", zone="b"))
+        cluster.put("nodes", node("n0", zone="c"))
+        cluster.delete("nodes", "/n1")
+        await until(lambda: "n1" in recorder.seen("DELETED"))
+        assert [(d.type, d.object["metadata"]["name"]) for d in recorder.deltas] == [
+            ("ADDED", "n0"),
+            ("ADDED", "n1"),
+            ("MODIFIED", "n0"),
+            ("DELETED", "n1"),
+        ]
+        for delta in recorder.deltas:
+            assert set(delta.object) == {"metadata"}
+            assert "labels" not in delta.object["metadata"]
+        stored = subject.store.get("n0")
+        assert stored is not None and stored == keep(stored)
+        assert stored["metadata"]["resourceVersion"]
+        assert subject.store.names() == ["n0"]
     finally:
         await subject.stop()
 
@@ -366,3 +406,53 @@ async def test_stop_cancels_a_blocked_watch_and_closes_its_connection(
     # The server sees the connection go: its watch handler is cancelled and deregistered.
     await until(lambda: not cluster.watchers, timeout=5)
     assert len(cluster.watch_requests) == 1
+
+
+async def test_watch_lines_are_read_whatever_pieces_they_arrive_in(
+    aiohttp_server: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The API server's chunks do not follow its lines: one carries several events, an event
+    comes in several, blank lines come between. Each event is read whole and once, in order;
+    an event past the line limit ends the watch with a TooLarge error."""
+    events = [
+        {"type": "ADDED", "object": {"metadata": {"name": f"n{i}", "resourceVersion": str(i)}}}
+        for i in range(6)
+    ]
+    lines = [orjson.dumps(e) + b"\n" for e in events]
+    big = lines[3]
+    pieces = [
+        lines[0] + lines[1] + lines[2][:7],  # two whole events and the start of a third
+        lines[2][7:],  # the rest of it, ending its line
+        b"\n",  # a blank line
+        big[:5],
+        big[5:11],
+        big[11:] + lines[4][:1],  # an event in three pieces, ending mid-chunk
+        lines[4][1:] + lines[5],
+    ]
+
+    async def watch(request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse()
+        response.enable_chunked_encoding()
+        await response.prepare(request)
+        for piece in pieces if request.query.get("labelSelector") != "large" else [b"{" * 64]:
+            await response.write(piece)
+            # Each piece in its own read: the client must not rely on whole lines per chunk.
+            await asyncio.sleep(0.01)
+        await response.write_eof()
+        return response
+
+    app = web.Application()
+    app.router.add_get("/api/v1/nodes", watch)
+    server = await aiohttp_server(app)
+    api = ApiClient(str(server.make_url("")))
+    try:
+        got = [e.object async for e in api.watch(NODES, resource_version="0", timeout_seconds=5)]
+        assert got == [e["object"] for e in events]
+
+        monkeypatch.setattr(apiserver, "MAX_LINE_BYTES", 32)
+        large = Collection("nodes", "Node", label_selector="large")
+        with pytest.raises(Exception, match="larger than allowed"):
+            async for _ in api.watch(large, resource_version="0", timeout_seconds=5):
+                pass
+    finally:
+        await api.close()

@@ -11,11 +11,15 @@ import json
 from typing import Any
 
 import pytest
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
 
 from inference_policy.ledger import (
     HOLDING_PODS_FIELD_SELECTOR,
     UsageLedger,
     accounted_pod,
+    holding_part,
+    pod_key,
     pod_requests,
 )
 from inference_policy.nodes import GFD_CUDA_MAJOR, NodeFacts, Verdict, node_facts
@@ -671,6 +675,99 @@ def test_the_watch_selector_selects_exactly_the_pods_the_ledger_counts(
     if phase is not None:
         pod["status"] = {"phase": phase}
     assert _selected(pod, HOLDING_PODS_FIELD_SELECTOR) == (accounted_pod(pod) is not None)
+
+
+_ANY = st.one_of(st.none(), st.integers(), st.text(max_size=3), st.lists(st.none(), max_size=1))
+_QUANTITY = st.sampled_from(["1", "500m", "8Gi", "?", "-1", "1e3"]) | _ANY
+_RESOURCES = st.dictionaries(
+    st.sampled_from(["requests", "limits", "claims"]),
+    st.dictionaries(st.sampled_from(["cpu", "memory", "nvidia.com/gpu"]), _QUANTITY, max_size=3)
+    | _ANY,
+    max_size=3,
+)
+_CONTAINER = st.fixed_dictionaries(
+    {},
+    optional={
+        "name": st.text(max_size=3) | _ANY,
+        "resources": _RESOURCES | _ANY,
+        "restartPolicy": st.sampled_from(["Always", "Never"]) | _ANY,
+        "env": st.lists(st.fixed_dictionaries({"name": st.text(max_size=3)}), max_size=2),
+        "image": st.text(max_size=5),
+    },
+)
+_POD = st.fixed_dictionaries(
+    {},
+    optional={
+        "apiVersion": st.just("v1"),
+        "kind": st.just("Pod"),
+        "metadata": st.fixed_dictionaries(
+            {},
+            optional={
+                "name": st.text(max_size=3) | _ANY,
+                "namespace": st.text(max_size=3) | _ANY,
+                "uid": st.text(max_size=3),
+                "resourceVersion": st.text(max_size=3),
+                "annotations": st.dictionaries(st.text(max_size=3), st.text(max_size=9)),
+            },
+        )
+        | _ANY,
+        "spec": st.fixed_dictionaries(
+            {},
+            optional={
+                "nodeName": st.sampled_from(["", "n1"]) | _ANY,
+                "containers": st.lists(_CONTAINER | _ANY, max_size=3) | _ANY,
+                "initContainers": st.lists(_CONTAINER | _ANY, max_size=3) | _ANY,
+                "overhead": st.dictionaries(st.sampled_from(["cpu", "memory"]), _QUANTITY) | _ANY,
+                "volumes": st.lists(st.fixed_dictionaries({"name": st.text(max_size=3)})),
+            },
+        )
+        | _ANY,
+        "status": st.fixed_dictionaries(
+            {},
+            optional={
+                "phase": st.sampled_from(["Pending", "Running", "Succeeded", "Failed"]) | _ANY,
+                "conditions": st.lists(st.fixed_dictionaries({"type": st.text(max_size=3)})),
+            },
+        )
+        | _ANY,
+    },
+)
+
+
+_SIDECARS = {
+    "metadata": {"namespace": "kamiwaza", "name": "a", "uid": "u", "labels": {"x": "y"}},
+    "spec": {
+        "nodeName": "n1",
+        "containers": [_container("engine", {"cpu": "1"}, image="i", env=[{"name": "A"}])],
+        "initContainers": [
+            _container("fetch", {"cpu": "3"}),
+            # A sidecar larger than what runs before it: it counts beside the containers.
+            _container("proxy", {"cpu": "4"}, restartPolicy="Always"),
+            _container("late", {"cpu": "2"}),
+        ],
+        "overhead": {"memory": "64Mi"},
+    },
+    "status": {"phase": "Running", "conditions": [{"type": "Ready"}]},
+}
+
+
+@settings(max_examples=3000, deadline=None)
+@given(_POD)
+@example(_SIDECARS)
+@example({**_SIDECARS, "status": {"phase": "Succeeded"}})
+def test_a_pods_holding_part_holds_what_the_pod_holds(pod: dict[str, Any]) -> None:
+    """The extender's informer keeps each Pod's `holding_part` only: the ledger must count it,
+    key it and refuse it exactly as it does the whole Pod."""
+    part = holding_part(pod)
+    assert accounted_pod(part) == accounted_pod(pod)
+    assert pod_key(part) == pod_key(pod)
+    meta = pod.get("metadata")
+    if isinstance(meta, dict):
+        for key in ("uid", "resourceVersion"):
+            assert part["metadata"].get(key) == meta.get(key)
+        assert "annotations" not in part["metadata"]
+    if isinstance(pod.get("spec"), dict):
+        assert "volumes" not in part["spec"]
 
 
 def test_ledger_moves_and_removes_pods() -> None:

@@ -21,6 +21,9 @@ How it keeps the copy right:
   that delivered something or stayed open a while, so a server that closes every watch at once
   is retried at the backoff pace rather than in a tight loop.
 
+What it keeps of an object: never `metadata.managedFields`, and, with a `transform`, only what
+the transform returns, stored and delivered alike (the extender keeps a Pod's `holding_part`).
+
 The transport is a port (`ListWatch`): `serving.apiserver.ApiClient` over aiohttp in the
 servers, an in-memory fake in the controller's tests. Cancelling `run` stops it at once, a
 blocked watch included, because the watch is an awaited read, not a thread.

@@ -21,7 +21,11 @@ are created each time before the scheduler starts; the script measures the time 
 first binding to the last, as a watch opened before the scheduler starts sees them (scheduling
 throughput; the scheduler's start-up is outside the window), and counts Pods
 bound to nodes whose GFD labels contradict the signed binding (a T4 node and a node without GFD
-labels, both advertising nvidia.com/gpu): with the extender there must be none.
+labels, both advertising nvidia.com/gpu): with the extender there must be none. Beside the
+rate, each run records the scheduler's own mean algorithm time per Pod (its serial filters and
+scores, the extender's calls included) and what the API server did besides the benchmark's
+calls (closed watchers, lists, watches, API Priority and Fairness refusals), whose in-flight
+limits are raised so that the scheduler's own requests are not refused (`APISERVER_ARGS`).
 
 Needs the control-plane binaries (`make controlplane`). Run:
 `.venv/bin/python bench/bench_scheduling.py`. Writes bench/results/scheduling.json.

@@ -336,16 +336,10 @@ class _Window:
     def _components(self) -> dict[str, float]:
         """CPU time of each control-plane process and the extender: where a Pod's cost lands
         besides the scheduler, the API server and etcd serving its calls."""
-        # The scheduler may still be starting (held under its start key) or registered: read
-        # it by name from either, without iterating dicts the main thread is changing.
-        plane = self.plane
-        sched = plane.schedulers.get(self.label)
-        starting = plane._processes.get(f"scheduler-{self.label}")
-        pids = {proc.name: proc.pid for proc in list(plane._processes.values())}
-        pids.pop(f"scheduler-{self.label}", None)
-        scheduler = sched.process if sched is not None else starting
+        pids = self.plane.pids()
+        scheduler = pids.pop(f"scheduler-{self.label}", None)
         if scheduler is not None:
-            pids["kube-scheduler"] = scheduler.pid
+            pids["kube-scheduler"] = scheduler
         if self.extender_pid:
             pids["extender"] = self.extender_pid
         out: dict[str, float] = {}

@@ -863,6 +863,16 @@ class ControlPlane:
         for sched in self.schedulers.values():
             yield sched.process
 
+    def pids(self) -> dict[str, int]:
+        """Each process's pid by its name (a scheduler's is `scheduler-<name>`, while it starts
+        and after), from copies of the registries, so another thread may call it while a
+        scheduler is being started."""
+        running = [
+            *list(self._processes.values()),
+            *(s.process for s in list(self.schedulers.values())),
+        ]
+        return {proc.name: proc.pid for proc in running}
+
     def check_alive(self) -> None:
         """Raise ComponentError naming any component that has exited."""
         for proc in self.processes():

@@ -36,7 +36,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
 import orjson
 
@@ -114,6 +114,34 @@ class _Cycle:
     # and its allocatable, `placement.free_of`'s pair.
     frees: dict[str, tuple[int | None, int]] = field(default_factory=dict)
 
+    def forget(self, name: str) -> None:
+        """What was found on this node no longer holds."""
+        self.verdicts.pop(name, None)
+        self.frees.pop(name, None)
+
+
+V = TypeVar("V")
+
+
+def _remembered(
+    memo: dict[str, V],
+    names: list[str],
+    facts: list[NodeFacts | None],
+    find: Callable[[list[NodeFacts | None]], list[V | None]],
+) -> tuple[list[V | None], int]:
+    """Each candidate's entry of `memo`, the missing ones found (by `find`, over their facts,
+    None for a node not in the cache) and kept; and how many were found."""
+    # Looked up in C; a 5,000-node cycle then costs a pass over the few that changed.
+    out: list[V | None] = list(map(memo.get, names))
+    missing = [i for i, entry in enumerate(out) if entry is None]
+    found = 0
+    if missing:
+        for i, entry in zip(missing, find([facts[i] for i in missing]), strict=True):
+            if entry is not None:
+                out[i] = memo[names[i]] = entry
+                found += 1
+    return out, found
+
 
 class ClusterView:
     """Nodes, accounted Pods and the verified profile, as last read from the API."""
@@ -154,10 +182,9 @@ class ClusterView:
             self.nodes.pop(name, None)
         else:
             self.nodes[name] = node
-        # Its labels or allocatable may differ now: what was found on it no longer holds.
+        # Its labels or allocatable may differ now.
         for cycle in self._cycles.values():
-            cycle.verdicts.pop(name, None)
-            cycle.frees.pop(name, None)
+            cycle.forget(name)
 
     def replace_pods(
         self, scope: str, pods: Iterable[tuple[str, tuple[str, dict[str, int]] | None]]
@@ -238,8 +265,7 @@ class ClusterView:
                 found.frees.clear()
             else:
                 for name in changed:
-                    found.verdicts.pop(name, None)
-                    found.frees.pop(name, None)
+                    found.forget(name)
             found.version = self.ledger.version
         return found
 
@@ -249,35 +275,28 @@ class ClusterView:
         """`placement.check` for each of the candidates, `facts` being the node cache's (None:
         a node not in it), judging only those not already judged on their present facts and
         load."""
-        cycle = self.cycle(demand)
-        memo = cycle.verdicts
-        # Looked up in C; a 5,000-node cycle then costs a pass over the few that changed.
-        out: list[Verdict | None] = list(map(memo.get, names))
-        missing = [i for i, verdict in enumerate(out) if verdict is None]
-        if missing:
-            found = check_nodes(demand, [facts[i] for i in missing], self.ledger.used)
-            for i, verdict in zip(missing, found, strict=True):
-                if verdict is not None:
-                    out[i] = memo[names[i]] = verdict
-                    self.recomputed += 1
-        return out
+        verdicts, found = _remembered(
+            self.cycle(demand).verdicts,
+            names,
+            facts,
+            lambda nodes: check_nodes(demand, nodes, self.ledger.used),
+        )
+        self.recomputed += found
+        return verdicts
 
     def frees(
         self, demand: Demand, names: list[str], facts: list[NodeFacts | None]
     ) -> tuple[list[int | None], int]:
         """`placement.free_capacity` for a one-resource GPU demand over the node cache's
         candidates, finding only what is not already known for their present facts and load."""
-        cycle = self.cycle(demand)
-        memo = cycle.frees
-        entries: list[tuple[int | None, int] | None] = list(map(memo.get, names))
-        missing = [i for i, entry in enumerate(entries) if entry is None]
-        if missing:
-            used = self.ledger.used
-            for i in missing:
-                node = facts[i]
-                if node is not None:
-                    entries[i] = memo[names[i]] = free_of(demand, node, used(node.name))
-                    self.recomputed += 1
+        used = self.ledger.used
+        entries, found = _remembered(
+            self.cycle(demand).frees,
+            names,
+            facts,
+            lambda nodes: [None if n is None else free_of(demand, n, used(n.name)) for n in nodes],
+        )
+        self.recomputed += found
         frees = [None if entry is None else entry[0] for entry in entries]
         scale = max((entry[1] for entry in entries if entry is not None), default=0)
         return frees, scale

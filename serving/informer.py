@@ -455,8 +455,7 @@ class Informer:
                 old = self.store.remove(key)
                 # Nothing held (a relist already reported it gone): nothing to tell.
                 if old is not None:
-                    last = obj if self.transform is None else self.transform(obj)
-                    self._deliver(Delta("DELETED", last, old, listed=False))
+                    self._deliver(Delta("DELETED", self._kept(obj), old, listed=False))
             elif event.type in ("ADDED", "MODIFIED"):
                 self._upsert(obj, listed=False)
             else:
@@ -470,9 +469,7 @@ class Informer:
         key = self.collection.key(obj)
         if key is None:
             return
-        _trim(obj)
-        if self.transform is not None:
-            obj = self.transform(obj)
+        obj = self._kept(obj)
         old = self.store.get(key)
         if same_revision(old, obj):
             return
@@ -484,6 +481,11 @@ class Informer:
             old = None
         self.store.put(obj)
         self._deliver(Delta("ADDED" if old is None else "MODIFIED", obj, old, listed=listed))
+
+    def _kept(self, obj: JSON) -> JSON:
+        """What is stored and delivered of an object as the API server sent it."""
+        _trim(obj)
+        return obj if self.transform is None else self.transform(obj)
 
     def _deliver(self, delta: Delta) -> None:
         try:

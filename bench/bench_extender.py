@@ -23,10 +23,11 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+sys.path.append(str(ROOT))  # after PYTHONPATH: `make bench` names the compiled build there
 
 import aiohttp  # noqa: E402
 import orjson  # noqa: E402
+from bench_webhook import code_build  # noqa: E402
 
 from localcluster.nodes import FakeNode  # noqa: E402
 from tests.integration.extenderkit import (  # noqa: E402
@@ -193,6 +194,7 @@ def main() -> None:
     results: dict[str, Any] = {
         "machine": platform.machine(),
         "python": platform.python_version(),
+        "build": code_build(),
         "cpus": multiprocessing.cpu_count(),
         "mode": "node-cache (NodeNames), every node name in each call, one call at a time",
         "target_p99_ms_at_5000": TARGET_P99_MS,

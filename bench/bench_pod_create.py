@@ -57,7 +57,7 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+sys.path.append(str(ROOT))  # after PYTHONPATH: `make bench` names the compiled build there
 
 from localcluster import ControlPlane, Kube, versions, wait_until  # noqa: E402
 from localcluster.controlplane import HOST  # noqa: E402

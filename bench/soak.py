@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+sys.path.append(str(ROOT))  # after PYTHONPATH: `make bench` names the compiled build there
 
 import aiohttp  # noqa: E402
 import orjson  # noqa: E402

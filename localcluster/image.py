@@ -5,9 +5,10 @@ cannot fetch the base. The image is proven instead from its two parts, the way t
 puts them together: a base layer with Python 3.11 from the Debian bookworm packages installed
 on the machine (the python3.11 package and its dependency closure, file by file as dpkg lists
 them), and the application layer the Dockerfile's build stage makes (a virtual environment at
-/opt/tmi from uv.lock, the packages the Dockerfile copies and nothing else, the lock file and a
-CycloneDX SBOM). ``tmi-oci`` (go-containerregistry, built by tools/k8sbin/build.sh) writes the
-OCI layout; ``unpack`` lays its layers out as a root filesystem a test runs the servers from.
+/opt/tmi from uv.lock, the packages the Dockerfile copies and nothing else with the modules
+setup.py lists compiled by mypyc, the lock file and a CycloneDX SBOM). ``tmi-oci``
+(go-containerregistry, built by tools/k8sbin/build.sh) writes the OCI layout; ``unpack`` lays
+its layers out as a root filesystem a test runs the servers from.
 """
 
 from __future__ import annotations
@@ -147,9 +148,32 @@ def app_layer(dest: Path, workdir: Path) -> Path:
     _run([uv, "venv", "--relocatable", "--python", str(INTERPRETER), str(venv)])
     env = {**os.environ, "VIRTUAL_ENV": str(venv)}
     _run([uv, "sync", "--frozen", "--no-dev", "--no-install-project", "--active"], cwd=src, env=env)
+    # As the build stage compiles: the modules setup.py lists, with mypyc from a build
+    # environment that has the dev extra, into a wheel the shipped environment installs.
+    build_venv, wheels = workdir / "build-venv", workdir / "wheels"
+    _run([uv, "venv", "--python", str(INTERPRETER), str(build_venv)])
+    build_env = {**os.environ, "VIRTUAL_ENV": str(build_venv)}
     _run(
-        [uv, "pip", "install", "--no-deps", "--python", str(venv / "bin" / "python"), "."], cwd=src
+        [uv, "sync", "--frozen", "--extra", "dev", "--no-install-project", "--active"],
+        cwd=src,
+        env=build_env,
     )
+    _run(
+        [
+            uv,
+            "build",
+            "--wheel",
+            "--no-build-isolation",
+            "--python",
+            str(build_venv / "bin" / "python"),
+            "-o",
+            str(wheels),
+        ],
+        cwd=src,
+        env={**os.environ, "TMI_COMPILE": "1"},
+    )
+    [wheel] = wheels.glob("tmi-*.whl")
+    _run([uv, "pip", "install", "--no-deps", "--python", str(venv / "bin" / "python"), str(wheel)])
     share = venv / "share" / "tmi"
     share.mkdir(parents=True)
     shutil.copy2(src / "uv.lock", share / "uv.lock")

@@ -7,7 +7,10 @@ counters each target writes (inputs, forgeries tried, forged grants, seconds) in
 `.artifacts/fuzz/summary.json` and a table on standard output. It exits 1 when a target failed
 or any forged grant was found.
 
-    .venv/bin/python tools/fuzz.py [--examples 100000] [--jobs 2]
+    .venv/bin/python tools/fuzz.py [--examples 100000] [--jobs 2] [--compiled]
+
+`--compiled` fuzzes the build the image ships (`make compiled`: the modules pyproject.toml lists,
+compiled by mypyc) instead of the source, as `make test-compiled` runs the tests.
 """
 
 from __future__ import annotations
@@ -38,9 +41,25 @@ def main() -> int:
     parser.add_argument("--examples", type=int, default=100_000, help="inputs per target")
     parser.add_argument("--jobs", type=int, default=max(1, len(os.sched_getaffinity(0))))
     parser.add_argument("--only", nargs="*", help="target names to run (default: all)")
+    parser.add_argument(
+        "--compiled", action="store_true", help="fuzz build/compiled (make compiled)"
+    )
     args = parser.parse_args()
+    build: list[str] = []
+    proof: list[str] = []
+    if args.compiled:
+        # Up to date with the sources and the list, or it would fuzz another build.
+        current = subprocess.run(["make", "-q", "build/compiled/.built"], cwd=ROOT, check=False)
+        if current.returncode != 0:
+            parser.error("--compiled needs an up-to-date compiled build: run `make compiled`")
+        # As mk/compiled.mk's test-compiled: the compiled build ahead of the source on the path.
+        # With the test that proves which build the process imported.
+        build = ["--import-mode=append", "-o", "pythonpath=build/compiled ."]
+        proof = ["tests/unit/test_compiled.py"]
     OUT.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "TMI_FUZZ_EXAMPLES": str(args.examples), "TMI_FUZZ_STATS": str(OUT)}
+    if args.compiled:
+        env["TMI_EXPECT_COMPILED"] = "1"
     pending = [t for t in TARGETS if not args.only or t[0] in args.only]
     running: dict[str, tuple[subprocess.Popen[bytes], float]] = {}
     status: dict[str, int] = {}
@@ -52,8 +71,11 @@ def main() -> int:
             log = (OUT / f"{name}.log").open("wb")
             command = [
                 sys.executable,
+                # -P: `-m` would otherwise put the source tree first on the path.
+                "-P",
                 "-m",
                 "pytest",
+                *build,
                 "-q",
                 # The servers log every refusal; at this many inputs the log is only noise.
                 "-o",
@@ -63,6 +85,7 @@ def main() -> int:
                 "-o",
                 "timeout=0",
                 node,
+                *proof,
             ]
             proc = subprocess.Popen(command, cwd=ROOT, env=env, stdout=log, stderr=log)
             running[name] = (proc, time.monotonic())

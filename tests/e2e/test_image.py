@@ -16,6 +16,7 @@ import os
 import shutil
 import ssl
 import subprocess
+import tomllib
 import urllib.request
 import uuid
 from collections.abc import Iterator
@@ -91,6 +92,25 @@ def test_the_image_holds_the_lock_file_and_its_sbom_and_no_harness(built: Built)
         assert not [n for n in names if f"site-packages/{harness}/" in n or n.startswith(harness)]
     packages = {n.split("site-packages/")[1].split("/")[0] for n in names if "site-packages/" in n}
     assert {"webhook", "extender", "allocation_controller", "inference_policy"} <= packages
+
+
+def test_the_modules_setup_py_lists_run_compiled_in_the_image(built: Built) -> None:
+    listed = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["tmi"]["compiled"]
+    modules = [path.removesuffix(".py").replace("/", ".") for path in listed]
+    probe = (
+        "import importlib, sys; print(*(importlib.import_module(m).__file__ for m in sys.argv[1:]))"
+    )
+    done = subprocess.run(
+        as_image_user(built.rootfs, "/opt/tmi/bin/python", "-c", probe, *modules),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    files = done.stdout.split()
+    assert len(files) == len(modules) > 0
+    assert all(f.startswith("/opt/tmi/") and f.endswith("-linux-gnu.so") for f in files), files
 
 
 def test_every_entry_point_starts_from_the_image(built: Built) -> None:

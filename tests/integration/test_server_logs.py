@@ -107,10 +107,13 @@ async def test_webhook_bug_refuses_the_pod_and_logs_the_traceback(
     app = webhook_app(owner)[0]
     client = await aiohttp_client(app)
 
-    def broken(*_: Any) -> Any:
-        raise RuntimeError("a bug")
+    class Broken:
+        # A stand-in for the reviewer rather than a patched method: the reviewer's class may be
+        # compiled (setup.py), and compiled classes are closed to patching.
+        def answer(self, *_: Any) -> Any:
+            raise RuntimeError("a bug")
 
-    monkeypatch.setattr(app[RUNTIME].reviewer, "answer", broken)
+    monkeypatch.setattr(app[RUNTIME], "reviewer", Broken())
     with caplog.at_level("INFO", "webhook.app"):
         resp = await client.post("/mutate", json=review(engine_pod(request()), uid="u-bug"))
     answer = (await resp.json())["response"]
@@ -147,10 +150,19 @@ async def test_plan_api_bug_is_a_json_problem_not_a_bare_500(
     app = webhook_app(owner)[0]
     client = await aiohttp_client(app)
 
-    def broken(*_: Any, **__: Any) -> Any:
-        raise RuntimeError("a bug")
+    class Broken:
+        # The store in every other respect (the probes and metrics read it), with a failing
+        # plan: a compiled store's methods cannot be patched (setup.py).
+        def __init__(self, store: Any) -> None:
+            self.store = store
 
-    monkeypatch.setattr(app[RUNTIME].store, "plan_text", broken)
+        def __getattr__(self, name: str) -> Any:
+            return getattr(self.store, name)
+
+        def plan_text(self, *_: Any, **__: Any) -> Any:
+            raise RuntimeError("a bug")
+
+    monkeypatch.setattr(app[RUNTIME], "store", Broken(app[RUNTIME].store))
     with caplog.at_level("INFO", "webhook.app"):
         resp = await client.post("/v1/plan", json=request())
     assert resp.status == 500

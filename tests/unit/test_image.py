@@ -81,3 +81,15 @@ def test_the_final_image_holds_the_lock_file_and_its_sbom() -> None:
     assert "--format cyclonedx1.5" in build and "/opt/tmi/share/tmi/sbom.cdx.json" in build
     final = stages()[-1]
     assert ("COPY", "--from=build /opt/tmi /opt/tmi") in final
+
+
+def test_the_build_stage_compiles_the_listed_modules_into_what_ships() -> None:
+    build = stages()[0]
+    copied = " ".join(rest for word, rest in build if word == "COPY")
+    assert "setup.py" in copied.split()
+    runs = " ".join(rest for word, rest in build if word == "RUN")
+    # mypyc type-checks what it compiles, so it builds from the dev environment, not isolated.
+    assert "--extra dev" in runs
+    assert "TMI_COMPILE=1 uv build --wheel --no-build-isolation" in runs
+    assert "uv pip install --no-deps --python /opt/tmi/bin/python /wheels/" in runs
+    assert "gcc" in runs

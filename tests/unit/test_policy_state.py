@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import pytest
@@ -102,21 +103,28 @@ def test_following_nothing_is_a_profile_that_did_not_arrive() -> None:
     assert "kamiwaza.ai/inference-profile=true" in state.profile_refusal.check
 
 
-def test_a_follow_step_that_fails_is_a_profile_that_did_not_arrive(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+class _Unreadable(Mapping[str, Any]):
+    """A ConfigMap whose every read fails: a follow step that raises, injected through its input
+    rather than by patching the state's methods (closed in a compiled build, setup.py)."""
+
+    def __getitem__(self, key: str) -> Any:
+        raise RuntimeError("boom")
+
+    def __iter__(self) -> Iterator[str]:
+        raise RuntimeError("boom")
+
+    def __len__(self) -> int:
+        raise RuntimeError("boom")
+
+
+def test_a_follow_step_that_fails_is_a_profile_that_did_not_arrive() -> None:
     # Every server calls these from a watch callback, so they must refuse rather than raise.
     state = PolicyState(OWNER.settings(follow_revisions=True), packaged_catalog())
     assert state.follow_list({"r1": _revision(OWNER, 1, "r1", "u1")}) is True
-
-    def broken(*args: Any) -> bool:
-        raise RuntimeError("boom")
-
-    monkeypatch.setattr(state.followed, "apply", broken)
-    assert state.follow("r2", _revision(OWNER, 2, "r2", "u2")) is True
+    assert state.follow("r2", _Unreadable()) is True
     assert state.profile is None and state.profile_refusal is not None
     assert state.profile_refusal.check == "the signed profile ConfigMaps could not be read"
     state.follow_list({})
-    assert state.follow_list({"r2": _revision(OWNER, 2, "r2", "u2")}) is True
+    assert state.follow_list({"r2": _Unreadable()}) is True
     assert state.profile is None and state.profile_refusal is not None
     assert state.profile_refusal.check == "the signed profile ConfigMaps could not be read"

@@ -1,0 +1,60 @@
+"""Which build of the hot modules a test run exercises: the Python source, or mypyc's compiled
+modules as the image ships them (setup.py).
+
+`make test` runs every tier on the source and then, as `make test-compiled`, the unit,
+integration and fuzz tiers against `build/compiled` with TMI_EXPECT_COMPILED=1. Each run proves
+which build it ran: a stale compiled module left beside the source would otherwise shadow an
+edit, and a compiled run that quietly imported the source would prove nothing.
+"""
+
+from __future__ import annotations
+
+import importlib.machinery
+import importlib.util
+import os
+import tomllib
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+COMPILED: list[str] = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["tmi"][
+    "compiled"
+]
+EXPECT_COMPILED = os.environ.get("TMI_EXPECT_COMPILED") == "1"
+PRODUCTS = ("inference_policy", "policy_io", "serving", "webhook", "extender")
+
+
+def _module(path: str) -> str:
+    return path.removesuffix(".py").replace("/", ".")
+
+
+def test_every_listed_module_is_a_product_source_file() -> None:
+    assert len(set(COMPILED)) == len(COMPILED)  # no repeats
+    for path in COMPILED:
+        assert (ROOT / path).is_file(), path
+        assert path.split("/", 1)[0] in PRODUCTS, path
+
+
+def test_no_listed_module_defines_a_pydantic_model() -> None:
+    # mypyc compiles classes closed; pydantic builds its models' behaviour at class creation.
+    for path in COMPILED:
+        assert "BaseModel" not in (ROOT / path).read_text(), path
+
+
+def _product_modules() -> list[str]:
+    out = []
+    for package in PRODUCTS:
+        for path in sorted((ROOT / package).rglob("*.py")):
+            out.append(str(path.relative_to(ROOT)))
+    return out
+
+
+@pytest.mark.parametrize("path", _product_modules())
+def test_the_run_uses_the_build_it_says(path: str) -> None:
+    # Found, not imported: every product module, so a module compiled by a stale build (dropped
+    # from the list since) fails here as a listed module run from source does.
+    spec = importlib.util.find_spec(_module(path))
+    assert spec is not None and spec.origin is not None
+    compiled = spec.origin.endswith(tuple(importlib.machinery.EXTENSION_SUFFIXES))
+    assert compiled == (EXPECT_COMPILED and path in COMPILED), spec.origin

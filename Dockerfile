@@ -36,7 +36,7 @@ COPY extender ./extender
 COPY allocation_controller ./allocation_controller
 COPY tmi_cli ./tmi_cli
 RUN TMI_COMPILE=1 uv build --wheel --no-build-isolation --python /opt/build/bin/python -o /wheels \
-    && uv pip install --no-deps --python /opt/tmi/bin/python /wheels/tmi-0.1.0-*.whl \
+    && uv pip install --no-deps --python /opt/tmi/bin/python /wheels/tmi-*.whl \
     && mkdir -p /opt/tmi/share/tmi \
     && cp uv.lock /opt/tmi/share/tmi/uv.lock \
     && uv export --frozen --no-dev --format cyclonedx1.5 --preview-features sbom-export \

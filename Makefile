@@ -50,7 +50,7 @@ BENCHES := $(sort $(wildcard bench/bench_*.py))
 
 # As the image runs it: the compiled build first on the path (see mk/compiled.mk).
 bench: install controlplane compiled
-	@for script in $(BENCHES); do echo "== $$script"; PYTHONPATH=$(COMPILED_DIR) $(PYTHON) $$script || exit 1; done
+	@for script in $(BENCHES); do echo "== $$script"; PYTHONPATH=$(abspath $(COMPILED_DIR)) $(PYTHON) $$script || exit 1; done
 
 certs: install
 	$(PYTHON) certs/make-dev-certs.py certs

@@ -10,8 +10,11 @@ the compiled modules are the same files, the development install runs them as Py
 `make test-compiled` runs the unit, integration and fuzz tiers against the compiled build.
 
 A module joins the list (pyproject.toml, `[tool.tmi] compiled`) only if it defines no class that
-Python code subclasses or patches at run time (mypyc's classes are closed), and nothing assigns
-its module globals from outside.
+Python code subclasses or patches at run time (mypyc's classes are closed; a patched method is
+silently not called), uses no `cached_property` (a compiled class computes it on every read),
+takes what it has not checked yet as `Any` (a compiled function checks its annotated argument
+types on entry, so a `str` parameter handed a number raises TypeError before its own check can
+refuse it properly), and nothing assigns its Final constants from outside.
 Pydantic models, the dataclass `PolicyState` (mypyc leaves its `field(init=False)` defaults
 unset) and the servers' aiohttp edges stay Python.
 

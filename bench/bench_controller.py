@@ -247,13 +247,16 @@ async def _bench_apiserver(
     document = request()
     plan = state.decide(document, now).body
 
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    # Whatever build PYTHONPATH names first (make bench: the compiled one), then the source.
+    inherited = os.environ.get("PYTHONPATH")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, (inherited, str(ROOT)))))
     for identity in ("bench-a", "bench-b"):
         port = _free_port()
         log = (workdir / f"controller-{identity}.log").open("wb")
         proc = subprocess.Popen(
             [
                 sys.executable,
+                "-P",
                 "-m",
                 "allocation_controller",
                 "--kubeconfig",

@@ -61,10 +61,13 @@ UID = "b3f1c2d4-0000-4000-8000-000000000001"
 def code_build() -> str:
     """Which build of tmi's hot modules this process imported: `make bench` puts the compiled
     one (mypyc, as the image ships it; mk/compiled.mk) ahead of the source on the path."""
+    import importlib.machinery
+
     import webhook.admission
 
     origin = webhook.admission.__file__ or ""
-    return "source" if origin.endswith(".py") else "compiled (mypyc)"
+    compiled = origin.endswith(tuple(importlib.machinery.EXTENSION_SUFFIXES))
+    return "compiled (mypyc)" if compiled else "source"
 
 
 def _review_body(index: int | None = None, distinct: bool = False) -> bytes:

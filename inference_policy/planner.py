@@ -16,7 +16,6 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
-from functools import cached_property
 from typing import Any, NamedTuple, TypeVar
 
 from inference_policy.catalog import Engine, EngineCatalog, cc_text
@@ -76,8 +75,10 @@ class Decision:
     def allowed(self) -> bool:
         return self.plan is not None
 
-    @cached_property
+    @property
     def body(self) -> dict[str, Any]:
+        # Not a cached property: a plan's wire form is kept on the plan already, and a compiled
+        # build (setup.py) would not cache one here anyway.
         if self.plan is not None:
             return self.plan.wire()
         body: dict[str, Any] = {"status": self.status, "detail": self.detail}

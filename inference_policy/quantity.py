@@ -146,7 +146,7 @@ def same_quantity(a: Any, b: Any) -> bool:
         return bool(a == b)
 
 
-def parse_whole_binary(text: str) -> int:
+def parse_whole_binary(text: Any) -> int:
     """A whole number of Gi, Mi or Ki in bytes; the profile's form, fractions refused."""
     if not isinstance(text, str) or _WHOLE_BINARY.fullmatch(text) is None:
         raise QuantityError(

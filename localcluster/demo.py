@@ -43,7 +43,7 @@ from localcluster.webhook import REQUEST_ANNOTATION
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
-TMI = [sys.executable, "-m", "tmi_cli"]
+TMI = [sys.executable, "-P", "-m", "tmi_cli"]
 CLUSTER = "demo-cluster"
 NAMESPACE = "kamiwaza"
 WAIT = 60.0

@@ -252,11 +252,14 @@ class LocalExtender:
             "--drain-seconds=0",
             "--shutdown-timeout=2",
         ]
+        # -P: the package from the environment's path (PYTHONPATH, then the install), never the
+        # working directory, so a run on the compiled build (make test-compiled) starts it too.
         if self.install is not None:
             shipped = self.install.args(EXTENDER_DEPLOYMENT, replace=_LOCAL_FLAGS)
-            return [sys.executable, "-m", "extender", *shipped, *local]
+            return [sys.executable, "-P", "-m", "extender", *shipped, *local]
         return [
             sys.executable,
+            "-P",
             "-m",
             "extender",
             *local[:5],
@@ -385,6 +388,7 @@ class LocalController:
             # The replica's identity is its Pod name (POD_NAME), as in the Deployment.
             return [
                 sys.executable,
+                "-P",
                 "-m",
                 "allocation_controller",
                 *shipped,
@@ -394,6 +398,7 @@ class LocalController:
             ]
         return [
             sys.executable,
+            "-P",
             "-m",
             "allocation_controller",
             f"--namespace={s.namespace}",

@@ -102,9 +102,12 @@ class WebhookSettings:
             f"--drain-seconds={self.drain_seconds}",
             f"--shutdown-timeout={self.shutdown_timeout}",
         ]
+        # -P: the package from the environment's path (PYTHONPATH, then the install), never the
+        # working directory, so a run on the compiled build (make test-compiled) starts it too.
         if self.environment:
             return [
                 sys.executable,
+                "-P",
                 "-m",
                 "webhook",
                 *self.shipped_args,
@@ -114,6 +117,7 @@ class WebhookSettings:
             ]
         args = [
             sys.executable,
+            "-P",
             "-m",
             "webhook",
             *local,

@@ -4,8 +4,10 @@
 # a run imported); `make bench` measures it.
 
 COMPILED_DIR := build/compiled
-COMPILED_INPUTS := setup.py pyproject.toml uv.lock \
-	$(shell git ls-files inference_policy policy_io serving webhook extender allocation_controller tmi_cli localcluster 2>/dev/null)
+# Every file of the packages the wheel holds, tracked or not (a new module counts at once).
+COMPILED_INPUTS := setup.py pyproject.toml uv.lock mk/compiled.mk \
+	$(shell find inference_policy policy_io serving webhook extender allocation_controller tmi_cli \
+		localcluster -type f -not -path '*/__pycache__/*' 2>/dev/null)
 
 .PHONY: compiled test-compiled
 
@@ -19,7 +21,8 @@ $(COMPILED_DIR)/.built: .venv/.installed $(COMPILED_INPUTS)
 	@touch $@
 
 # Append mode and the compiled build first on the path: pytest's default prepend mode would put
-# the source tree ahead of it again for every test package.
+# the source tree ahead of it again for every test package. PYTHONPATH carries it to the server
+# processes the tests start (`python -P -m webhook`).
 test-compiled: compiled
-	TMI_EXPECT_COMPILED=1 $(PYTEST) -p no:cacheprovider --import-mode=append \
-		-o pythonpath="$(COMPILED_DIR) ." tests/unit tests/integration tests/fuzz
+	PYTHONPATH=$(abspath $(COMPILED_DIR)) TMI_EXPECT_COMPILED=1 $(PYTEST) -p no:cacheprovider \
+		--import-mode=append -o pythonpath="$(COMPILED_DIR) ." tests/unit tests/integration tests/fuzz

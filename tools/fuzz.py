@@ -60,6 +60,7 @@ def main() -> int:
     env = {**os.environ, "TMI_FUZZ_EXAMPLES": str(args.examples), "TMI_FUZZ_STATS": str(OUT)}
     if args.compiled:
         env["TMI_EXPECT_COMPILED"] = "1"
+        env["PYTHONPATH"] = str(ROOT / "build" / "compiled")
     pending = [t for t in TARGETS if not args.only or t[0] in args.only]
     running: dict[str, tuple[subprocess.Popen[bytes], float]] = {}
     status: dict[str, int] = {}

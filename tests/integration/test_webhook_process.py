@@ -63,7 +63,7 @@ async def api() -> AsyncIterator[FakeApiServer]:
 
 async def _run(*args: str) -> tuple[int, str]:
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "webhook", *args, env=_env(), stderr=asyncio.subprocess.PIPE
+        sys.executable, "-P", "-m", "webhook", *args, env=_env(), stderr=asyncio.subprocess.PIPE
     )
     _, err = await asyncio.wait_for(proc.communicate(), 60)
     assert proc.returncode is not None
@@ -78,6 +78,7 @@ async def test_process_serves_rotates_and_stops(api: FakeApiServer, tmp_path: Pa
     port = _free_port()
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
+        "-P",
         "-m",
         "webhook",
         "--cert", str(tmp_path / "tls.crt"),

@@ -421,7 +421,7 @@ def test_console_script_module_runs() -> None:
     import subprocess
 
     result = subprocess.run(
-        [sys.executable, "-m", "tmi_cli", "catalog"],
+        [sys.executable, "-P", "-m", "tmi_cli", "catalog"],
         capture_output=True,
         text=True,
         check=False,

@@ -105,7 +105,7 @@ def test_following_nothing_is_a_profile_that_did_not_arrive() -> None:
 
 class _Unreadable(Mapping[str, Any]):
     """A ConfigMap whose every read fails: a follow step that raises, injected through its input
-    rather than by patching the state's methods (closed in a compiled build, setup.py)."""
+    rather than by patching a method, so the step really fails wherever it reads the ConfigMap."""
 
     def __getitem__(self, key: str) -> Any:
         raise RuntimeError("boom")

@@ -32,6 +32,9 @@ DOCKERFILE = ROOT / "Dockerfile"
 # shell, realpath and dirname), as the Debian base image has them.
 BASE_PACKAGES = ("python3.11", "dash", "coreutils")
 INTERPRETER = Path("/usr/bin/python3.11")
+# What compiling the listed modules against that interpreter needs (the build stage's gcc and
+# libc6-dev, and the headers the base image ships).
+BUILD_PACKAGES = ("gcc", "libc6-dev", "libpython3.11-dev")
 APP = Path("opt/tmi")
 USER = "65532:65532"
 ENV = ("PATH=/opt/tmi/bin:/usr/local/bin:/usr/bin:/bin", "PYTHONDONTWRITEBYTECODE=1")
@@ -149,7 +152,15 @@ def app_layer(dest: Path, workdir: Path) -> Path:
     env = {**os.environ, "VIRTUAL_ENV": str(venv)}
     _run([uv, "sync", "--frozen", "--no-dev", "--no-install-project", "--active"], cwd=src, env=env)
     # As the build stage compiles: the modules setup.py lists, with mypyc from a build
-    # environment that has the dev extra, into a wheel the shipped environment installs.
+    # environment that has the dev extra, into a wheel the shipped environment installs. The
+    # build stage installs its compiler; here the machine must have it and the headers.
+    for package in BUILD_PACKAGES:
+        if not _installed(package):
+            raise ImageError(
+                f"Debian package {package} is not installed (apt-get install {package}): the "
+                "application layer compiles modules with mypyc, as the Dockerfile's build stage "
+                "does"
+            )
     build_venv, wheels = workdir / "build-venv", workdir / "wheels"
     _run([uv, "venv", "--python", str(INTERPRETER), str(build_venv)])
     build_env = {**os.environ, "VIRTUAL_ENV": str(build_venv)}

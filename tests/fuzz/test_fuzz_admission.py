@@ -296,8 +296,10 @@ def _is_pod_review(request: Mapping[str, Any]) -> bool:
 
 
 def _engine_asks(pod: Mapping[str, Any], engine: str | None) -> dict[str, dict[str, Any]]:
-    """The engine container's accelerator asks, by part."""
-    for container in _mapping(pod.get("spec")).get("containers") or []:
+    """The engine container's accelerator asks, by part (none when the containers are not a
+    list: such a Pod is refused as unreadable, and the oracle must not fail on it first)."""
+    containers = _mapping(pod.get("spec")).get("containers")
+    for container in containers if isinstance(containers, list) else []:
         if isinstance(container, Mapping) and container.get("name") == engine:
             own = _mapping(container.get("resources"))
             return {

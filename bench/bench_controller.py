@@ -51,6 +51,7 @@ from allocation_controller.kubeapi import HttpKube  # noqa: E402
 from allocation_controller.leader import LeaderSettings  # noqa: E402
 from allocation_controller.memory import MemoryKube, bind, planned_pod  # noqa: E402
 from inference_policy.grant import CONDITION_TYPE  # noqa: E402
+from localcluster.process import python_module  # noqa: E402
 from serving.informer import Collection, list_all  # noqa: E402
 from tests.profilekit import CLUSTER, NOW, Owner, request  # noqa: E402
 
@@ -255,10 +256,7 @@ async def _bench_apiserver(
         log = (workdir / f"controller-{identity}.log").open("wb")
         proc = subprocess.Popen(
             [
-                sys.executable,
-                "-P",
-                "-m",
-                "allocation_controller",
+                *python_module("allocation_controller"),
                 "--kubeconfig",
                 str(kubeconfig),
                 "--namespace",

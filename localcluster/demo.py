@@ -28,7 +28,7 @@ from localcluster.controlplane import ControlPlane
 from localcluster.guard import apply_guard, dry_run_create, privileged_probe_pod
 from localcluster.kube import ApiError, Kube, pod_condition
 from localcluster.nodes import FakeNode, create_fake_nodes, node_table
-from localcluster.process import ComponentError
+from localcluster.process import ComponentError, python_module
 from localcluster.stack import (
     CONDITION,
     StackSettings,
@@ -43,7 +43,7 @@ from localcluster.webhook import REQUEST_ANNOTATION
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
-TMI = [sys.executable, "-P", "-m", "tmi_cli"]
+TMI = python_module("tmi_cli")
 CLUSTER = "demo-cluster"
 NAMESPACE = "kamiwaza"
 WAIT = 60.0

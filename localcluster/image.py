@@ -60,14 +60,20 @@ def _installed(package: str) -> bool:
     return "install ok installed" in status.stdout
 
 
+def _require(packages: tuple[str, ...], why: str = "") -> None:
+    """ImageError naming the first of `packages` that is not installed, and how to install it."""
+    for package in packages:
+        if not _installed(package):
+            reason = f": {why}" if why else ""
+            raise ImageError(
+                f"Debian package {package} is not installed (apt-get install {package}){reason}"
+            )
+
+
 def debian_closure(packages: tuple[str, ...] = BASE_PACKAGES) -> list[str]:
     """The installed packages and everything they (pre-)depend on, recursively, sorted; of each
     alternative the first one installed."""
-    for package in packages:
-        if not _installed(package):
-            raise ImageError(
-                f"Debian package {package} is not installed (apt-get install {package})"
-            )
+    _require(packages)
     seen: set[str] = set()
     todo = list(packages)
     while todo:
@@ -154,13 +160,10 @@ def app_layer(dest: Path, workdir: Path) -> Path:
     # As the build stage compiles: the modules setup.py lists, with mypyc from a build
     # environment that has the dev extra, into a wheel the shipped environment installs. The
     # build stage installs its compiler; here the machine must have it and the headers.
-    for package in BUILD_PACKAGES:
-        if not _installed(package):
-            raise ImageError(
-                f"Debian package {package} is not installed (apt-get install {package}): the "
-                "application layer compiles modules with mypyc, as the Dockerfile's build stage "
-                "does"
-            )
+    _require(
+        BUILD_PACKAGES,
+        "the application layer compiles modules with mypyc, as the Dockerfile's build stage does",
+    )
     build_venv, wheels = workdir / "build-venv", workdir / "wheels"
     _run([uv, "venv", "--python", str(INTERPRETER), str(build_venv)])
     build_env = {**os.environ, "VIRTUAL_ENV": str(build_venv)}

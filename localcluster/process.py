@@ -46,6 +46,15 @@ def free_port() -> int:
         return port
 
 
+def python_module(module: str) -> list[str]:
+    """The command that runs one of tmi's packages (`python -m webhook`) as the servers run.
+
+    `-P`: the package comes from the environment's path (PYTHONPATH, then the install), never
+    from the working directory, which `-m` would put first; so a run on the compiled build
+    (`make test-compiled`, `make bench`) starts the compiled servers too."""
+    return [sys.executable, "-P", "-m", module]
+
+
 def _set_pdeathsig() -> None:
     # Runs in the forked child before exec. PR_SET_PDEATHSIG is tied to the thread
     # that forked, which is why ManagedProcess only asks for it from the main thread.

@@ -30,7 +30,6 @@ import copy
 import json
 import os
 import ssl
-import sys
 import urllib.request
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
@@ -60,7 +59,13 @@ from localcluster.install import (
     wait_allowed,
 )
 from localcluster.kube import JSON, ApiError
-from localcluster.process import ComponentError, ManagedProcess, free_port, wait_until
+from localcluster.process import (
+    ComponentError,
+    ManagedProcess,
+    free_port,
+    python_module,
+    wait_until,
+)
 from localcluster.webhook import (
     CONFIGURATION_NAME,
     DEFAULT_BUNDLE_CONFIGMAP,
@@ -252,16 +257,11 @@ class LocalExtender:
             "--drain-seconds=0",
             "--shutdown-timeout=2",
         ]
-        # -P: the package from the environment's path (PYTHONPATH, then the install), never the
-        # working directory, so a run on the compiled build (make test-compiled) starts it too.
         if self.install is not None:
             shipped = self.install.args(EXTENDER_DEPLOYMENT, replace=_LOCAL_FLAGS)
-            return [sys.executable, "-P", "-m", "extender", *shipped, *local]
+            return [*python_module("extender"), *shipped, *local]
         return [
-            sys.executable,
-            "-P",
-            "-m",
-            "extender",
+            *python_module("extender"),
             *local[:5],
             f"--namespace={s.namespace}",
             f"--pod-namespaces={s.namespace}",
@@ -387,20 +387,14 @@ class LocalController:
             shipped = self.install.args(CONTROLLER_DEPLOYMENT, replace=_LOCAL_FLAGS)
             # The replica's identity is its Pod name (POD_NAME), as in the Deployment.
             return [
-                sys.executable,
-                "-P",
-                "-m",
-                "allocation_controller",
+                *python_module("allocation_controller"),
                 *shipped,
                 f"--kubeconfig={self.plane.kubeconfig(self.identity)}",
                 f"--host={HOST}",
                 f"--port={replica.port}",
             ]
         return [
-            sys.executable,
-            "-P",
-            "-m",
-            "allocation_controller",
+            *python_module("allocation_controller"),
             f"--namespace={s.namespace}",
             f"--kubeconfig={self.plane.kubeconfig(self.identity)}",
             f"--owner-public-key={','.join(s.owner_public_keys)}",

@@ -23,7 +23,6 @@ import json
 import os
 import socket
 import ssl
-import sys
 import urllib.request
 import uuid
 from collections.abc import Mapping, Sequence
@@ -45,7 +44,13 @@ from localcluster.controlplane import HOST, ControlPlane
 from localcluster.install import chart_values, render_owner, render_tenant, wait_allowed
 from localcluster.kube import JSON, ApiError
 from localcluster.pki import KeyPair
-from localcluster.process import ComponentError, ManagedProcess, free_port, wait_until
+from localcluster.process import (
+    ComponentError,
+    ManagedProcess,
+    free_port,
+    python_module,
+    wait_until,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 PROBE_REQUEST = ROOT / "examples" / "request-qwen7b-gguf.json"
@@ -102,24 +107,16 @@ class WebhookSettings:
             f"--drain-seconds={self.drain_seconds}",
             f"--shutdown-timeout={self.shutdown_timeout}",
         ]
-        # -P: the package from the environment's path (PYTHONPATH, then the install), never the
-        # working directory, so a run on the compiled build (make test-compiled) starts it too.
         if self.environment:
             return [
-                sys.executable,
-                "-P",
-                "-m",
-                "webhook",
+                *python_module("webhook"),
                 *self.shipped_args,
                 *local,
                 *timings,
                 *self.extra_args,
             ]
         args = [
-            sys.executable,
-            "-P",
-            "-m",
-            "webhook",
+            *python_module("webhook"),
             *local,
             f"--namespace={self.namespace}",
             "--enabled" if self.enabled else "--no-enabled",

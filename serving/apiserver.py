@@ -185,11 +185,10 @@ class ApiClient:
             pending: list[bytes] = []
             size = 0
             async for chunk in response.content.iter_any():
+                pending.append(chunk)
                 if b"\n" not in chunk:
-                    pending.append(chunk)
                     size += len(chunk)
                 else:
-                    pending.append(chunk)
                     *lines, rest = b"".join(pending).split(b"\n")
                     pending = [rest]
                     size = len(rest)

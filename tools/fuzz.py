@@ -25,6 +25,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / ".artifacts" / "fuzz"
+COMPILED = "build/compiled"  # mk/compiled.mk's COMPILED_DIR
 # Longest first: the run lasts as long as its slowest job.
 TARGETS = [
     ("deployment-requests", "tests/fuzz/test_fuzz_policy_inputs.py::test_fuzz_plan_api"),
@@ -45,22 +46,24 @@ def main() -> int:
         "--compiled", action="store_true", help="fuzz build/compiled (make compiled)"
     )
     args = parser.parse_args()
-    build: list[str] = []
-    proof: list[str] = []
-    if args.compiled:
-        # Up to date with the sources and the list, or it would fuzz another build.
-        current = subprocess.run(["make", "-q", "build/compiled/.built"], cwd=ROOT, check=False)
-        if current.returncode != 0:
-            parser.error("--compiled needs an up-to-date compiled build: run `make compiled`")
-        # As mk/compiled.mk's test-compiled: the compiled build ahead of the source on the path.
-        # With the test that proves which build the process imported.
-        build = ["--import-mode=append", "-o", "pythonpath=build/compiled ."]
-        proof = ["tests/unit/test_compiled.py"]
     OUT.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "TMI_FUZZ_EXAMPLES": str(args.examples), "TMI_FUZZ_STATS": str(OUT)}
+    build: list[str] = []
     if args.compiled:
+        # Up to date with the sources and the list, or it would fuzz another build.
+        current = subprocess.run(["make", "-q", f"{COMPILED}/.built"], cwd=ROOT, check=False)
+        if current.returncode != 0:
+            parser.error("--compiled needs an up-to-date compiled build: run `make compiled`")
+        # As mk/compiled.mk's test-compiled: the compiled build ahead of the source on the path,
+        # with the test that proves which build the process imported.
+        build = [
+            "--import-mode=append",
+            "-o",
+            f"pythonpath={COMPILED} .",
+            "tests/unit/test_compiled.py",
+        ]
         env["TMI_EXPECT_COMPILED"] = "1"
-        env["PYTHONPATH"] = str(ROOT / "build" / "compiled")
+        env["PYTHONPATH"] = str(ROOT / COMPILED)
     pending = [t for t in TARGETS if not args.only or t[0] in args.only]
     running: dict[str, tuple[subprocess.Popen[bytes], float]] = {}
     status: dict[str, int] = {}
@@ -86,7 +89,6 @@ def main() -> int:
                 "-o",
                 "timeout=0",
                 node,
-                *proof,
             ]
             proc = subprocess.Popen(command, cwd=ROOT, env=env, stdout=log, stderr=log)
             running[name] = (proc, time.monotonic())

@@ -13,7 +13,6 @@ import os
 import signal
 import socket
 import ssl
-import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -22,6 +21,7 @@ import pytest
 import trustme
 from cryptography import x509
 
+from localcluster.process import python_module
 from tests.integration.fakeapi import FakeApiServer
 from tests.integration.webhookkit import engine_pod, review
 from tests.profilekit import CLUSTER, NAMESPACE, Owner, request
@@ -63,7 +63,7 @@ async def api() -> AsyncIterator[FakeApiServer]:
 
 async def _run(*args: str) -> tuple[int, str]:
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-P", "-m", "webhook", *args, env=_env(), stderr=asyncio.subprocess.PIPE
+        *python_module("webhook"), *args, env=_env(), stderr=asyncio.subprocess.PIPE
     )
     _, err = await asyncio.wait_for(proc.communicate(), 60)
     assert proc.returncode is not None
@@ -77,10 +77,7 @@ async def test_process_serves_rotates_and_stops(api: FakeApiServer, tmp_path: Pa
     first_serial = _issue(ca, tmp_path)
     port = _free_port()
     proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-P",
-        "-m",
-        "webhook",
+        *python_module("webhook"),
         "--cert", str(tmp_path / "tls.crt"),
         "--key", str(tmp_path / "tls.key"),
         "--host", "127.0.0.1",

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from inference_policy.recipes import load_catalog
+from localcluster.process import python_module
 from tests.profilekit import NOW_TEXT, Owner, catalog_image, request
 from tmi_cli.detect import DetectionError
 from tmi_cli.main import main
@@ -421,7 +422,7 @@ def test_console_script_module_runs() -> None:
     import subprocess
 
     result = subprocess.run(
-        [sys.executable, "-P", "-m", "tmi_cli", "catalog"],
+        [*python_module("tmi_cli"), "catalog"],
         capture_output=True,
         text=True,
         check=False,

@@ -15,6 +15,11 @@ silently not called), uses no `cached_property` (a compiled class computes it on
 takes what it has not checked yet as `Any` (a compiled function checks its annotated argument
 types on entry, so a `str` parameter handed a number raises TypeError before its own check can
 refuse it properly), and nothing assigns its Final constants from outside.
+A class made for every review or scheduling cycle is a plain class whose `__init__` assigns
+`Final` attributes (read-only in both builds), not a dataclass: a dataclass's generated methods
+stay interpreted, and constructing one from compiled code cost 0.44 µs against 0.03 µs for the
+plain class (mypyc 1.x, this machine); `tests/unit/test_compiled.py` holds the listed modules
+to it.
 Pydantic models, the dataclass `PolicyState` (mypyc leaves its `field(init=False)` defaults
 unset) and the servers' aiohttp edges stay Python.
 

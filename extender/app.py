@@ -81,12 +81,12 @@ async def _args(request: web.Request, runtime: Runtime, verb: str) -> Any:
             request, limit, {"Error": f"request body is larger than {limit} bytes"}
         )
     except web.HTTPRequestEntityTooLarge:
-        runtime.metrics.requests.labels(verb, "bad-request").inc()
+        runtime.metrics.requests.inc((verb, "bad-request"))
         raise
     try:
         return orjson.loads(body)
     except orjson.JSONDecodeError as exc:
-        runtime.metrics.requests.labels(verb, "bad-request").inc()
+        runtime.metrics.requests.inc((verb, "bad-request"))
         raise web.HTTPBadRequest(
             text=orjson.dumps({"Error": f"the body is not JSON: {exc}"}).decode(),
             content_type="application/json",
@@ -94,7 +94,7 @@ async def _args(request: web.Request, runtime: Runtime, verb: str) -> Any:
 
 
 def _bad_args(runtime: Runtime, verb: str, exc: ArgsError) -> web.Response:
-    runtime.metrics.requests.labels(verb, "bad-request").inc()
+    runtime.metrics.requests.inc((verb, "bad-request"))
     return json_response({"Error": f"malformed ExtenderArgs: {exc}"}, 400)
 
 
@@ -135,6 +135,8 @@ async def filter_handler(request: web.Request) -> web.Response:
     except Exception as exc:
         failure = exc
         outcome = Outcome(_filter_error(INTERNAL_ERROR), "error")
+    if outcome.nodes is not None:
+        runtime.metrics.filtered(outcome.nodes)
     response = _encoded(outcome.body)
     if isinstance(response, Exception):
         # A well-formed call the extender cannot answer: the scheduler reads `Error` from a 200

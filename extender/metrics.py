@@ -10,14 +10,13 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from datetime import UTC, datetime
-from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from extender.view import ClusterView
-from serving.metrics import LATENCY_BUCKETS, profile_gauges
+from serving.metrics import LoopCounter, LoopHistogram, profile_gauges
 
 
 class _ViewCollector(Collector):
@@ -56,51 +55,40 @@ class _ViewCollector(Collector):
 class ExtenderMetrics:
     def __init__(self, view: ClusterView) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
-        self.requests = Counter(
+        self.requests = LoopCounter(
             "tmi_extender_requests",
             "Extender calls by verb and outcome (planned, unplanned, plan-invalid, "
             "profile-refused, not-ready, bad-request, unencodable, error).",
             ["verb", "outcome"],
-            registry=self.registry,
+            self.registry,
         )
-        self.latency = Histogram(
+        self.latency = LoopHistogram(
             "tmi_extender_request_seconds",
             "Time to answer an extender call, body decoding and encoding included.",
             ["verb"],
-            buckets=LATENCY_BUCKETS,
-            registry=self.registry,
+            self.registry,
         )
-        self.verdicts = Counter(
+        self.verdicts = LoopCounter(
             "tmi_extender_node_verdicts",
             "Per-node filter verdicts by reason class (fits for a node that passed).",
             ["code"],
-            registry=self.registry,
+            self.registry,
         )
-        self.nodes_per_call = Histogram(
+        self.nodes_per_call = LoopHistogram(
             "tmi_extender_nodes_per_call",
             "Candidate nodes per filter call.",
+            [],
+            self.registry,
             buckets=(1, 10, 50, 100, 500, 1000, 2000, 5000, 10000),
-            registry=self.registry,
         )
         self.registry.register(_ViewCollector(view))
-        # Label children by value: `labels()` validates and locks on every call, and each
-        # scheduled Pod costs a handful of them. The label sets are few and bounded.
-        self._requests: dict[tuple[str, str], Any] = {}
-        self._latency: dict[str, Any] = {}
-        self._verdicts: dict[str, Any] = {}
 
     def call(self, verb: str, outcome: str, seconds: float) -> None:
-        child = self._requests.get((verb, outcome))
-        if child is None:
-            child = self._requests[verb, outcome] = self.requests.labels(verb, outcome)
-        child.inc()
-        timer = self._latency.get(verb)
-        if timer is None:
-            timer = self._latency[verb] = self.latency.labels(verb)
-        timer.observe(seconds)
+        self.requests.inc((verb, outcome))
+        self.latency.observe((verb,), seconds)
+
+    def filtered(self, nodes: int) -> None:
+        self.nodes_per_call.observe((), nodes)
 
     def verdict(self, code: str, count: int) -> None:
-        child = self._verdicts.get(code)
-        if child is None:
-            child = self._verdicts[code] = self.verdicts.labels(code)
-        child.inc(count)
+        self.verdicts.inc((code,), count)

@@ -34,9 +34,8 @@ from __future__ import annotations
 import logging
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, TypeVar
+from typing import Any, Final, TypeVar
 
 import orjson
 
@@ -80,21 +79,30 @@ class Unplaceable(Exception):
         self.code = code
 
 
-@dataclass
 class Outcome:
     """A filter or prioritize answer plus what the metrics and the log say about it: the count of
-    each verdict code, and the code of each node the placement rules refused."""
+    each verdict code, and the code of each node the placement rules refused. A plain class for
+    the compiled build (setup.py)."""
 
-    body: Any
-    outcome: str
-    codes: dict[str, int] = field(default_factory=dict)
-    node_codes: dict[str, str] = field(default_factory=dict)
+    def __init__(
+        self,
+        body: Any,
+        outcome: str,
+        codes: dict[str, int] | None = None,
+        node_codes: dict[str, str] | None = None,
+        nodes: int | None = None,
+    ) -> None:
+        self.body = body
+        self.outcome = outcome
+        self.codes: Final[dict[str, int]] = {} if codes is None else codes
+        self.node_codes: Final[dict[str, str]] = {} if node_codes is None else node_codes
+        # The candidate nodes a filter call named (None: the call was not read that far).
+        self.nodes: Final = nodes
 
 
 MAX_CYCLES = 64
 
 
-@dataclass
 class _Cycle:
     """What earlier scheduling cycles for one demand found, node by node. The next cycle for
     the same deployment (the next replica) sees the same nodes with one node's load changed
@@ -108,11 +116,12 @@ class _Cycle:
     its accounted load changes (the ledger's log, read at the next cycle) and when its Node
     object is replaced or removed (`ClusterView.node_changed`, at once)."""
 
-    version: int
-    verdicts: dict[str, Verdict] = field(default_factory=dict)
-    # The node's free amount of the demand's resource (None: the Pod cannot go there at all)
-    # and its allocatable, `placement.free_of`'s pair.
-    frees: dict[str, tuple[int | None, int]] = field(default_factory=dict)
+    def __init__(self, version: int) -> None:
+        self.version = version
+        self.verdicts: Final[dict[str, Verdict]] = {}
+        # The node's free amount of the demand's resource (None: the Pod cannot go there at
+        # all) and its allocatable, `placement.free_of`'s pair.
+        self.frees: Final[dict[str, tuple[int | None, int]]] = {}
 
     def forget(self, name: str) -> None:
         """What was found on this node no longer holds."""
@@ -375,13 +384,20 @@ def _pod_of(args: Any) -> Mapping[str, Any]:
     return pod
 
 
-@dataclass
 class _Candidates:
-    cache_mode: bool
-    names: list[str]
-    facts: list[NodeFacts | None]
-    items: list[Any]
-    list_meta: Any
+    def __init__(
+        self,
+        cache_mode: bool,
+        names: list[str],
+        facts: list[NodeFacts | None],
+        items: list[Any],
+        list_meta: Any,
+    ) -> None:
+        self.cache_mode: Final = cache_mode
+        self.names: Final = names
+        self.facts: Final = facts
+        self.items: Final = items
+        self.list_meta: Final = list_meta
 
 
 def _candidates(view: ClusterView, args: Mapping[str, Any]) -> _Candidates:
@@ -441,15 +457,18 @@ def filter_nodes(view: ClusterView, args: Any) -> Outcome:
         missing = ", ".join(sorted(view.pending))
         body = _filter_body(cands, [], {}, {})
         body["Error"] = f"the extender's caches have not synced yet ({missing}); retry shortly"
-        return Outcome(body, "not-ready")
+        return Outcome(body, "not-ready", nodes=len(cands.names))
     try:
         demand = view.demand(pod)
     except Unplaceable as exc:
         failed = dict.fromkeys(cands.names, exc.reason)
-        return Outcome(_filter_body(cands, [], {}, failed), exc.code, {exc.code: len(cands.names)})
+        count = len(cands.names)
+        return Outcome(
+            _filter_body(cands, [], {}, failed), exc.code, {exc.code: count}, nodes=count
+        )
     if demand is None:
         passed = list(range(len(cands.names)))
-        return Outcome(_filter_body(cands, passed, {}, {}), "unplanned")
+        return Outcome(_filter_body(cands, passed, {}, {}), "unplanned", nodes=len(cands.names))
     passed_idx: list[int] = []
     failed_nodes: dict[str, str] = {}
     unresolvable: dict[str, str] = {}
@@ -475,7 +494,7 @@ def filter_nodes(view: ClusterView, args: Any) -> Outcome:
         codes[verdict.code] = codes.get(verdict.code, 0) + 1
     codes["fits"] = len(passed_idx)
     body = _filter_body(cands, passed_idx, failed_nodes, unresolvable)
-    return Outcome(body, "planned", codes, node_codes)
+    return Outcome(body, "planned", codes, node_codes, len(names))
 
 
 def _filter_body(

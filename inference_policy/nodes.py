@@ -44,14 +44,33 @@ GpuBinding = ExtendedResourceBinding | VramPluginBinding
 # -- verdicts -----------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
 class Verdict:
-    """One node's answer. `code` is a short stable class of the reason, for metrics and tests."""
+    """One node's answer. `code` is a short stable class of the reason, for metrics and tests.
+    Read-only, and a plain class for the compiled build (setup.py)."""
 
-    fits: bool
-    reason: str | None = None
-    unresolvable: bool = False
-    code: str = "fits"
+    def __init__(
+        self,
+        fits: bool,
+        reason: str | None = None,
+        unresolvable: bool = False,
+        code: str = "fits",
+    ) -> None:
+        self.fits: Final = fits
+        self.reason: Final = reason
+        self.unresolvable: Final = unresolvable
+        self.code: Final = code
+
+    def _fields(self) -> tuple[bool, str | None, bool, str]:
+        return (self.fits, self.reason, self.unresolvable, self.code)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Verdict) and self._fields() == other._fields()
+
+    def __hash__(self) -> int:
+        return hash(self._fields())
+
+    def __repr__(self) -> str:
+        return f"Verdict({self.fits}, {self.reason!r}, {self.unresolvable}, {self.code!r})"
 
     def as_tuple(self) -> tuple[bool, None] | tuple[bool, str, bool]:
         """`(True, None)` or `(False, reason, unresolvable)`."""

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any, Final, Literal
 
 from inference_policy.access import is_accelerator_resource
@@ -59,22 +58,32 @@ MAX_MEMO: Final = 256
 AnyBinding = CpuBinding | ExtendedResourceBinding | VramPluginBinding
 
 
-@dataclass(frozen=True, slots=True)
 class Demand:
     """A planned Pod ready to be judged against nodes: its binding and its effective requests.
 
     `kind` names the resources best fit packs by; `key` identifies everything the node's
     identity verdict (architecture, resource, GFD facts) depends on, for `NodeFacts.static`;
     quantities are left out of it, so shares of every size reuse one verdict per node.
+    Read-only, and a plain class for the compiled build (setup.py).
     """
 
-    path: Literal["gpu", "cpu"]
-    arch: str
-    binding: GpuBinding | None
-    requests: Mapping[str, int]
-    checked: tuple[str, ...]
-    kind: tuple[str, ...]
-    key: str
+    def __init__(
+        self,
+        path: Literal["gpu", "cpu"],
+        arch: str,
+        binding: GpuBinding | None,
+        requests: Mapping[str, int],
+        checked: tuple[str, ...],
+        kind: tuple[str, ...],
+        key: str,
+    ) -> None:
+        self.path: Final = path
+        self.arch: Final = arch
+        self.binding: Final = binding
+        self.requests: Final = requests
+        self.checked: Final = checked
+        self.kind: Final = kind
+        self.key: Final = key
 
 
 def demand_for(

@@ -14,9 +14,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, NamedTuple, TypeVar
+from typing import Any, Final, NamedTuple, TypeVar
 
 from inference_policy.catalog import Engine, EngineCatalog, cc_text
 from inference_policy.plan import Plan
@@ -60,16 +59,27 @@ T = TypeVar("T")
 MAX_DEVICES = 8
 
 
-@dataclass(frozen=True)
 class Decision:
     """A plan (status 200) or a refusal with its stable code; `body` is the JSON object every
-    edge returns, the contract's plan or refusal."""
+    edge returns, the contract's plan or refusal. Read-only, and a plain class for the compiled
+    build (setup.py)."""
 
-    status: int
-    plan: Plan | None = None
-    detail: str = ""
-    code: RefusalCode | None = None
-    wire_code: str | None = None
+    def __init__(
+        self,
+        status: int,
+        plan: Plan | None = None,
+        detail: str = "",
+        code: RefusalCode | None = None,
+        wire_code: str | None = None,
+    ) -> None:
+        self.status: Final = status
+        self.plan: Final = plan
+        self.detail: Final = detail
+        self.code: Final = code
+        self.wire_code: Final = wire_code
+
+    def __repr__(self) -> str:
+        return f"Decision({self.status}, {self.plan!r}, {self.detail!r}, {self.code!r})"
 
     @property
     def allowed(self) -> bool:

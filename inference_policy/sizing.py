@@ -22,7 +22,7 @@ too large only picks the next larger binding.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import Final
 
 from inference_policy.quantity import GI, MI, ceil_div
 
@@ -37,12 +37,15 @@ FALLBACK_KV_BYTES_PER_TOKEN_PER_GIB = 128 * 1024
 CPU_MEMORY_FACTOR_NUM, CPU_MEMORY_FACTOR_DEN = 5, 4
 
 
-@dataclass(frozen=True)
 class Estimate:
-    weights: int
-    cache: int
-    overhead_per_device: int
-    devices: int
+    """A request's GPU memory, in its parts; read-only, and a plain class for the compiled
+    build (setup.py)."""
+
+    def __init__(self, weights: int, cache: int, overhead_per_device: int, devices: int) -> None:
+        self.weights: Final = weights
+        self.cache: Final = cache
+        self.overhead_per_device: Final = overhead_per_device
+        self.devices: Final = devices
 
     @property
     def total(self) -> int:

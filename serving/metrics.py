@@ -1,17 +1,35 @@
-"""What the servers' metrics share: one set of latency buckets, and the profile gauges every
-server that holds a verified profile exports, computed at scrape time.
+"""What the servers' metrics share: one set of latency buckets, the counter and histogram every
+request updates, and the profile gauges every server that holds a verified profile exports,
+computed at scrape time.
 
-Read from the `PolicyState` when Prometheus scrapes, so they cannot go stale between profile
-revisions: a profile expires by the clock, not by an event. Each server names them with its own
-prefix (`tmi_webhook`, `tmi_extender`) on its app's own registry.
+The profile gauges are read from the `PolicyState` when Prometheus scrapes, so they cannot go
+stale between profile revisions: a profile expires by the clock, not by an event. Each server
+names them with its own prefix (`tmi_webhook`, `tmi_extender`) on its app's own registry.
+
+The per-request counter and histogram (`LoopCounter`, `LoopHistogram`) are collectors of
+prometheus_client's own families, updated without its locks: the webhook and the extender update
+and scrape them on one event loop, and prometheus_client's `Counter` and `Histogram` validate
+labels and take a lock on every update (0.5 and 0.9 µs, against a review's 35 µs in-process).
+The exposition is the library's, with the same names, labels and buckets; only the `_created`
+series are not written.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from bisect import bisect_left
+from collections.abc import Hashable, Iterator, Sequence
 from datetime import datetime
+from itertools import accumulate
 
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client import CollectorRegistry
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
+from prometheus_client.registry import Collector
+from prometheus_client.utils import floatToGoString
 
 from policy_io.state import PolicyState
 
@@ -32,6 +50,102 @@ LATENCY_BUCKETS = (
     1.0,
     2.5,
 )
+
+
+class _Labelled(Collector):
+    """A metric family's name, help and label names, registered on a registry (last, as the
+    registry collects it at once to learn its names); a series is
+    kept by its label values as a tuple, each written with `str` when scraped (a status code
+    may be given as an int). Label values must be bounded: a series is never removed."""
+
+    def __init__(
+        self,
+        name: str,
+        documentation: str,
+        labelnames: Sequence[str],
+        registry: CollectorRegistry,
+    ) -> None:
+        self.name = name
+        self.documentation = documentation
+        self.labelnames = tuple(labelnames)
+        registry.register(self)
+
+    def _new(self, labels: tuple[Hashable, ...]) -> None:
+        if len(labels) != len(self.labelnames):
+            raise ValueError(f"{self.name} takes labels {self.labelnames}, got {labels!r}")
+
+
+class LoopCounter(_Labelled):
+    """A labelled counter updated from one event loop: `inc` is one dictionary update."""
+
+    def __init__(
+        self,
+        name: str,
+        documentation: str,
+        labelnames: Sequence[str],
+        registry: CollectorRegistry,
+    ) -> None:
+        self._values: dict[tuple[Hashable, ...], float] = {}
+        super().__init__(name, documentation, labelnames, registry)
+
+    def inc(self, labels: tuple[Hashable, ...], amount: float = 1.0) -> None:
+        values = self._values
+        value = values.get(labels)
+        if value is None:
+            self._new(labels)
+            value = 0.0
+        values[labels] = value + amount
+
+    def value(self, labels: tuple[Hashable, ...]) -> float:
+        return self._values.get(labels, 0.0)
+
+    def collect(self) -> Iterator[Metric]:
+        family = CounterMetricFamily(self.name, self.documentation, labels=self.labelnames)
+        for labels, value in self._values.items():
+            family.add_metric([str(label) for label in labels], value)
+        yield family
+
+
+class LoopHistogram(_Labelled):
+    """A labelled histogram updated from one event loop: `observe` is a binary search and two
+    list updates. Buckets are upper bounds, inclusive (Prometheus's `le`), ascending."""
+
+    def __init__(
+        self,
+        name: str,
+        documentation: str,
+        labelnames: Sequence[str],
+        registry: CollectorRegistry,
+        buckets: Sequence[float] = LATENCY_BUCKETS,
+    ) -> None:
+        self.bounds = tuple(float(bound) for bound in buckets)
+        if list(self.bounds) != sorted(set(self.bounds)):
+            raise ValueError(f"{name}: buckets must ascend without repeats, got {buckets!r}")
+        # The library writes its own buckets' bounds so: 0.0002, 1.0, 2.5, +Inf.
+        les = [floatToGoString(bound) for bound in self.bounds]  # type: ignore[no-untyped-call]
+        self._les: list[str] = [*les, "+Inf"]
+        # Per series: one count per bucket (the last for values above every bound), then the sum.
+        self._series: dict[tuple[Hashable, ...], list[float]] = {}
+        super().__init__(name, documentation, labelnames, registry)
+
+    def observe(self, labels: tuple[Hashable, ...], value: float) -> None:
+        series = self._series.get(labels)
+        if series is None:
+            self._new(labels)
+            series = self._series[labels] = [0.0] * (len(self.bounds) + 2)
+        series[bisect_left(self.bounds, value)] += 1.0
+        series[-1] += value
+
+    def collect(self) -> Iterator[Metric]:
+        family = HistogramMetricFamily(self.name, self.documentation, labels=self.labelnames)
+        for labels, series in self._series.items():
+            counts = accumulate(series[:-1])
+            family.add_metric(
+                [str(label) for label in labels],
+                list(zip(self._les, counts, strict=True)),
+                series[-1],
+            )
+        yield family
 
 
 def profile_gauges(

@@ -26,11 +26,10 @@ answer.
 
 from __future__ import annotations
 
-import base64
+import binascii
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, TypeGuard
+from typing import Any, Final, TypeGuard
 
 import orjson
 
@@ -81,16 +80,25 @@ class MalformedPod(ValueError):
     """The review is answerable but its Pod cannot be read (a 400 denial)."""
 
 
-@dataclass(slots=True)
 class Outcome:
-    """One answered review: the response object plus the labels it is counted under."""
+    """One answered review: the response object plus the labels it is counted under. A plain
+    class for the compiled build (setup.py)."""
 
-    response: dict[str, Any]
-    outcome: str
-    status: int
-    reason: str
-    plan: Plan | None = None
-    warnings: list[str] = field(default_factory=list)
+    def __init__(
+        self,
+        response: dict[str, Any],
+        outcome: str,
+        status: int,
+        reason: str,
+        plan: Plan | None = None,
+        warnings: list[str] | None = None,
+    ) -> None:
+        self.response = response
+        self.outcome = outcome
+        self.status: Final = status
+        self.reason: Final = reason
+        self.plan = plan
+        self.warnings: Final[list[str]] = [] if warnings is None else warnings
 
     @property
     def allowed(self) -> bool:
@@ -112,7 +120,7 @@ def _allow(uid: str, reason: str, warnings: list[str] | None = None) -> Outcome:
     response: dict[str, Any] = {"uid": uid, "allowed": True}
     if warnings:
         response["warnings"] = warnings
-    return Outcome(response, "allowed", 200, reason, warnings=warnings or [])
+    return Outcome(response, "allowed", 200, reason, warnings=warnings)
 
 
 def _patched(uid: str, reason: str, ops: list[dict[str, Any]]) -> Outcome:
@@ -121,7 +129,9 @@ def _patched(uid: str, reason: str, ops: list[dict[str, Any]]) -> Outcome:
     if ops:
         outcome.outcome = "patched"
         outcome.response["patchType"] = "JSONPatch"
-        outcome.response["patch"] = base64.b64encode(orjson.dumps(ops)).decode("ascii")
+        # binascii directly: base64.b64encode is a Python wrapper around the same call.
+        patch = binascii.b2a_base64(orjson.dumps(ops), newline=False)
+        outcome.response["patch"] = patch.decode("ascii")
     return outcome
 
 

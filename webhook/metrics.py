@@ -13,11 +13,11 @@ from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from serving.metrics import LATENCY_BUCKETS, profile_gauges
+from serving.metrics import LoopCounter, LoopHistogram, profile_gauges
 from serving.tls import CertificateReloader
 from webhook.profile_source import Memo, PolicyStore
 
@@ -56,18 +56,17 @@ class WebhookMetrics:
 
     def __init__(self, store: PolicyStore) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
-        self.decisions = Counter(
+        self.decisions = LoopCounter(
             "tmi_webhook_decisions",
             "Admission and plan decisions by endpoint, outcome, HTTP/denial status and reason.",
             ["endpoint", "outcome", "status", "reason"],
-            registry=self.registry,
+            self.registry,
         )
-        self.latency = Histogram(
+        self.latency = LoopHistogram(
             "tmi_webhook_request_duration_seconds",
             "Time from request body received to response ready, by endpoint.",
             ["endpoint"],
-            buckets=LATENCY_BUCKETS,
-            registry=self.registry,
+            self.registry,
         )
         self.cert_reloads = Counter(
             "tmi_webhook_certificate_reloads",
@@ -78,23 +77,11 @@ class WebhookMetrics:
         self._collector = _ProfileCollector(store)
         self.registry.register(self._collector)
 
-        # Label lookups cost more than the increments; the label sets are few and fixed.
-        self._decision_children: dict[tuple[str, str, int, str], Any] = {}
-        self._latency_children: dict[str, Any] = {}
-
     def decision(self, endpoint: str, outcome: str, status: int, reason: str) -> None:
-        key = (endpoint, outcome, status, reason)
-        child = self._decision_children.get(key)
-        if child is None:
-            child = self.decisions.labels(endpoint, outcome, str(status), reason)
-            self._decision_children[key] = child
-        child.inc()
+        self.decisions.inc((endpoint, outcome, status, reason))
 
     def observe(self, endpoint: str, seconds: float) -> None:
-        child = self._latency_children.get(endpoint)
-        if child is None:
-            child = self._latency_children[endpoint] = self.latency.labels(endpoint)
-        child.observe(seconds)
+        self.latency.observe((endpoint,), seconds)
 
     def watch_memos(self, memos: dict[str, Memo[Any, Any]]) -> None:
         self._collector.memos.update(memos)

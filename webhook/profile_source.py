@@ -20,9 +20,8 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, Generic, Protocol, TypeVar
+from typing import Any, Final, Generic, Protocol, TypeVar
 
 from inference_policy import strictjson
 from inference_policy.catalog import EngineCatalog
@@ -47,13 +46,16 @@ K = TypeVar("K", str, bytes, str | bytes)
 V = TypeVar("V")
 
 
-@dataclass(frozen=True, slots=True)
 class Planned:
-    """A request text decided: its strict-JSON error, or the decision (and a plan's JSON)."""
+    """A request text decided: its strict-JSON error, or the decision (and a plan's JSON).
+    Read-only, and a plain class for the compiled build (setup.py)."""
 
-    error: str | None
-    decision: Decision | None
-    plan_json: str | None = None
+    def __init__(
+        self, error: str | None, decision: Decision | None, plan_json: str | None = None
+    ) -> None:
+        self.error: Final = error
+        self.decision: Final = decision
+        self.plan_json: Final = plan_json
 
 
 class PolicyStore:

@@ -571,6 +571,9 @@ async def test_health_ready_and_metrics(
     assert 'tmi_extender_requests_total{outcome="bad-request",verb="filter"} 1.0' in text
     assert 'tmi_extender_node_verdicts_total{code="fits"} 3.0' in text
     assert 'tmi_extender_node_verdicts_total{code="arch"} 1.0' in text
+    # One filter call was read (the malformed one was not), naming every node in ALL.
+    assert "tmi_extender_nodes_per_call_count 1.0" in text
+    assert f"tmi_extender_nodes_per_call_sum {float(len(ALL))}" in text
     assert "tmi_extender_nodes 11.0" in text
     assert "tmi_extender_profile_valid 1.0" in text
     assert "tmi_extender_cache_synced 1.0" in text

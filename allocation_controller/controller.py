@@ -4,7 +4,11 @@ Every replica lists and watches (so a follower's cache is warm when it takes ove
 Lease holder runs workers. On winning the Lease a replica waits until every informer has listed
 once (a Pod checked before the profile ConfigMaps are read would be reported against an unknown
 revision), then queues every engine Pod, because it cannot know what the previous leader left
-undone. On losing it the workers stop and the queue is dropped.
+undone. On losing it the workers stop and the queue is dropped. A ConfigMap informer whose list
+the API server refuses to this replica's Role (401 or 403) counts as listed, with nothing
+readable: the Pods are still checked, and their verdicts name the refusal and the Role to fix,
+rather than the controller waiting unready with nothing written (the webhook and the extender
+treat the same refusal so).
 
 What wakes a Pod up:
 
@@ -12,6 +16,8 @@ What wakes a Pod up:
   check and no write);
 * a profile revision appearing, changing or disappearing, for the Pods planned under it;
 * a recipe catalog changing, for every Pod;
+* the API server refusing, or again allowing, a read of the profile ConfigMaps or a recipe
+  catalog, for every Pod;
 * its own timer: the scheduling deadline, or its revision's expiry;
 * a failed reconcile, after a per-Pod exponential backoff;
 * leaving the watch without being deleted (its engine label removed): one fresh read, and a
@@ -41,6 +47,7 @@ from inference_policy.signing import VerifiedProfile
 from inference_policy.wire import ENGINE_LABEL, PLAN_ANNOTATION
 from policy_io.state import PROFILE_SELECTOR
 from serving.informer import Collection, Delta, Informer, ObjectStore
+from serving.kube import not_permitted
 
 log = logging.getLogger(__name__)
 # Queue keys are Pod names; a Pod that left the watch is queued under this prefix, which no Pod
@@ -102,12 +109,15 @@ class Controller:
             Collection("pods", "Pod", namespace, label_selector=ENGINE_LABEL),
             self._on_pod,
             watch_timeout=watch,
+            on_listed=lambda _: self._inputs.set(),
         )
         self.profiles = Informer(
             api,
             Collection("configmaps", "ConfigMap", namespace, label_selector=PROFILE_SELECTOR),
             self._on_profile,
             watch_timeout=watch,
+            on_listed=self._profiles_listed,
+            on_error=self._profiles_failed,
         )
         self.recipes = {
             capability: Informer(
@@ -118,9 +128,15 @@ class Controller:
                 partial(self._on_recipe, capability),
                 watch_timeout=watch,
                 on_listed=partial(self._recipe_listed, capability),
+                on_error=partial(self._recipe_failed, capability),
             )
             for capability, name in self.policy.recipe_names.items()
         }
+        # ConfigMap informers whose last list the API server refused to this replica's Role:
+        # what they would hold is known to be unreadable, and every Pod's verdict says so.
+        self._unreadable: set[Informer] = set()
+        # Set whenever an informer lists or is found unreadable: the workers wait on it.
+        self._inputs = asyncio.Event()
         self.elector = (
             LeaderElector(
                 api,
@@ -160,7 +176,11 @@ class Controller:
 
     @property
     def synced(self) -> bool:
-        return all(informer.synced.is_set() for informer in self.informers)
+        """Every input is known: listed, or (a ConfigMap) refused to this replica's Role, which
+        the verdicts then report; the Pods themselves must have been listed."""
+        return self.pods.synced.is_set() and all(
+            informer.synced.is_set() or informer in self._unreadable for informer in self.informers
+        )
 
     @property
     def healthy(self) -> bool:
@@ -200,13 +220,40 @@ class Controller:
             changed = self.policy.remove_configmap(name)
         else:
             changed = self.policy.apply_configmap(configmap)
+        self._revisions_changed(changed)
+
+    def _revisions_changed(self, changed: set[str] | None) -> None:
+        """Count the revisions, and recheck the Pods planned with a changed one (None: all)."""
         verified = sum(isinstance(r, VerifiedProfile) for r in self.policy.revisions.values())
         self.metrics.revisions.labels("verified").set(verified)
         self.metrics.revisions.labels("refused").set(len(self.policy.revisions) - verified)
-        if changed:
-            for pod, digest in self._pod_revisions.items():
-                if digest in changed:
-                    self.queue.add(pod)
+        if changed is None:
+            for pod in self.pods.store.names():
+                self.queue.add(pod)
+            return
+        for pod, digest in self._pod_revisions.items():
+            if digest in changed:
+                self.queue.add(pod)
+
+    def _profiles_listed(self, informer: Informer) -> None:
+        self._unreadable.discard(informer)
+        if self.policy.profiles_listed():
+            # The view forgot what it had read when the list was refused: apply it again.
+            for name in informer.store.names():
+                configmap = informer.store.get(name)
+                if configmap is not None:
+                    self.policy.apply_configmap(configmap)
+            self._revisions_changed(None)
+        self._inputs.set()
+
+    def _profiles_failed(self, exc: Exception) -> None:
+        why = not_permitted(exc)
+        if why is None:
+            return
+        self._unreadable.add(self.profiles)
+        if self.policy.profiles_not_permitted(why):
+            self._revisions_changed(None)
+        self._inputs.set()
 
     def _on_recipe(self, capability: str, delta: Delta) -> None:
         self._recipe_changed(capability, None if delta.type == "DELETED" else delta.object)
@@ -217,9 +264,24 @@ class Controller:
                 self.queue.add(pod)
 
     def _recipe_listed(self, capability: str, informer: Informer) -> None:
-        # A list without the catalog delivers nothing, yet "not found" is news on the first one.
-        if not len(informer.store):
-            self._recipe_changed(capability, None)
+        # A list without the catalog delivers nothing, yet "not found" is news on the first one;
+        # after a refused list, what it holds is news again.
+        refused = informer in self._unreadable
+        self._unreadable.discard(informer)
+        if refused or not len(informer.store):
+            name = self.policy.recipe_names[capability]
+            self._recipe_changed(capability, informer.store.get(name))
+        self._inputs.set()
+
+    def _recipe_failed(self, capability: str, exc: Exception) -> None:
+        why = not_permitted(exc)
+        if why is None:
+            return
+        self._unreadable.add(self.recipes[capability])
+        if self.policy.recipe_catalog_not_permitted(capability, why):
+            for pod in self.pods.store.names():
+                self.queue.add(pod)
+        self._inputs.set()
 
     # -- leadership ----------------------------------------------------------------------------
 
@@ -235,7 +297,9 @@ class Controller:
         self.queue.clear()
 
     async def _start_workers(self) -> None:
-        await asyncio.gather(*(informer.synced.wait() for informer in self.informers))
+        while not self.synced:
+            self._inputs.clear()
+            await self._inputs.wait()
         if not self.leading:
             return
         for name in self.pods.store.names():

@@ -13,6 +13,11 @@ one. A ConfigMap that is deleted takes its revision with it.
 Recipe catalogs (when the install pins recipes) are part of what a plan depends on, so they are
 held here too and a configured catalog that cannot be read makes re-derivation impossible,
 which the grant check reports rather than guessing.
+
+ConfigMaps the API server refuses to let this replica read (401 or 403: the owner's Role, as
+`serving.kube.not_permitted` says) are an install problem, not a server fault, as they are for
+the webhook and the extender: what was read before is forgotten, and every Pod's check reports
+the lapse and what to fix, until a list succeeds again.
 """
 
 from __future__ import annotations
@@ -22,7 +27,14 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
-from inference_policy.grant import Evaluation, Lapse, evaluate, refused_lapse
+from inference_policy.grant import (
+    PROFILES_UNREADABLE,
+    RECIPE_CATALOG_UNAVAILABLE,
+    Evaluation,
+    Lapse,
+    evaluate,
+    refused_lapse,
+)
 from inference_policy.planner import PlanContext
 from inference_policy.recipes import RecipeCatalogError, load_catalog
 from inference_policy.signing import (
@@ -31,6 +43,7 @@ from inference_policy.signing import (
 )
 from policy_io.catalog import packaged_catalog
 from policy_io.state import (
+    PROFILE_SELECTOR,
     PolicySettings,
     PolicyState,
     ProfileRevisions,
@@ -39,7 +52,6 @@ from policy_io.state import (
 
 log = logging.getLogger(__name__)
 
-RECIPE_CATALOG_UNAVAILABLE = "RecipeCatalogUnavailable"
 
 Revision = VerifiedProfile | Lapse
 
@@ -61,6 +73,7 @@ class PolicyView:
             for capability, name in self.recipe_names.items()
         }
         self._recipe_revisions: dict[str, str | None] = {}
+        self._profiles_problem: str | None = None
 
     # -- profile revisions ---------------------------------------------------------------------
 
@@ -97,6 +110,25 @@ class PolicyView:
         self._rebuild()
         return {previous} if previous is not None else set()
 
+    def profiles_not_permitted(self, why: str) -> bool:
+        """The profile ConfigMaps may not be listed (`why`). What was read of them is forgotten,
+        as the webhook and the extender forget it; True if that changed anything."""
+        problem = (
+            f"ConfigMaps labelled {PROFILE_SELECTOR} in namespace {self.settings.namespace!r} {why}"
+        )
+        changed = bool(self.revisions) or self._profiles_problem != problem
+        self.followed.keep_only(set())
+        self._rebuild()
+        self._profiles_problem = problem
+        return changed
+
+    def profiles_listed(self) -> bool:
+        """A list of the profile ConfigMaps succeeded; True if one had been refused before (the
+        caller then applies what the list holds again, as this view forgot it)."""
+        refused = self._profiles_problem is not None
+        self._profiles_problem = None
+        return refused
+
     def _rebuild(self) -> None:
         """Revisions by digest: the same bundle under two names is one revision, and a verified
         copy wins over a refused one."""
@@ -113,6 +145,15 @@ class PolicyView:
         self.revisions = revisions
 
     # -- recipe catalogs -----------------------------------------------------------------------
+
+    def recipe_catalog_not_permitted(self, capability: str, why: str) -> bool:
+        """A configured recipe catalog may not be read (`why`); True if anything changed."""
+        self._recipe_revisions.pop(capability, None)
+        setattr(self.state, f"{capability}_recipes", None)
+        problem = f"the {capability} recipe catalog ConfigMap {self.recipe_names[capability]} {why}"
+        changed = self._recipe_problems.get(capability) != problem
+        self._recipe_problems[capability] = problem
+        return changed
 
     def apply_recipe_catalog(self, capability: str, configmap: Mapping[str, Any] | None) -> bool:
         """A configured recipe catalog as it is now (None: absent); True if anything changed."""
@@ -143,6 +184,11 @@ class PolicyView:
 
     def lapse(self) -> Lapse | None:
         """Why no plan can be re-derived right now, whatever revision it names, if so."""
+        if self._profiles_problem is not None:
+            return Lapse(
+                PROFILES_UNREADABLE,
+                f"{self._profiles_problem}, so no plan can be checked against its revision",
+            )
         problems = [p for p in self._recipe_problems.values() if p]
         if not problems:
             return None

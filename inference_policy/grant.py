@@ -74,6 +74,9 @@ PLAN_MISMATCH = "PlanMismatch"
 PROFILE_REVISION_UNKNOWN = "ProfileRevisionUnknown"
 PROFILE_REFUSED = "ProfileRefused"
 PROFILE_EXPIRED = "ProfileExpired"
+# The controller's reasons for a check it cannot make: the ConfigMaps it needs are unreadable.
+PROFILES_UNREADABLE = "ProfilesUnreadable"
+RECIPE_CATALOG_UNAVAILABLE = "RecipeCatalogUnavailable"
 SCHEDULING_TIMEOUT = "SchedulingTimeout"
 ENGINE_LABEL_REMOVED = "EngineLabelRemoved"
 REASONS = (
@@ -90,6 +93,8 @@ REASONS = (
     PROFILE_REVISION_UNKNOWN,
     PROFILE_REFUSED,
     PROFILE_EXPIRED,
+    PROFILES_UNREADABLE,
+    RECIPE_CATALOG_UNAVAILABLE,
     SCHEDULING_TIMEOUT,
     ENGINE_LABEL_REMOVED,
 )

@@ -36,7 +36,7 @@ from allocation_controller.ports import ApiError, Conflict
 from allocation_controller.reconciler import NotLeader, Reconciler, ReconcileSettings
 from allocation_controller.revisions import PolicyView
 from inference_policy.grant import CONDITION_TYPE
-from policy_io.state import PolicySettings
+from policy_io.state import PROFILE_SELECTOR, PolicySettings
 from serving.settings import ConfigError
 from tests.profilekit import NAMESPACE, NOW, Owner, request
 
@@ -577,6 +577,73 @@ async def test_compacted_watch_relists_and_keeps_going(
     kube.compact()
     await eventually(lambda: reason_of(kube, "b") == "Verified")
     assert instance.controller.pods.lists >= 2
+
+
+FORBIDDEN = ApiError(403, "Forbidden", 'configmaps is forbidden: cannot list resource "configmaps"')
+
+
+def message_of(kube: MemoryKube, name: str) -> str:
+    condition = verdict_of(kube, name)
+    return condition["message"] if condition else ""
+
+
+async def test_profiles_the_role_may_not_read_are_reported_on_each_pod_until_readable(
+    kube: MemoryKube, owner: Owner, running: Callable[..., Running]
+) -> None:
+    # The first two lists of the profile ConfigMaps are refused, as a Role without them is.
+    kube.fail_next("list_configmaps", FORBIDDEN, times=2)
+    add_pod(kube, owner)
+    instance = running()
+    # Ready and checking Pods at once: the refusal is the owner's to fix, and each Pod says so.
+    await eventually(lambda: reason_of(kube, "tmi-1") == "ProfilesUnreadable")
+    assert instance.controller.synced
+    expected = (
+        f"ConfigMaps labelled {PROFILE_SELECTOR} in namespace '{NAMESPACE}' may not be read "
+        "(HTTP 403; check the Role), so no plan can be checked against its revision"
+    )
+    assert message_of(kube, "tmi-1") == expected
+    # Once a list succeeds, the profile it read is verified and the Pod with it.
+    await eventually(lambda: reason_of(kube, "tmi-1") == "Verified", timeout=10)
+    assert kube.calls["list_configmaps"] == 3
+
+
+async def test_a_verified_pod_keeps_its_grant_while_the_profiles_may_not_be_read(
+    kube: MemoryKube, owner: Owner, running: Callable[..., Running]
+) -> None:
+    add_pod(kube, owner)
+    instance = running()
+    await eventually(lambda: reason_of(kube, "tmi-1") == "Verified")
+    # The watch drops, its version is compacted away, and the relist is refused.
+    kube.fail_next("list_configmaps", FORBIDDEN)
+    kube.close_watches()
+    kube.compact()
+    await eventually(lambda: reason_of(kube, "tmi-1") == "VerifiedRevisionUnavailable")
+    condition = verdict_of(kube, "tmi-1")
+    assert condition is not None and condition["status"] == "True"
+    assert "may not be read (HTTP 403; check the Role)" in condition["message"]
+    assert instance.controller.policy.revisions == {}
+    await eventually(lambda: reason_of(kube, "tmi-1") == "Verified", timeout=10)
+
+
+async def test_a_recipe_catalog_the_role_may_not_read_is_reported_as_the_lapse(
+    kube: MemoryKube, owner: Owner
+) -> None:
+    add_pod(kube, owner)
+    policy = make_policy(kube, owner.settings(gpu_recipe_catalog_configmap="tmi-gpu-recipes"))
+    assert policy.recipe_catalog_not_permitted("gpu", "may not be read (HTTP 403; check the Role)")
+    reconciler = Reconciler(
+        kube, policy, ReconcileSettings(scheduling_timeout=300, instance="test-0"), clock=Clock()
+    )
+    await reconciler.reconcile("tmi-1")
+    assert reason_of(kube, "tmi-1") == "RecipeCatalogUnavailable"
+    assert message_of(kube, "tmi-1").startswith(
+        "the gpu recipe catalog ConfigMap tmi-gpu-recipes may not be read (HTTP 403; check the "
+        "Role), so the plan cannot be checked against the core"
+    )
+    # The same refusal again is no news: no Pod is queued for it.
+    assert not policy.recipe_catalog_not_permitted(
+        "gpu", "may not be read (HTTP 403; check the Role)"
+    )
 
 
 async def test_restarted_controller_resumes_without_duplicate_transitions(

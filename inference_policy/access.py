@@ -85,12 +85,13 @@ def selects_devices(entry: Mapping[str, Any]) -> bool:
 
 
 def is_map(value: Any) -> bool:
-    return type(value) is dict or isinstance(value, Mapping)
+    # dict first: every Pod here was decoded from JSON, and the ABC check costs ten times more;
+    # an absent field (None) is answered before it, as it is most of what is not a dict.
+    return type(value) is dict or (value is not None and isinstance(value, Mapping))
 
 
 def as_mapping(value: Any) -> Mapping[str, Any]:
-    # dict first: every Pod here was decoded from JSON, and the ABC check costs ten times more.
-    return value if type(value) is dict or isinstance(value, Mapping) else {}
+    return value if is_map(value) else {}
 
 
 def _resource_reaches(at: str, resources: Mapping[str, Any], found: list[Reach]) -> None:

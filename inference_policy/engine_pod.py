@@ -70,7 +70,7 @@ def engine_container_name(pod: Mapping[str, Any]) -> str | None:
     if isinstance(named, str) and named:
         return named
     containers = as_mapping(pod.get("spec")).get("containers")
-    if isinstance(containers, list) and containers and isinstance(containers[0], Mapping):
+    if isinstance(containers, list) and containers and is_map(containers[0]):
         name = containers[0].get("name")
         return name if isinstance(name, str) else None
     return None

@@ -160,9 +160,13 @@ def _fast(raw: bytes) -> Any:
         compact = orjson.dumps(value)
     except (orjson.JSONDecodeError, orjson.JSONEncodeError):
         return _SLOW
-    if compact == raw or compact.translate(None, _WHITESPACE) == raw.translate(None, _WHITESPACE):
+    if compact == raw:
         return value
-    return _SLOW
+    # orjson writes whitespace only as spaces inside strings (it escapes tabs and line breaks):
+    # without one, `compact` is already its own stripped form.
+    if b" " in compact:
+        compact = compact.translate(None, _WHITESPACE)
+    return value if raw.translate(None, _WHITESPACE) == compact else _SLOW
 
 
 _WHITESPACE = b" \t\n\r"

@@ -209,7 +209,7 @@ def _list(value: Any, where: str) -> list[Any]:
     return value
 
 
-def _check_pod(pod: Any, where: str) -> Mapping[str, Any]:
+def _check_pod(pod: Any, where: str) -> dict[str, Any]:
     """Check the shape of every field this module reads, so later reads cannot fail.
 
     The review was decoded by orjson, so every JSON object here is a plain dict: the checks test
@@ -277,11 +277,11 @@ def _is_object(value: Any) -> TypeGuard[Mapping[str, Any]]:
     return type(value) is dict or isinstance(value, Mapping)
 
 
-def _labels(pod: Mapping[str, Any]) -> Mapping[str, str]:
+def _labels(pod: dict[str, Any]) -> Mapping[str, str]:
     return (pod.get("metadata") or {}).get("labels") or {}
 
 
-def _annotations(pod: Mapping[str, Any]) -> Mapping[str, str]:
+def _annotations(pod: dict[str, Any]) -> Mapping[str, str]:
     return (pod.get("metadata") or {}).get("annotations") or {}
 
 
@@ -300,7 +300,7 @@ class Reviewer:
         # never goes stale; it is bounded because revisions come and go.
         self._fields: dict[tuple[str, int], PlanFields] = {}
 
-    def answer(self, body: bytes, request: Mapping[str, Any], uid: str, now: datetime) -> Outcome:
+    def answer(self, body: bytes, request: dict[str, Any], uid: str, now: datetime) -> Outcome:
         """The answer to a review body, given its request and uid as `parse_review` read them
         (the edge parses once, and keeps the request for its log line).
 
@@ -328,7 +328,7 @@ class Reviewer:
         self.answers.put(key, outcome, now)
         return outcome
 
-    def review(self, request: Mapping[str, Any], uid: str, now: datetime) -> Outcome:
+    def review(self, request: dict[str, Any], uid: str, now: datetime) -> Outcome:
         try:
             return self._review(request, uid, now)
         except MalformedPod as exc:
@@ -339,7 +339,7 @@ class Reviewer:
                 RefusalCode.MALFORMED_POD,
             )
 
-    def _review(self, request: Mapping[str, Any], uid: str, now: datetime) -> Outcome:
+    def _review(self, request: dict[str, Any], uid: str, now: datetime) -> Outcome:
         kind = request.get("kind")
         resource = request.get("resource")
         if not (
@@ -382,7 +382,7 @@ class Reviewer:
             return refuse(uid, refusal)
         return _patched(uid, "not-engine-pod", edits_patch(pod, shield_edits(pod, to_shield(pod))))
 
-    def _update(self, uid: str, pod: Mapping[str, Any], old: Mapping[str, Any]) -> Outcome:
+    def _update(self, uid: str, pod: dict[str, Any], old: dict[str, Any]) -> Outcome:
         refusal = update_refusal(pod, old)
         if refusal is not None:
             return refuse(uid, refusal)
@@ -390,7 +390,7 @@ class Reviewer:
             uid, "unchanged", edits_patch(pod, shield_edits(pod, to_shield(pod, old=old)))
         )
 
-    def _engine(self, uid: str, pod: Mapping[str, Any], now: datetime) -> Outcome:
+    def _engine(self, uid: str, pod: dict[str, Any], now: datetime) -> Outcome:
         annotations = _annotations(pod)
         containers = pod["spec"]["containers"]
         engine = engine_container_name(pod)
@@ -455,9 +455,7 @@ class Reviewer:
         }
         return outcome
 
-    def plan_edits(
-        self, pod: Mapping[str, Any], index: int, plan: Plan, plan_json: str
-    ) -> list[Edit]:
+    def plan_edits(self, pod: dict[str, Any], index: int, plan: Plan, plan_json: str) -> list[Edit]:
         """The fields the plan sets, with this install's scheduler and pull Secret."""
         key = (plan_json, index)
         fields = self._fields.get(key)

@@ -30,6 +30,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Final, Literal
 
 from inference_policy.access import is_accelerator_resource
+from inference_policy.bounded import keep
 from inference_policy.fragmentation import Sizes, Workload, fragment_delta
 from inference_policy.ledger import pod_requests
 from inference_policy.nodes import (
@@ -160,11 +161,8 @@ def demand_for(
 def _static(demand: Demand, node: NodeFacts) -> Verdict:
     verdict = node.static.get(demand.key)
     if verdict is None:
-        verdict = identity_verdict(demand, node)
-        if len(node.static) >= MAX_MEMO:
-            # Every profile revision brings new keys; start afresh rather than grow for ever.
-            node.static.clear()
-        node.static[demand.key] = verdict
+        # Every profile revision brings new keys.
+        verdict = keep(node.static, demand.key, identity_verdict(demand, node), MAX_MEMO)
     return verdict
 
 

@@ -28,6 +28,7 @@ from pydantic import (
 from pydantic import model_validator as _model_validator
 
 from inference_policy import strictjson
+from inference_policy.bounded import keep
 from inference_policy.errors import describe
 from inference_policy.profile import ARCH_KEY, MAX_VERSION
 from inference_policy.quantity import UNSIGNED_PATTERN, QuantityError, resource_units
@@ -211,10 +212,8 @@ def _from_text(text: str, body: Mapping[str, Any]) -> Plan:
         plan = Plan.model_validate(body)
         plan.__dict__[_WIRE] = dict(body)
         plan.__dict__[_TEXT] = text
-        if len(_PLANS) >= _MAX_PLANS:
-            # Plans change with each profile revision; start afresh rather than grow for ever.
-            _PLANS.clear()
-        _PLANS[text] = plan
+        # Plans change with each profile revision.
+        keep(_PLANS, text, plan, _MAX_PLANS)
     return plan
 
 

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any, Final, NamedTuple, TypeVar
 
+from inference_policy.bounded import keep
 from inference_policy.catalog import Engine, EngineCatalog, cc_text
 from inference_policy.plan import Plan
 from inference_policy.profile import (
@@ -223,9 +224,7 @@ class GpuOptions:
         if found is not None and found[0] is recipe:
             return found[1]
         value = make()
-        if len(table) >= self.MAX_ENTRIES:
-            table.clear()
-        table[(key, id(recipe))] = (recipe, value)
+        keep(table, (key, id(recipe)), (recipe, value), self.MAX_ENTRIES)
         return value
 
 

@@ -24,6 +24,8 @@ import re
 from decimal import Decimal, InvalidOperation
 from typing import Any, Final
 
+from inference_policy.bounded import keep
+
 KI: Final = 1024
 MI: Final = 1024**2
 GI: Final = 1024**3
@@ -117,10 +119,7 @@ def resource_units(name: str, text: Any, *, example: str | None = None) -> int:
         key = (name, text)
         found = _UNITS.get(key)
         if found is None:
-            found = _resource_units(name, text, example)
-            if len(_UNITS) >= _MAX_UNITS:
-                _UNITS.clear()
-            _UNITS[key] = found
+            found = keep(_UNITS, key, _resource_units(name, text, example), _MAX_UNITS)
         return found
     return _resource_units(name, text, example)
 

@@ -34,6 +34,7 @@ from typing import Any, Final, TypeGuard
 import orjson
 
 from inference_policy.access import CONTAINER_LISTS
+from inference_policy.bounded import keep
 from inference_policy.engine_pod import (
     Edit,
     PlanFields,
@@ -472,7 +473,5 @@ class Reviewer:
                 scheduler_name=self.settings.scheduler_name,
                 pull_secret=secret or None,
             )
-            if len(self._fields) >= _MAX_PLAN_FIELDS:
-                self._fields.clear()
-            self._fields[key] = fields
+            keep(self._fields, key, fields, _MAX_PLAN_FIELDS)
         return plan_edits(pod, index, plan, fields)

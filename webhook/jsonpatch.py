@@ -15,6 +15,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from inference_policy.bounded import keep
+
 Operation = dict[str, Any]
 
 
@@ -79,11 +81,7 @@ def _pointers(tokens: tuple[str | int, ...]) -> tuple[str, ...]:
     for token in tokens:
         path += "/" + escape(str(token))
         prefixes.append(path)
-    found = tuple(prefixes)
-    if len(_POINTERS) >= _MAX_POINTERS:
-        _POINTERS.clear()
-    _POINTERS[tokens] = found
-    return found
+    return keep(_POINTERS, tokens, tuple(prefixes), _MAX_POINTERS)
 
 
 def diff(source: Any, target: Any) -> list[Operation]:

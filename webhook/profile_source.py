@@ -24,6 +24,7 @@ from datetime import UTC, datetime
 from typing import Any, Final, Generic, Protocol, TypeVar
 
 from inference_policy import strictjson
+from inference_policy.bounded import keep
 from inference_policy.catalog import EngineCatalog
 from inference_policy.planner import Decision
 from inference_policy.recipes import RecipeCatalogError, load_catalog
@@ -290,9 +291,7 @@ class Memo(Generic[K, V]):
     def put(self, key: K, value: V, now: datetime) -> None:
         if len(key) > self.max_key or not self._current(now):
             return
-        if len(self._values) >= self.entries:
-            self._values.clear()
-        self._values[key] = value
+        keep(self._values, key, value, self.entries)
 
 
 class ConfigMapSource(Protocol):

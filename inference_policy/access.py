@@ -90,8 +90,12 @@ def is_map(value: Any) -> bool:
     return type(value) is dict or (value is not None and isinstance(value, Mapping))
 
 
-def as_mapping(value: Any) -> Mapping[str, Any]:
-    return value if is_map(value) else {}
+def as_mapping(value: Any) -> dict[str, Any]:
+    """`value` as a dict: itself when it is one (what JSON decodes to), a copy of another
+    mapping, else empty. A dict, so the compiled build's lookups on it are direct calls."""
+    if type(value) is dict:
+        return value
+    return dict(value) if is_map(value) else {}
 
 
 def _resource_reaches(at: str, resources: Mapping[str, Any], found: list[Reach]) -> None:

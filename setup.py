@@ -16,7 +16,8 @@ takes what it has not checked yet as `Any` (a compiled function checks its annot
 types on entry, so a `str` parameter handed a number raises TypeError before its own check can
 refuse it properly), and nothing assigns its Final constants from outside.
 A class made for every review or scheduling cycle is a plain class whose `__init__` assigns
-`Final` attributes (read-only in both builds), not a dataclass: a dataclass's generated methods
+`Final` attributes (read-only when compiled, and to mypy in the source), not a dataclass: a
+dataclass's generated methods
 stay interpreted, and constructing one from compiled code cost 0.44 µs against 0.03 µs for the
 plain class (mypyc 1.x, this machine); `tests/unit/test_compiled.py` holds the listed modules
 to it.

@@ -5,10 +5,11 @@ Lease holder runs workers. On winning the Lease a replica waits until every info
 once (a Pod checked before the profile ConfigMaps are read would be reported against an unknown
 revision), then queues every engine Pod, because it cannot know what the previous leader left
 undone. On losing it the workers stop and the queue is dropped. A ConfigMap informer whose list
-the API server refuses to this replica's Role (401 or 403) counts as listed, with nothing
-readable: the Pods are still checked, and their verdicts name the refusal and the Role to fix,
-rather than the controller waiting unready with nothing written (the webhook and the extender
-treat the same refusal so).
+or watch the API server refuses to this replica's credentials or Role (401 or 403) counts as
+listed, with nothing readable: the Pods are still checked, and their verdicts name the refusal
+and the Role to fix, rather than the controller waiting unready with nothing written (the
+webhook and the extender treat the same refusal so). The informer lists again after such a
+refusal (`serving.informer`), and that list hands everything back once the read is allowed.
 
 What wakes a Pod up:
 
@@ -236,6 +237,8 @@ class Controller:
                 self.queue.add(pod)
 
     def _profiles_listed(self, informer: Informer) -> None:
+        # First: the workers wait on it, and must not wait on longer should the rest raise.
+        self._inputs.set()
         self._unreadable.discard(informer)
         if self.policy.profiles_listed():
             # The view forgot what it had read when the list was refused: apply it again.
@@ -244,16 +247,15 @@ class Controller:
                 if configmap is not None:
                     self.policy.apply_configmap(configmap)
             self._revisions_changed(None)
-        self._inputs.set()
 
     def _profiles_failed(self, exc: Exception) -> None:
         why = not_permitted(exc)
         if why is None:
             return
         self._unreadable.add(self.profiles)
+        self._inputs.set()
         if self.policy.profiles_not_permitted(why):
             self._revisions_changed(None)
-        self._inputs.set()
 
     def _on_recipe(self, capability: str, delta: Delta) -> None:
         self._recipe_changed(capability, None if delta.type == "DELETED" else delta.object)
@@ -266,22 +268,22 @@ class Controller:
     def _recipe_listed(self, capability: str, informer: Informer) -> None:
         # A list without the catalog delivers nothing, yet "not found" is news on the first one;
         # after a refused list, what it holds is news again.
+        self._inputs.set()
         refused = informer in self._unreadable
         self._unreadable.discard(informer)
         if refused or not len(informer.store):
             name = self.policy.recipe_names[capability]
             self._recipe_changed(capability, informer.store.get(name))
-        self._inputs.set()
 
     def _recipe_failed(self, capability: str, exc: Exception) -> None:
         why = not_permitted(exc)
         if why is None:
             return
         self._unreadable.add(self.recipes[capability])
+        self._inputs.set()
         if self.policy.recipe_catalog_not_permitted(capability, why):
             for pod in self.pods.store.names():
                 self.queue.add(pod)
-        self._inputs.set()
 
     # -- leadership ----------------------------------------------------------------------------
 

@@ -46,7 +46,7 @@ GpuBinding = ExtendedResourceBinding | VramPluginBinding
 
 class Verdict:
     """One node's answer. `code` is a short stable class of the reason, for metrics and tests.
-    Read-only, and a plain class for the compiled build (setup.py)."""
+    Final attributes; a plain class for the compiled build (setup.py)."""
 
     def __init__(
         self,

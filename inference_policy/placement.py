@@ -65,7 +65,7 @@ class Demand:
     `kind` names the resources best fit packs by; `key` identifies everything the node's
     identity verdict (architecture, resource, GFD facts) depends on, for `NodeFacts.static`;
     quantities are left out of it, so shares of every size reuse one verdict per node.
-    Read-only, and a plain class for the compiled build (setup.py).
+    Final attributes; a plain class for the compiled build (setup.py).
     """
 
     def __init__(

@@ -62,7 +62,7 @@ MAX_DEVICES = 8
 
 class Decision:
     """A plan (status 200) or a refusal with its stable code; `body` is the JSON object every
-    edge returns, the contract's plan or refusal. Read-only, and a plain class for the compiled
+    edge returns, the contract's plan or refusal. Final attributes; a plain class for the compiled
     build (setup.py)."""
 
     def __init__(

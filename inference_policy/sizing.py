@@ -38,7 +38,7 @@ CPU_MEMORY_FACTOR_NUM, CPU_MEMORY_FACTOR_DEN = 5, 4
 
 
 class Estimate:
-    """A request's GPU memory, in its parts; read-only, and a plain class for the compiled
+    """A request's GPU memory, in its parts. Final attributes; a plain class for the compiled
     build (setup.py)."""
 
     def __init__(self, weights: int, cache: int, overhead_per_device: int, devices: int) -> None:

@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 from urllib.parse import quote
 
-from serving.kube import Backoff, Gone, api_error, describe_error
+from serving.kube import Backoff, Gone, api_error, describe_error, not_permitted
 
 log = logging.getLogger(__name__)
 
@@ -347,7 +347,10 @@ class Informer:
             except Exception as exc:
                 await self._failed(exc, healthy=not need_list and self._healthy())
                 # Without a version to resume from (the list itself failed) only a list helps.
-                need_list = need_list or not self.version
+                # After a refusal of this server's credentials or Role, the consumer has been
+                # told what it holds may not be read (`on_error`): only a list, whose
+                # `on_listed` hands it all again, can say the read is allowed once more.
+                need_list = need_list or not self.version or not_permitted(exc) is not None
                 continue
             if self._healthy():
                 self.backoff.reset()

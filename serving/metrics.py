@@ -85,7 +85,8 @@ class LoopCounter(_Labelled):
         labelnames: Sequence[str],
         registry: CollectorRegistry,
     ) -> None:
-        self._values: dict[tuple[Hashable, ...], float] = {}
+        # Unlabelled, its one series exists from the start, at zero, as the library's does.
+        self._values: dict[tuple[Hashable, ...], float] = {} if labelnames else {(): 0.0}
         super().__init__(name, documentation, labelnames, registry)
 
     def inc(self, labels: tuple[Hashable, ...], amount: float = 1.0) -> None:
@@ -126,6 +127,9 @@ class LoopHistogram(_Labelled):
         self._les: list[str] = [*les, "+Inf"]
         # Per series: one count per bucket (the last for values above every bound), then the sum.
         self._series: dict[tuple[Hashable, ...], list[float]] = {}
+        if not labelnames:
+            # Its one series exists from the start, at zero, as the library's does.
+            self._series[()] = [0.0] * (len(self.bounds) + 2)
         super().__init__(name, documentation, labelnames, registry)
 
     def observe(self, labels: tuple[Hashable, ...], value: float) -> None:

@@ -49,7 +49,7 @@ V = TypeVar("V")
 
 class Planned:
     """A request text decided: its strict-JSON error, or the decision (and a plan's JSON).
-    Read-only, and a plain class for the compiled build (setup.py)."""
+    Final attributes; a plain class for the compiled build (setup.py)."""
 
     def __init__(
         self, error: str | None, decision: Decision | None, plan_json: str | None = None

@@ -36,7 +36,9 @@ from allocation_controller.ports import ApiError, Conflict
 from allocation_controller.reconciler import NotLeader, Reconciler, ReconcileSettings
 from allocation_controller.revisions import PolicyView
 from inference_policy.grant import CONDITION_TYPE
+from inference_policy.recipes import render_catalog
 from policy_io.state import PROFILE_SELECTOR, PolicySettings
+from serving.informer import Collection, Page
 from serving.settings import ConfigError
 from tests.profilekit import NAMESPACE, NOW, Owner, request
 
@@ -625,25 +627,65 @@ async def test_a_verified_pod_keeps_its_grant_while_the_profiles_may_not_be_read
     await eventually(lambda: reason_of(kube, "tmi-1") == "Verified", timeout=10)
 
 
-async def test_a_recipe_catalog_the_role_may_not_read_is_reported_as_the_lapse(
-    kube: MemoryKube, owner: Owner
+async def test_a_refused_watch_of_the_profiles_recovers_once_the_read_is_allowed(
+    kube: MemoryKube, owner: Owner, running: Callable[..., Running]
 ) -> None:
+    # How a Role withdrawn under a running controller shows: the open watch ends, and the next
+    # watch (not a list) is refused. The next successful list must bring the profile back.
     add_pod(kube, owner)
-    policy = make_policy(kube, owner.settings(gpu_recipe_catalog_configmap="tmi-gpu-recipes"))
-    assert policy.recipe_catalog_not_permitted("gpu", "may not be read (HTTP 403; check the Role)")
-    reconciler = Reconciler(
-        kube, policy, ReconcileSettings(scheduling_timeout=300, instance="test-0"), clock=Clock()
+    instance = running()
+    await eventually(lambda: reason_of(kube, "tmi-1") == "Verified")
+    lists = kube.calls["list_configmaps"]
+    kube.fail_next("watch_configmaps", FORBIDDEN)
+    kube.close_watches()
+    await eventually(lambda: reason_of(kube, "tmi-1") == "VerifiedRevisionUnavailable")
+    await eventually(lambda: reason_of(kube, "tmi-1") == "Verified", timeout=10)
+    assert kube.calls["list_configmaps"] == lists + 1
+    assert instance.controller.policy.revisions
+
+
+class RefusingCatalog(MemoryKube):
+    """Refuses the first lists of one ConfigMap by name, as a Role that does not name it."""
+
+    def __init__(self, name: str, refusals: int) -> None:
+        super().__init__(NAMESPACE)
+        self.selector = f"metadata.name={name}"
+        self.refusals = refusals
+
+    async def list_page(
+        self, collection: Collection, *, limit: int, continue_token: str | None = None
+    ) -> Page:
+        if collection.field_selector == self.selector and self.refusals:
+            self.refusals -= 1
+            raise FORBIDDEN
+        return await super().list_page(collection, limit=limit, continue_token=continue_token)
+
+
+async def test_a_recipe_catalog_the_role_may_not_read_is_reported_until_readable(
+    owner: Owner,
+) -> None:
+    rendered = render_catalog(
+        {"schemaVersion": 1, "capability": "gpu", "recipes": []}, NAMESPACE, "gpu"
     )
-    await reconciler.reconcile("tmi-1")
-    assert reason_of(kube, "tmi-1") == "RecipeCatalogUnavailable"
-    assert message_of(kube, "tmi-1").startswith(
-        "the gpu recipe catalog ConfigMap tmi-gpu-recipes may not be read (HTTP 403; check the "
-        "Role), so the plan cannot be checked against the core"
-    )
-    # The same refusal again is no news: no Pod is queued for it.
-    assert not policy.recipe_catalog_not_permitted(
-        "gpu", "may not be read (HTTP 403; check the Role)"
-    )
+    name = rendered.configmap["metadata"]["name"]
+    kube = RefusingCatalog(name, refusals=2)
+    kube.put("configmaps", owner.sign(name=PROFILE_NAME))
+    kube.put("configmaps", rendered.configmap)
+    add_pod(kube, owner)
+    settings = controller_settings(owner.settings(gpu_recipe_catalog_configmap=name))
+    instance = Running(kube, settings)
+    try:
+        await eventually(lambda: reason_of(kube, "tmi-1") == "RecipeCatalogUnavailable")
+        assert instance.controller.synced
+        assert message_of(kube, "tmi-1") == (
+            f"the gpu recipe catalog ConfigMap {name} may not be read (HTTP 403; check the "
+            "Role), so the plan cannot be checked against the core"
+        )
+        # Once the catalog may be read, it is applied and the Pod checked against it.
+        await eventually(lambda: reason_of(kube, "tmi-1") == "Verified", timeout=10)
+        assert kube.refusals == 0
+    finally:
+        await instance.close()
 
 
 async def test_restarted_controller_resumes_without_duplicate_transitions(

@@ -12,6 +12,8 @@ We test these aspects:
 * a duplicate (same uid and resourceVersion) is not delivered again; a name recreated with a
   new uid is a DELETED then an ADDED;
 * failures back off exponentially with jitter, and start over after a list or a healthy stream;
+* a watch refused for the server's credentials or Role (401/403) lists again, so the consumer
+  it told "may not be read" hears of every object once the read is allowed;
 * namespace and cluster scope, label selectors;
 * a handler that raises does not stop the informer;
 * stopping cancels a blocked watch at once and closes its connection.
@@ -344,6 +346,33 @@ async def test_failures_back_off_with_jitter_and_start_over_after_success(
         cluster.close_watches()
         await until(lambda: len(waits) >= 7 and len(cluster.watchers) == 1)
         assert len(waits) == 7 and 0.5 <= waits[6] <= 1.5
+    finally:
+        await subject.stop()
+
+
+async def test_a_refused_watch_lists_again_once_the_read_is_allowed(
+    cluster: FakeCluster, client: ApiClient
+) -> None:
+    # A 401/403 tells the consumer (`on_error`) its objects may not be read; only a list, whose
+    # `on_listed` hands them all over again, can tell it they may be once more. A watch that
+    # merely resumed would deliver nothing for objects that did not change meanwhile.
+    recorder = Recorder()
+    refusals: list[int] = []
+    cluster.put("nodes", node("n1"))
+    subject = informer(
+        client, recorder, on_error=lambda exc: refusals.append(getattr(exc, "status", 0))
+    )
+    subject.start()
+    try:
+        await asyncio.wait_for(subject.synced.wait(), 10)
+        await until(lambda: len(cluster.watchers) == 1)
+        cluster.forbidden.add("nodes")
+        cluster.close_watches()
+        await until(lambda: len(refusals) >= 2)
+        assert set(refusals) == {403}
+        cluster.forbidden.discard("nodes")
+        await until(lambda: len(recorder.listed) == 2)
+        assert recorder.listed == [["n1"], ["n1"]] and subject.lists == 2
     finally:
         await subject.stop()
 

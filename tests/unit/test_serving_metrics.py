@@ -48,6 +48,10 @@ def test_an_unlabelled_histogram_with_its_own_buckets() -> None:
     buckets = (1, 10, 50, 100, 500, 1000, 2000, 5000, 10000)
     nodes = LoopHistogram("t_nodes", "Nodes.", [], ours, buckets=buckets)
     reference = Histogram("t_nodes", "Nodes.", registry=theirs, buckets=buckets)
+    LoopCounter("t_calls", "Calls.", [], ours)
+    Counter("t_calls", "Calls.", registry=theirs)
+    # Unlabelled series exist, at zero, before anything is observed.
+    assert _lines(ours) == _lines(theirs)
     for value in (0, 1, 2, 10, 11, 4999, 5000, 10000, 10001):
         nodes.observe((), value)
         reference.observe(value)

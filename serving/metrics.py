@@ -54,9 +54,10 @@ LATENCY_BUCKETS = (
 
 class _Labelled(Collector):
     """A metric family's name, help and label names, registered on a registry (last, as the
-    registry collects it at once to learn its names); a series is
-    kept by its label values as a tuple, each written with `str` when scraped (a status code
-    may be given as an int). Label values must be bounded: a series is never removed."""
+    registry collects it at once to learn its names). Each series is a list of floats kept by
+    its label values as a tuple, each written with `str` when scraped (a status code may be
+    given as an int); an unlabelled family's one series exists from the start, at zero, as the
+    library's does. Label values must be bounded: a series is never removed."""
 
     def __init__(
         self,
@@ -68,42 +69,40 @@ class _Labelled(Collector):
         self.name = name
         self.documentation = documentation
         self.labelnames = tuple(labelnames)
+        self._series: dict[tuple[Hashable, ...], list[float]] = (
+            {} if self.labelnames else {(): self._zero()}
+        )
         registry.register(self)
 
-    def _new(self, labels: tuple[Hashable, ...]) -> None:
-        if len(labels) != len(self.labelnames):
-            raise ValueError(f"{self.name} takes labels {self.labelnames}, got {labels!r}")
+    def _zero(self) -> list[float]:
+        raise NotImplementedError
+
+    def _get(self, labels: tuple[Hashable, ...]) -> list[float]:
+        series = self._series.get(labels)
+        if series is None:
+            if len(labels) != len(self.labelnames):
+                raise ValueError(f"{self.name} takes labels {self.labelnames}, got {labels!r}")
+            series = self._series[labels] = self._zero()
+        return series
 
 
 class LoopCounter(_Labelled):
-    """A labelled counter updated from one event loop: `inc` is one dictionary update."""
+    """A labelled counter updated from one event loop: `inc` is one dictionary lookup."""
 
-    def __init__(
-        self,
-        name: str,
-        documentation: str,
-        labelnames: Sequence[str],
-        registry: CollectorRegistry,
-    ) -> None:
-        # Unlabelled, its one series exists from the start, at zero, as the library's does.
-        self._values: dict[tuple[Hashable, ...], float] = {} if labelnames else {(): 0.0}
-        super().__init__(name, documentation, labelnames, registry)
+    def _zero(self) -> list[float]:
+        return [0.0]
 
     def inc(self, labels: tuple[Hashable, ...], amount: float = 1.0) -> None:
-        values = self._values
-        value = values.get(labels)
-        if value is None:
-            self._new(labels)
-            value = 0.0
-        values[labels] = value + amount
+        self._get(labels)[0] += amount
 
     def value(self, labels: tuple[Hashable, ...]) -> float:
-        return self._values.get(labels, 0.0)
+        series = self._series.get(labels)
+        return series[0] if series is not None else 0.0
 
     def collect(self) -> Iterator[Metric]:
         family = CounterMetricFamily(self.name, self.documentation, labels=self.labelnames)
-        for labels, value in self._values.items():
-            family.add_metric([str(label) for label in labels], value)
+        for labels, series in self._series.items():
+            family.add_metric([str(label) for label in labels], series[0])
         yield family
 
 
@@ -125,18 +124,14 @@ class LoopHistogram(_Labelled):
         # The library writes its own buckets' bounds so: 0.0002, 1.0, 2.5, +Inf.
         les = [floatToGoString(bound) for bound in self.bounds]  # type: ignore[no-untyped-call]
         self._les: list[str] = [*les, "+Inf"]
-        # Per series: one count per bucket (the last for values above every bound), then the sum.
-        self._series: dict[tuple[Hashable, ...], list[float]] = {}
-        if not labelnames:
-            # Its one series exists from the start, at zero, as the library's does.
-            self._series[()] = [0.0] * (len(self.bounds) + 2)
         super().__init__(name, documentation, labelnames, registry)
 
+    def _zero(self) -> list[float]:
+        # One count per bucket (the last for values above every bound), then the sum.
+        return [0.0] * (len(self.bounds) + 2)
+
     def observe(self, labels: tuple[Hashable, ...], value: float) -> None:
-        series = self._series.get(labels)
-        if series is None:
-            self._new(labels)
-            series = self._series[labels] = [0.0] * (len(self.bounds) + 2)
+        series = self._get(labels)
         series[bisect_left(self.bounds, value)] += 1.0
         series[-1] += value
 

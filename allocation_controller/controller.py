@@ -229,32 +229,44 @@ class Controller:
         self.metrics.revisions.labels("verified").set(verified)
         self.metrics.revisions.labels("refused").set(len(self.policy.revisions) - verified)
         if changed is None:
-            for pod in self.pods.store.names():
-                self.queue.add(pod)
+            self._recheck_all()
             return
         for pod, digest in self._pod_revisions.items():
             if digest in changed:
                 self.queue.add(pod)
 
-    def _profiles_listed(self, informer: Informer) -> None:
-        # First: the workers wait on it, and must not wait on longer should the rest raise.
+    def _recheck_all(self) -> None:
+        for pod in self.pods.store.names():
+            self.queue.add(pod)
+
+    # A ConfigMap informer's list or refusal. The workers wait on `_inputs`, so it is set first:
+    # an exception in what follows must not leave a new leader waiting.
+
+    def _listed_after_refusal(self, informer: Informer) -> bool:
+        """The informer listed; True if the API server had refused it before."""
         self._inputs.set()
+        refused = informer in self._unreadable
         self._unreadable.discard(informer)
-        if self.policy.profiles_listed():
-            # The view forgot what it had read when the list was refused: apply it again.
-            for name in informer.store.names():
-                configmap = informer.store.get(name)
-                if configmap is not None:
-                    self.policy.apply_configmap(configmap)
+        return refused
+
+    def _refusal(self, informer: Informer, exc: Exception) -> str | None:
+        """Why the informer's read was refused to this replica's Role, if that is what failed
+        (`serving.kube.not_permitted`); its inputs then count as known, with nothing readable."""
+        why = not_permitted(exc)
+        if why is not None:
+            self._unreadable.add(informer)
+            self._inputs.set()
+        return why
+
+    def _profiles_listed(self, informer: Informer) -> None:
+        if self._listed_after_refusal(informer):
+            configmaps = [informer.store.get(name) for name in informer.store.names()]
+            self.policy.profiles_listed([c for c in configmaps if c is not None])
             self._revisions_changed(None)
 
     def _profiles_failed(self, exc: Exception) -> None:
-        why = not_permitted(exc)
-        if why is None:
-            return
-        self._unreadable.add(self.profiles)
-        self._inputs.set()
-        if self.policy.profiles_not_permitted(why):
+        why = self._refusal(self.profiles, exc)
+        if why is not None and self.policy.profiles_not_permitted(why):
             self._revisions_changed(None)
 
     def _on_recipe(self, capability: str, delta: Delta) -> None:
@@ -262,28 +274,19 @@ class Controller:
 
     def _recipe_changed(self, capability: str, configmap: JSON | None) -> None:
         if self.policy.apply_recipe_catalog(capability, configmap):
-            for pod in self.pods.store.names():
-                self.queue.add(pod)
+            self._recheck_all()
 
     def _recipe_listed(self, capability: str, informer: Informer) -> None:
         # A list without the catalog delivers nothing, yet "not found" is news on the first one;
         # after a refused list, what it holds is news again.
-        self._inputs.set()
-        refused = informer in self._unreadable
-        self._unreadable.discard(informer)
-        if refused or not len(informer.store):
+        if self._listed_after_refusal(informer) or not len(informer.store):
             name = self.policy.recipe_names[capability]
             self._recipe_changed(capability, informer.store.get(name))
 
     def _recipe_failed(self, capability: str, exc: Exception) -> None:
-        why = not_permitted(exc)
-        if why is None:
-            return
-        self._unreadable.add(self.recipes[capability])
-        self._inputs.set()
-        if self.policy.recipe_catalog_not_permitted(capability, why):
-            for pod in self.pods.store.names():
-                self.queue.add(pod)
+        why = self._refusal(self.recipes[capability], exc)
+        if why is not None and self.policy.recipe_catalog_unusable(capability, why):
+            self._recheck_all()
 
     # -- leadership ----------------------------------------------------------------------------
 

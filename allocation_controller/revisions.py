@@ -122,12 +122,12 @@ class PolicyView:
         self._profiles_problem = problem
         return changed
 
-    def profiles_listed(self) -> bool:
-        """A list of the profile ConfigMaps succeeded; True if one had been refused before (the
-        caller then applies what the list holds again, as this view forgot it)."""
-        refused = self._profiles_problem is not None
+    def profiles_listed(self, configmaps: list[Mapping[str, Any]]) -> None:
+        """A list of the profile ConfigMaps succeeded after one was refused: what it holds is
+        applied again, as this view forgot it."""
         self._profiles_problem = None
-        return refused
+        for configmap in configmaps:
+            self.apply_configmap(configmap)
 
     def _rebuild(self) -> None:
         """Revisions by digest: the same bundle under two names is one revision, and a verified
@@ -146,8 +146,9 @@ class PolicyView:
 
     # -- recipe catalogs -----------------------------------------------------------------------
 
-    def recipe_catalog_not_permitted(self, capability: str, why: str) -> bool:
-        """A configured recipe catalog may not be read (`why`); True if anything changed."""
+    def recipe_catalog_unusable(self, capability: str, why: str) -> bool:
+        """No configured recipe catalog to plan with, and `why`, said after the ConfigMap's name
+        ("does not exist", or why it may not be read); True if that is news."""
         self._recipe_revisions.pop(capability, None)
         setattr(self.state, f"{capability}_recipes", None)
         problem = f"the {capability} recipe catalog ConfigMap {self.recipe_names[capability]} {why}"
@@ -159,12 +160,7 @@ class PolicyView:
         """A configured recipe catalog as it is now (None: absent); True if anything changed."""
         name = self.recipe_names[capability]
         if configmap is None:
-            self._recipe_revisions.pop(capability, None)
-            setattr(self.state, f"{capability}_recipes", None)
-            problem = f"the {capability} recipe catalog ConfigMap {name} does not exist"
-            changed = self._recipe_problems.get(capability) != problem
-            self._recipe_problems[capability] = problem
-            return changed
+            return self.recipe_catalog_unusable(capability, "does not exist")
         key = revision_of(configmap)
         if key is not None and self._recipe_revisions.get(capability) == key:
             return False

@@ -7,7 +7,7 @@ COMPILED_DIR := build/compiled
 # Every file of the packages the wheel holds, tracked or not (a new module counts at once).
 COMPILED_INPUTS := setup.py pyproject.toml uv.lock mk/compiled.mk \
 	$(shell find inference_policy policy_io serving webhook extender allocation_controller tmi_cli \
-		localcluster -type f -not -path '*/__pycache__/*' 2>/dev/null)
+		-type f -not -path '*/__pycache__/*' 2>/dev/null)
 
 .PHONY: compiled test-compiled
 
@@ -18,6 +18,9 @@ $(COMPILED_DIR)/.built: .venv/.installed $(COMPILED_INPUTS)
 	rm -rf build/wheel build/lib.* build/temp.* build/bdist.* $(COMPILED_DIR)
 	TMI_COMPILE=1 uv build --quiet --wheel --no-build-isolation --python $(PYTHON) -o build/wheel
 	uv pip install --quiet --no-deps --python $(PYTHON) --target $(COMPILED_DIR) build/wheel/tmi-*.whl
+	@# The harness reads the checkout (the chart, manifests, examples, tools/k8sbin) beside its own
+	@# package, so it runs from there: a copy here would look for them under build/compiled.
+	rm -rf $(COMPILED_DIR)/localcluster
 	@touch $@
 
 # Append mode and the compiled build first on the path: pytest's default prepend mode would put

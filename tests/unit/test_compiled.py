@@ -151,3 +151,14 @@ def test_a_server_process_the_tests_start_runs_the_same_build() -> None:
     )
     origin = done.stdout.strip()
     assert origin.endswith(tuple(importlib.machinery.EXTENSION_SUFFIXES)) == EXPECT_COMPILED, origin
+
+
+def test_the_harness_runs_from_the_checkout() -> None:
+    # localcluster finds the chart, manifests, examples and tools/k8sbin beside its package: a
+    # copy in the compiled build would look for them there (and `make bench` failed on it).
+    spec = importlib.util.find_spec("localcluster")
+    assert spec is not None and spec.origin is not None
+    assert Path(spec.origin).resolve() == ROOT / "localcluster" / "__init__.py", spec.origin
+    from localcluster.chart import CHART
+
+    assert (CHART / "Chart.yaml").is_file(), CHART

@@ -74,6 +74,7 @@ sys.path.append(str(ROOT))  # after PYTHONPATH: `make bench` names the compiled 
 
 from bench_webhook import code_build  # noqa: E402
 
+from inference_policy.access import unshielded  # noqa: E402
 from localcluster import ControlPlane, Kube, versions, wait_until  # noqa: E402
 from localcluster.controlplane import HOST  # noqa: E402
 from localcluster.process import free_port  # noqa: E402
@@ -161,17 +162,6 @@ def _summary(samples: list[float]) -> dict[str, float | int]:
     }
 
 
-def _shielded(pod: dict[str, Any]) -> bool:
-    containers = pod.get("spec", {}).get("containers") or []
-    return bool(containers) and all(
-        any(
-            env.get("name") == "NVIDIA_VISIBLE_DEVICES" and env.get("value") == "void"
-            for env in container.get("env") or []
-        )
-        for container in containers
-    )
-
-
 def _create(kube: Kube, pod: dict[str, Any], mode: str, engine: bool) -> float:
     start = time.perf_counter()
     stored = kube.create(pod)
@@ -179,7 +169,7 @@ def _create(kube: Kube, pod: dict[str, Any], mode: str, engine: bool) -> float:
     # A create that was not admitted the way its mode says would measure the wrong thing: with
     # a webhook an engine Pod comes back planned and a tenant Pod shielded, without one neither.
     # (Which webhook answered is checked by the reviews each one counted, after the run.)
-    changed = is_planned(stored) if engine else _shielded(stored)
+    changed = is_planned(stored) if engine else not unshielded(stored)
     if changed != (mode != "without_webhook"):
         raise SystemExit(
             f"Pod {pod['metadata']['namespace']}/{pod['metadata']['name']} ({mode}): "
@@ -255,10 +245,7 @@ def _webhook_call_times(
     handling of it (body received to answer ready), all as means over the whole run."""
     kube = plane.kube("admin")
     apiserver = kube.api_client.rest_client.pool_manager.request("GET", plane.server + "/metrics")
-    with urllib.request.urlopen(
-        f"{hook.url}/metrics", timeout=5, context=ssl.create_default_context(cafile=plane.ca_file)
-    ) as resp:
-        own = resp.read().decode()
+    own = _metrics_text(hook.url, plane.ca_file)
     text = apiserver.data.decode()
     family = "apiserver_admission_webhook_admission_duration_seconds"
     return {
@@ -333,19 +320,14 @@ class ConstantWebhook:
         )
 
     def reviews(self) -> int:
-        context = ssl.create_default_context(cafile=self.plane.ca_file)
-        with urllib.request.urlopen(f"{self.url}/metrics", timeout=5, context=context) as resp:
-            text = resp.read().decode()
+        text = _metrics_text(self.url, self.plane.ca_file)
         return int(float(text.split("constant_webhook_reviews_total ", 1)[1].split()[0]))
 
     def install(self) -> None:
         kube = self.plane.kube("admin")
         kube.apply(constant_configuration(f"{self.url}/mutate", self.plane.ca_bundle))
-        namespace = NAMESPACES["constant_webhook"]
         wait_until(
-            lambda: is_planned(
-                kube.create(_in(_engine(f"probe-{uuid.uuid4().hex[:8]}"), namespace), dry_run=True)
-            ),
+            lambda: _probe_planned(kube, NAMESPACES["constant_webhook"]),
             timeout=60,
             what="the constant webhook's configuration to take effect",
         )
@@ -354,6 +336,18 @@ class ConstantWebhook:
         self.process.terminate()
         self.process.wait(timeout=10)
         self.log.close()
+
+
+def _probe_planned(kube: Kube, namespace: str) -> bool:
+    """Whether a dry-run engine Pod in the namespace comes back planned."""
+    probe = _in(_engine(f"probe-{uuid.uuid4().hex[:8]}"), namespace)
+    return is_planned(kube.create(probe, dry_run=True))
+
+
+def _metrics_text(url: str, ca_file: str | Path) -> str:
+    context = ssl.create_default_context(cafile=str(ca_file))
+    with urllib.request.urlopen(f"{url}/metrics", timeout=5, context=context) as resp:
+        return str(resp.read().decode())
 
 
 def _get_ok(url: str, context: ssl.SSLContext) -> bool:
@@ -390,8 +384,7 @@ def _namespaces(plane: ControlPlane) -> None:
     plane.create_namespace(
         NAMESPACES["constant_webhook"], {**labels, OPT_IN_LABEL: CONSTANT_OPT_IN}
     )
-    probe = _in(_engine(f"probe-{uuid.uuid4().hex[:8]}"), NAMESPACES["without_webhook"])
-    if is_planned(kube.create(probe, dry_run=True)):
+    if _probe_planned(kube, NAMESPACES["without_webhook"]):
         raise SystemExit("a Pod in the namespace without a webhook was planned")
 
 

@@ -4,8 +4,7 @@
 #
 # Dependencies come from uv.lock, so the image holds exactly what the tests ran with; the lock
 # file and a CycloneDX SBOM exported from it are in /opt/tmi/share/tmi. The test harness
-# (localcluster) is not copied in. The modules pyproject.toml lists under [tool.tmi] compiled are
-# compiled with mypyc in the build stage (setup.py), as the tests' compiled run has them. The base is pinned by digest; to move it, look the digest up
+# (localcluster) is not copied in. The base is pinned by digest; to move it, look the digest up
 #   docker buildx imagetools inspect python:3.11-slim-bookworm
 # and pass it with --build-arg PYTHON_BASE=python:3.11-slim-bookworm@sha256:<digest>.
 # tests/unit/test_image.py holds this file to those rules.
@@ -14,20 +13,12 @@ ARG PYTHON_BASE=python:3.11-slim-bookworm@sha256:a36c24f9cbdf4fd0f52d67f0823eeac
 
 FROM ${PYTHON_BASE} AS build
 ARG UV_VERSION=0.13.9
-# A C compiler for mypyc: the build stage compiles the modules every review and scheduling cycle
-# runs through (setup.py, TMI_COMPILE=1); the final stage receives only the installed result.
-# hadolint ignore=DL3008
-RUN apt-get update \
-    && apt-get install -y --no-install-recommends gcc libc6-dev \
-    && rm -rf /var/lib/apt/lists/*
 RUN pip install --no-cache-dir "uv==${UV_VERSION}"
 WORKDIR /src
-COPY pyproject.toml uv.lock README.md setup.py ./
-# /opt/tmi is what ships; /opt/build (the dev extra: mypy, setuptools) only compiles.
+COPY pyproject.toml uv.lock README.md ./
+# The dependencies first, in their own layer, so a source change rebuilds only what follows.
 RUN uv venv /opt/tmi \
-    && VIRTUAL_ENV=/opt/tmi uv sync --frozen --no-dev --no-install-project --active \
-    && uv venv /opt/build \
-    && VIRTUAL_ENV=/opt/build uv sync --frozen --extra dev --no-install-project --active
+    && VIRTUAL_ENV=/opt/tmi uv sync --frozen --no-dev --no-install-project --active
 COPY inference_policy ./inference_policy
 COPY policy_io ./policy_io
 COPY serving ./serving
@@ -35,7 +26,7 @@ COPY webhook ./webhook
 COPY extender ./extender
 COPY allocation_controller ./allocation_controller
 COPY tmi_cli ./tmi_cli
-RUN TMI_COMPILE=1 uv build --wheel --no-build-isolation --python /opt/build/bin/python -o /wheels \
+RUN uv build --wheel -o /wheels \
     && uv pip install --no-deps --python /opt/tmi/bin/python /wheels/tmi-*.whl \
     && mkdir -p /opt/tmi/share/tmi \
     && cp uv.lock /opt/tmi/share/tmi/uv.lock \

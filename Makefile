@@ -13,7 +13,7 @@ all: test
 help:
 	@echo "make demo     - run the demo on a local control plane (builds binaries on first use)"
 	@echo "make test     - lint, type-check and run every test tier"
-	@echo "make bench    - run the benchmarks (on the compiled build) and refresh bench/results"
+	@echo "make bench    - run the benchmarks and refresh bench/results"
 
 install: .venv/.installed
 
@@ -41,16 +41,14 @@ test-integration: install
 
 test: install controlplane check
 	$(PYTEST) tests
-	$(MAKE) test-compiled
 
 demo: install controlplane
 	$(PYTHON) -m localcluster.demo
 
 BENCHES := $(sort $(wildcard bench/bench_*.py))
 
-# As the image runs it: the compiled build first on the path (see mk/compiled.mk).
-bench: install controlplane compiled
-	@for script in $(BENCHES); do echo "== $$script"; PYTHONPATH=$(abspath $(COMPILED_DIR)) $(PYTHON) $$script || exit 1; done
+bench: install controlplane
+	@for script in $(BENCHES); do echo "== $$script"; $(PYTHON) $$script || exit 1; done
 
 certs: install
 	$(PYTHON) certs/make-dev-certs.py certs

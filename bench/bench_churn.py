@@ -104,7 +104,7 @@ from typing import Any, TypedDict
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "bench"))
-sys.path.append(str(ROOT))  # after PYTHONPATH: `make bench` names the compiled build there
+sys.path.append(str(ROOT))  # the checkout, for a script run by path
 
 from bench_placement import (  # noqa: E402
     DATA,

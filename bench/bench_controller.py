@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.append(str(ROOT))  # after PYTHONPATH: `make bench` names the compiled build there
+sys.path.append(str(ROOT))  # the checkout, for a script run by path
 
 from allocation_controller.config import ControllerSettings  # noqa: E402
 from allocation_controller.controller import Controller  # noqa: E402
@@ -248,7 +248,7 @@ async def _bench_apiserver(
     document = request()
     plan = state.decide(document, now).body
 
-    # Whatever build PYTHONPATH names first (make bench: the compiled one), then the source.
+    # The checkout behind whatever PYTHONPATH names, as the benchmark itself runs.
     inherited = os.environ.get("PYTHONPATH")
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, (inherited, str(ROOT)))))
     for identity in ("bench-a", "bench-b"):

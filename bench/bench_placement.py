@@ -56,7 +56,7 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.append(str(ROOT))  # after PYTHONPATH: `make bench` names the compiled build there
+sys.path.append(str(ROOT))  # the checkout, for a script run by path
 
 from inference_policy.fragmentation import RequestMix  # noqa: E402
 from inference_policy.nodes import NodeFacts, node_facts  # noqa: E402

@@ -70,9 +70,8 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.append(str(ROOT))  # after PYTHONPATH: `make bench` names the compiled build there
+sys.path.append(str(ROOT))  # the checkout, for a script run by path
 
-from bench_webhook import code_build  # noqa: E402
 
 from inference_policy.access import unshielded  # noqa: E402
 from localcluster import ControlPlane, Kube, versions, wait_until  # noqa: E402
@@ -464,7 +463,6 @@ def main() -> None:
         "python": platform.python_version(),
         "kubernetes": versions().kubernetes,
         # The webhook process imports what this one does (the same PYTHONPATH, `python -P`).
-        "build": code_build(),
         "setup": (
             f"etcd ({'fsync on, its default' if args.fsync else '--unsafe-no-fsync'}) + "
             "kube-apiserver from localcluster (no scheduler, no KWOK); tmi's webhook as its own "

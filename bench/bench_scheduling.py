@@ -50,9 +50,8 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.append(str(ROOT))  # after PYTHONPATH: `make bench` names the compiled build there
+sys.path.append(str(ROOT))  # the checkout, for a script run by path
 
-from bench_webhook import code_build  # noqa: E402
 
 from inference_policy.profile import parse_envelope  # noqa: E402
 from inference_policy.schedconfig import render_scheduler_config  # noqa: E402
@@ -511,7 +510,6 @@ def main() -> None:
     results: dict[str, Any] = {
         "machine": platform.machine(),
         "python": platform.python_version(),
-        "build": code_build(),
         "nodes": len(fleet()),
         "workload": PODS,
     }

@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.append(str(ROOT))  # after PYTHONPATH: `make bench` names the compiled build there
+sys.path.append(str(ROOT))  # the checkout, for a script run by path
 
 import aiohttp  # noqa: E402
 import orjson  # noqa: E402
@@ -59,18 +59,6 @@ TARGET_RATIO = 0.65
 
 
 UID = "b3f1c2d4-0000-4000-8000-000000000001"
-
-
-def code_build() -> str:
-    """Which build of tmi's hot modules this process imported: `make bench` puts the compiled
-    one (mypyc, as the image ships it; mk/compiled.mk) ahead of the source on the path."""
-    import importlib.machinery
-
-    import webhook.admission
-
-    origin = webhook.admission.__file__ or ""
-    compiled = origin.endswith(tuple(importlib.machinery.EXTENSION_SUFFIXES))
-    return "compiled (mypyc)" if compiled else "source"
 
 
 def _review_body(index: int | None = None, distinct: bool = False) -> bytes:
@@ -363,7 +351,6 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
             "cpus": len(cpus),
             "server_pinned_to_cpu": server_cpu,
             "python": platform.python_version(),
-            "build": code_build(),
             "aiohttp": aiohttp.__version__,
             "uvloop": importlib.metadata.version("uvloop"),
         },

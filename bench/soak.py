@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.append(str(ROOT))  # after PYTHONPATH: `make bench` names the compiled build there
+sys.path.append(str(ROOT))  # the checkout, for a script run by path
 
 import aiohttp  # noqa: E402
 import orjson  # noqa: E402

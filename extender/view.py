@@ -53,6 +53,7 @@ from inference_policy.placement import (
 from inference_policy.plan import PlanError, parse_plan
 from inference_policy.planner import PROFILE_PREFIX
 from inference_policy.signing import ProfileRefused
+from inference_policy.verdict_codes import NodeVerdictCode
 from inference_policy.wire import PLAN_ANNOTATION
 from policy_io.catalog import packaged_catalog
 from policy_io.state import PolicySettings, PolicyState
@@ -73,7 +74,7 @@ class ArgsError(ValueError):
 class Unplaceable(Exception):
     """The Pod cannot be placed on any node; the reason goes to every node."""
 
-    def __init__(self, reason: str, code: str) -> None:
+    def __init__(self, reason: str, code: NodeVerdictCode) -> None:
         super().__init__(reason)
         self.reason = reason
         self.code = code
@@ -337,7 +338,7 @@ class ClusterView:
         if text is None:
             return None
         if not isinstance(text, str):
-            raise Unplaceable(f"the {PLAN_ANNOTATION} annotation is not a string", "plan-invalid")
+            raise Unplaceable(f"the {PLAN_ANNOTATION} annotation is not a string", NodeVerdictCode.PLAN_INVALID)
         try:
             plan = parse_plan(text)
             if plan.path == "external":
@@ -348,7 +349,7 @@ class ClusterView:
             found = profile.envelope.binding(plan.bindingId or "")
             return demand_for(plan, found[1] if found else None, pod, profile.sha256)
         except PlanError as exc:
-            raise Unplaceable(str(exc), "plan-invalid") from None
+            raise Unplaceable(str(exc), NodeVerdictCode.PLAN_INVALID) from None
 
     def _profile(self) -> Any:
         profile = self.policy.profile
@@ -359,12 +360,12 @@ class ClusterView:
                 if refusal is not None
                 else "invalid inference profile authorization: no profile has been read"
             )
-            raise Unplaceable(PROFILE_PREFIX + message, "profile-refused")
+            raise Unplaceable(PROFILE_PREFIX + message, NodeVerdictCode.PROFILE_REFUSED)
         try:
             profile.check_window(self.clock())
         except ProfileRefused as exc:
             raise Unplaceable(
-                PROFILE_PREFIX + exc.authorization_message, "profile-refused"
+                PROFILE_PREFIX + exc.authorization_message, NodeVerdictCode.PROFILE_REFUSED
             ) from None
         return profile
 
@@ -436,7 +437,6 @@ def _candidates(view: ClusterView, args: Mapping[str, Any]) -> _Candidates:
     return _Candidates(False, names, facts, items, meta if isinstance(meta, Mapping) else {})
 
 
-_UNKNOWN = "unknown-node"
 
 
 def _unknown(name: str) -> Verdict:
@@ -445,7 +445,7 @@ def _unknown(name: str) -> Verdict:
         f"node {name} is not in the extender's node cache yet; it is retried when the cache "
         "catches up",
         False,
-        _UNKNOWN,
+        NodeVerdictCode.UNKNOWN_NODE,
     )
 
 
@@ -492,7 +492,7 @@ def filter_nodes(view: ClusterView, args: Any) -> Outcome:
         target[names[index]] = verdict.reason or verdict.code
         node_codes[names[index]] = verdict.code
         codes[verdict.code] = codes.get(verdict.code, 0) + 1
-    codes["fits"] = len(passed_idx)
+    codes[NodeVerdictCode.FITS] = len(passed_idx)
     body = _filter_body(cands, passed_idx, failed_nodes, unresolvable)
     return Outcome(body, "planned", codes, node_codes, len(names))
 

@@ -36,11 +36,11 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any, Final, Literal
+from typing import Any, Literal
 
 from inference_policy.wire import PLAN_ANNOTATION, VRAM_RESOURCE_PREFIX
 
-RESOURCE_PREFIXES: Final = (
+RESOURCE_PREFIXES = (
     "nvidia.com/",
     "amd.com/",
     "gpu.intel.com/",
@@ -49,12 +49,12 @@ RESOURCE_PREFIXES: Final = (
     # advertises kamiwaza.ai/vram-mib-* hands out the same memory.
     VRAM_RESOURCE_PREFIX.removesuffix("gb-"),
 )
-NVIDIA_DEVICE_ENV: Final = "NVIDIA_VISIBLE_DEVICES"
-DEVICE_ENV: Final = (NVIDIA_DEVICE_ENV, "AMD_VISIBLE_DEVICES")
+NVIDIA_DEVICE_ENV = "NVIDIA_VISIBLE_DEVICES"
+DEVICE_ENV = (NVIDIA_DEVICE_ENV, "AMD_VISIBLE_DEVICES")
 # NVIDIA's container toolkit treats `void` as "behave like runc": no device, no driver.
-NO_DEVICE: Final = "void"
-CONTAINER_LISTS: Final = ("containers", "initContainers", "ephemeralContainers")
-RESOURCE_PARTS: Final = ("requests", "limits")
+NO_DEVICE = "void"
+CONTAINER_LISTS = ("containers", "initContainers", "ephemeralContainers")
+RESOURCE_PARTS = ("requests", "limits")
 
 
 ReachKind = Literal["resource", "claim", "env", "runtime-class", "plan-annotation", "node"]
@@ -92,7 +92,7 @@ def is_map(value: Any) -> bool:
 
 def as_mapping(value: Any) -> dict[str, Any]:
     """`value` as a dict: itself when it is one (what JSON decodes to), a copy of another
-    mapping, else empty. A dict, so the compiled build's lookups on it are direct calls."""
+    mapping, else empty."""
     if type(value) is dict:
         return value
     return dict(value) if is_map(value) else {}

@@ -5,6 +5,11 @@ major it attests) can run it, and only on its vendor and architecture. Selection
 newest image both limits allow; when none is left the refusal names the limit that ruled the
 last candidates out, in the seed's words, so an owner knows whether a driver upgrade helps.
 
+Each engine's own rules live here too, beside its images: the model formats it serves (and the
+refusal's words for any other), the GPU working memory it holds beside weights and cache, and the
+configuration keys tenant mode refuses for it. The planner and the sizing read them from the
+engine, so a new engine is one catalog entry; the schema has no default for any of them.
+
 Relocation happens once, when the catalog is loaded, in the seed's order: the engine image map,
 the registry prefix, the air-gap registry, or the reference as pinned.
 """
@@ -16,10 +21,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from inference_policy.errors import describe
 from inference_policy.profile import COMPUTE_CAPABILITY, PINNED_IMAGE
+from inference_policy.quantity import QuantityError, ceil_div, parse_bytes
+from inference_policy.request import ModelConfig
 
 Placement = Literal["gpu", "cpu"]
 _DIGEST = re.compile(r"@(sha256:[0-9a-f]{64})$")
@@ -53,21 +60,70 @@ class CpuFloor(_Model):
     memory: str
 
 
+ModelFormat = Literal["gguf", "safetensors", "diffusers", "checkpoint"]
+FORMAT_SLOT = "{format}"
+
+
+class ModelFormats(_Model):
+    """The formats an engine serves, and the refusal for any other, with `{format}` where the
+    request's format goes."""
+
+    accepts: Annotated[list[ModelFormat], Field(min_length=1)]
+    refusal: Annotated[str, Field(min_length=1)]
+
+    @model_validator(mode="after")
+    def _names_the_format(self) -> ModelFormats:
+        if self.refusal.count(FORMAT_SLOT) != 1:
+            raise ValueError(f"refusal must name the request's format once, as {FORMAT_SLOT}")
+        return self
+
+
+class WorkingMemorySpec(_Model):
+    """GPU memory the engine holds beside weights and cache, per device: at least `minimum`,
+    and with `weightsDivisor` at least the weights divided by it."""
+
+    minimum: str
+    weightsDivisor: Annotated[int, Field(ge=1)] | None = None
+
+
 class CatalogEngine(_Model):
     engine: Annotated[str, Field(pattern=r"^[a-z0-9]+$")]
     serves: list[str]
     placement: list[Placement]
     requiresBf16: bool
     maxDevices: Annotated[int, Field(ge=0, le=8)]
+    modelFormats: ModelFormats
+    workingMemory: WorkingMemorySpec | None = None
+    unsupportedConfig: list[str] = []
     cpuFloor: CpuFloor | None = None
     gpuMemoryUtilization: float | None = None
     images: list[CatalogImage]
+
+    @model_validator(mode="after")
+    def _rules_are_complete(self) -> CatalogEngine:
+        if "gpu" in self.placement and self.workingMemory is None:
+            raise ValueError("a GPU engine must state its workingMemory")
+        unknown = [k for k in self.unsupportedConfig if k not in ModelConfig.model_fields]
+        if unknown:
+            raise ValueError(f"unsupportedConfig names no configuration key: {', '.join(unknown)}")
+        return self
 
 
 class CatalogDocument(_Model):
     schemaVersion: Literal[1]
     release: str
     engines: list[CatalogEngine]
+
+
+def _working_memory(entry: CatalogEngine) -> WorkingMemory | None:
+    spec = entry.workingMemory
+    if spec is None:
+        return None
+    try:
+        minimum = parse_bytes(spec.minimum)
+    except QuantityError as exc:
+        raise CatalogError(f"engine catalog: {entry.engine}.workingMemory.minimum: {exc}") from None
+    return WorkingMemory(minimum, spec.weightsDivisor)
 
 
 def cc_tuple(text: str | None) -> tuple[int, int]:
@@ -97,6 +153,19 @@ class Image:
         return f"{self.engine}-{self.vendor}-{self.architecture}"
 
 
+@dataclass(frozen=True, slots=True)
+class WorkingMemory:
+    """What an engine holds on each device beside its share of weights and cache."""
+
+    minimum: int
+    weights_divisor: int | None = None
+
+    def bytes_for(self, weights: int) -> int:
+        if self.weights_divisor is None:
+            return self.minimum
+        return max(self.minimum, ceil_div(weights, self.weights_divisor))
+
+
 @dataclass(frozen=True)
 class Engine:
     name: str
@@ -107,6 +176,16 @@ class Engine:
     cpu_floor: CpuFloor | None
     gpu_memory_utilization: float | None
     images: tuple[Image, ...]
+    model_formats: tuple[str, ...] = ()
+    format_refusal: str = ""
+    working_memory: WorkingMemory | None = None
+    unsupported_config: tuple[str, ...] = ()
+
+    def format_refused(self, model_format: str) -> str | None:
+        """Why this engine does not serve `model_format`, or None when it does."""
+        if model_format in self.model_formats:
+            return None
+        return self.format_refusal.replace(FORMAT_SLOT, model_format)
 
     @property
     def gpu_capable(self) -> bool:
@@ -167,6 +246,10 @@ class EngineCatalog:
                 for img in entry.images
             )
             engines[entry.engine] = Engine(
+                model_formats=tuple(entry.modelFormats.accepts),
+                format_refusal=entry.modelFormats.refusal,
+                working_memory=_working_memory(entry),
+                unsupported_config=tuple(entry.unsupportedConfig),
                 name=entry.engine,
                 serves=tuple(entry.serves),
                 placement=tuple(entry.placement),

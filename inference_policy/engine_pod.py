@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Final, NamedTuple
+from typing import Any, NamedTuple
 
 from inference_policy.access import (
     NO_DEVICE,
@@ -47,8 +47,8 @@ from inference_policy.wire import (
     PLAN_ANNOTATION,
 )
 
-READINESS_GATE: Final = ALLOCATION_VERIFIED
-_PLANNED_PARTS: Final = frozenset(("requests", "limits"))
+READINESS_GATE = ALLOCATION_VERIFIED
+_PLANNED_PARTS = frozenset(("requests", "limits"))
 
 
 @dataclass(frozen=True, slots=True)

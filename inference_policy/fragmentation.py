@@ -26,16 +26,15 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Final
 
 # A request seen this many requests ago weighs half as much as the newest one: long enough to
 # smooth one burst of identical deployments, short enough to follow a change of models.
-DEFAULT_HALF_LIFE: Final = 500
+DEFAULT_HALF_LIFE = 500
 # Weights grow instead of old ones shrinking (one multiplication per request); rescale before
 # floats lose precision.
-_RESCALE_AT: Final = 1e100
+_RESCALE_AT = 1e100
 # Sizes whose decayed weight is below this share of their resource's total are forgotten.
-_NEGLIGIBLE: Final = 1e-4
+_NEGLIGIBLE = 1e-4
 
 Sizes = tuple[tuple[int, float], ...]
 

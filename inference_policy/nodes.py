@@ -16,77 +16,53 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Any
 
 from inference_policy.profile import ARCH_KEY, ExtendedResourceBinding, VramPluginBinding
 from inference_policy.quantity import QuantityError, resource_units
+from inference_policy.verdict_codes import NodeVerdictCode
 from inference_policy.wire import MIG_RESOURCE_PREFIX
 
 # GPU Feature Discovery label names (NVIDIA/k8s-device-plugin, docs/gpu-feature-discovery).
-GFD_CC_MAJOR: Final = "nvidia.com/gpu.compute.major"
-GFD_CC_MINOR: Final = "nvidia.com/gpu.compute.minor"
+GFD_CC_MAJOR = "nvidia.com/gpu.compute.major"
+GFD_CC_MINOR = "nvidia.com/gpu.compute.minor"
 # The CUDA version the driver supports (NVML's CUDA driver version: 13 on R580). The similarly
 # named `cuda.driver.major` / `cuda.driver-version.major` carry the kernel driver's release
 # (580), which is not what `cudaDriverMajor` attests.
-GFD_CUDA_MAJOR: Final = "nvidia.com/cuda.runtime-version.major"
-GFD_CUDA_MAJOR_OLD: Final = "nvidia.com/cuda.runtime.major"
-GFD_PRODUCT: Final = "nvidia.com/gpu.product"
-GFD_MEMORY: Final = "nvidia.com/gpu.memory"
-GFD_REPLICAS: Final = "nvidia.com/gpu.replicas"
-GFD_SHARING: Final = "nvidia.com/gpu.sharing-strategy"
-GFD_MIG_STRATEGY: Final = "nvidia.com/mig.strategy"
-GFD_SLICES: Final = "nvidia.com/gpu.slices.gi"
-GFD_PRESENCE: Final = (GFD_CC_MAJOR, GFD_CC_MINOR, GFD_PRODUCT, GFD_CUDA_MAJOR, GFD_MIG_STRATEGY)
-MIB: Final = 1024 * 1024
+GFD_CUDA_MAJOR = "nvidia.com/cuda.runtime-version.major"
+GFD_CUDA_MAJOR_OLD = "nvidia.com/cuda.runtime.major"
+GFD_PRODUCT = "nvidia.com/gpu.product"
+GFD_MEMORY = "nvidia.com/gpu.memory"
+GFD_REPLICAS = "nvidia.com/gpu.replicas"
+GFD_SHARING = "nvidia.com/gpu.sharing-strategy"
+GFD_MIG_STRATEGY = "nvidia.com/mig.strategy"
+GFD_SLICES = "nvidia.com/gpu.slices.gi"
+GFD_PRESENCE = (GFD_CC_MAJOR, GFD_CC_MINOR, GFD_PRODUCT, GFD_CUDA_MAJOR, GFD_MIG_STRATEGY)
+MIB = 1024 * 1024
 GpuBinding = ExtendedResourceBinding | VramPluginBinding
 
 
 # -- verdicts -----------------------------------------------------------------------------------
 
 
+@dataclass(frozen=True, slots=True)
 class Verdict:
-    """One node's answer. `code` is a short stable class of the reason, for metrics and tests.
-    Final attributes; a plain class for the compiled build (setup.py)."""
+    """One node's answer; `code` is its stable class (`NodeVerdictCode`), for metrics and logs."""
 
-    def __init__(
-        self,
-        fits: bool,
-        reason: str | None = None,
-        unresolvable: bool = False,
-        code: str = "fits",
-    ) -> None:
-        self.fits: Final = fits
-        self.reason: Final = reason
-        self.unresolvable: Final = unresolvable
-        self.code: Final = code
-
-    def _fields(self) -> tuple[bool, str | None, bool, str]:
-        return (self.fits, self.reason, self.unresolvable, self.code)
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, Verdict) and self._fields() == other._fields()
-
-    def __hash__(self) -> int:
-        return hash(self._fields())
-
-    def __repr__(self) -> str:
-        return f"Verdict({self.fits}, {self.reason!r}, {self.unresolvable}, {self.code!r})"
-
-    def as_tuple(self) -> tuple[bool, None] | tuple[bool, str, bool]:
-        """`(True, None)` or `(False, reason, unresolvable)`."""
-        if self.fits:
-            return (True, None)
-        return (False, self.reason or "", self.unresolvable)
+    fits: bool
+    reason: str | None = None
+    unresolvable: bool = False
+    code: NodeVerdictCode = NodeVerdictCode.FITS
 
 
-FITS: Final = Verdict(True)
+FITS = Verdict(True)
 
 
-def refuse(code: str, reason: str) -> Verdict:
+def refuse(code: NodeVerdictCode, reason: str) -> Verdict:
     return Verdict(False, reason, True, code)
 
 
-def busy(code: str, reason: str) -> Verdict:
+def busy(code: NodeVerdictCode, reason: str) -> Verdict:
     return Verdict(False, reason, False, code)
 
 
@@ -159,21 +135,21 @@ def gfd_verdict(binding: GpuBinding, labels: Mapping[str, str]) -> Verdict | Non
     who = f"binding {binding.id}"
     if not any(key in labels for key in GFD_PRESENCE):
         return refuse(
-            "gfd-missing",
+            NodeVerdictCode.GFD_MISSING,
             f"node has no GPU Feature Discovery labels; cannot confirm the accelerator {who} "
             "attests",
         )
     major, minor = _int_label(labels, GFD_CC_MAJOR), _int_label(labels, GFD_CC_MINOR)
     if major is None or minor is None:
         return refuse(
-            "gfd-missing",
+            NodeVerdictCode.GFD_MISSING,
             f"node has no readable {GFD_CC_MAJOR} and {GFD_CC_MINOR} labels; cannot confirm "
             f"the compute capability {who} attests",
         )
     attested = binding.accelerator.capability_tuple
     if (major, minor) < attested:
         return refuse(
-            "compute-capability",
+            NodeVerdictCode.COMPUTE_CAPABILITY,
             f"GPU Feature Discovery reports compute capability {major}.{minor} "
             f"({GFD_CC_MAJOR}/{GFD_CC_MINOR}); {who} attests "
             f"{binding.accelerator.computeCapability}, the lowest on its nodes",
@@ -186,13 +162,13 @@ def gfd_verdict(binding: GpuBinding, labels: Mapping[str, str]) -> Verdict | Non
             reported, source = _int_label(labels, GFD_CUDA_MAJOR_OLD), GFD_CUDA_MAJOR_OLD
         if reported is None:
             return refuse(
-                "gfd-missing",
+                NodeVerdictCode.GFD_MISSING,
                 f"node has no readable {GFD_CUDA_MAJOR} label; cannot confirm the "
                 f"cudaDriverMajor {cuda} {who} attests",
             )
         if reported < cuda:
             return refuse(
-                "cuda-driver",
+                NodeVerdictCode.CUDA_DRIVER,
                 f"GPU Feature Discovery reports a driver for CUDA {reported} ({source}); {who} "
                 f"attests cudaDriverMajor {cuda}",
             )
@@ -205,14 +181,14 @@ def gfd_verdict(binding: GpuBinding, labels: Mapping[str, str]) -> Verdict | Non
         if "-MIG-" in product or GFD_SLICES in labels:
             strategy = labels.get(GFD_MIG_STRATEGY, "unknown")
             return refuse(
-                "mig-strategy",
+                NodeVerdictCode.MIG_STRATEGY,
                 f"node's nvidia.com/gpu devices are MIG slices ({GFD_PRODUCT}={product}, "
                 f"{GFD_MIG_STRATEGY}={strategy}), not the whole GPUs {who} guarantees",
             )
         shared = _sharing(labels, GFD_SHARING, GFD_REPLICAS, product)
         if shared:
             return refuse(
-                "shared-device",
+                NodeVerdictCode.SHARED_DEVICE,
                 f"node shares its GPUs ({shared}): an nvidia.com/gpu there is not the whole "
                 f"device {who} guarantees",
             )
@@ -235,7 +211,7 @@ def _memory_verdict(binding: GpuBinding, labels: Mapping[str, str], key: str) ->
     usable = binding.usable_memory_bytes
     if mib * MIB < usable:
         return refuse(
-            "memory",
+            NodeVerdictCode.MEMORY,
             f"GPU Feature Discovery reports {mib} MiB per device ({key}); {binding.id} "
             f"attests {binding.capacity_memory} usable",
         )
@@ -249,13 +225,13 @@ def _mig_verdict(binding: ExtendedResourceBinding, labels: Mapping[str, str]) ->
     strategy = labels.get(GFD_MIG_STRATEGY)
     if strategy is None:
         return refuse(
-            "gfd-missing",
+            NodeVerdictCode.GFD_MISSING,
             f"node has no {GFD_MIG_STRATEGY} label; cannot confirm it advertises MIG slices as "
             f"{resource}",
         )
     if strategy != "mixed":
         return refuse(
-            "mig-strategy",
+            NodeVerdictCode.MIG_STRATEGY,
             f"node's MIG strategy is {strategy} ({GFD_MIG_STRATEGY}); {who} requests {resource}, "
             "a name only the mixed strategy advertises (single advertises slices as "
             "nvidia.com/gpu)",
@@ -267,19 +243,19 @@ def _mig_verdict(binding: ExtendedResourceBinding, labels: Mapping[str, str]) ->
     expected = "-MIG-" + re.sub(r"[^A-Za-z0-9._-]", "", shape)
     if product is None:
         return refuse(
-            "gfd-missing",
+            NodeVerdictCode.GFD_MISSING,
             f"node has no {product_key} label; cannot confirm its {shape} MIG slices",
         )
     core = product.removesuffix("-SHARED")
     if not core.endswith(expected):
         return refuse(
-            "mig-product",
+            NodeVerdictCode.MIG_PRODUCT,
             f"{product_key} is {product}, not a {shape} MIG slice as {who} requests",
         )
     shared = _sharing(labels, f"{resource}.sharing-strategy", f"{resource}.replicas", product)
     if shared:
         return refuse(
-            "shared-device",
+            NodeVerdictCode.SHARED_DEVICE,
             f"node shares its {shape} MIG slices ({shared}); {who} guarantees an exclusive "
             "partition",
         )

@@ -27,7 +27,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any, Final, Literal
+from dataclasses import dataclass
+from typing import Any, Literal
 
 from inference_policy.access import is_accelerator_resource
 from inference_policy.bounded import keep
@@ -51,40 +52,31 @@ from inference_policy.profile import (
     VramPluginBinding,
 )
 from inference_policy.quantity import format_units
+from inference_policy.verdict_codes import NodeVerdictCode
 from inference_policy.wire import VRAM_RESOURCE_PREFIX
 
-MAX_SCORE: Final = 10
-MAX_MEMO: Final = 256
+MAX_SCORE = 10
+MAX_MEMO = 256
 
 AnyBinding = CpuBinding | ExtendedResourceBinding | VramPluginBinding
 
 
+@dataclass(frozen=True, slots=True)
 class Demand:
     """A planned Pod ready to be judged against nodes: its binding and its effective requests.
 
     `kind` names the resources best fit packs by; `key` identifies everything the node's
     identity verdict (architecture, resource, GFD facts) depends on, for `NodeFacts.static`;
     quantities are left out of it, so shares of every size reuse one verdict per node.
-    Final attributes; a plain class for the compiled build (setup.py).
     """
 
-    def __init__(
-        self,
-        path: Literal["gpu", "cpu"],
-        arch: str,
-        binding: GpuBinding | None,
-        requests: Mapping[str, int],
-        checked: tuple[str, ...],
-        kind: tuple[str, ...],
-        key: str,
-    ) -> None:
-        self.path: Final = path
-        self.arch: Final = arch
-        self.binding: Final = binding
-        self.requests: Final = requests
-        self.checked: Final = checked
-        self.kind: Final = kind
-        self.key: Final = key
+    path: Literal["gpu", "cpu"]
+    arch: str
+    binding: GpuBinding | None
+    requests: Mapping[str, int]
+    checked: tuple[str, ...]
+    kind: tuple[str, ...]
+    key: str
 
 
 def demand_for(
@@ -167,7 +159,11 @@ def _static(demand: Demand, node: NodeFacts) -> Verdict:
 
 
 def _over_capacity(demand: Demand, name: str, want: int, have: int) -> Verdict:
-    code = "vram-bucket" if name.startswith(VRAM_RESOURCE_PREFIX) else "capacity"
+    code = (
+        NodeVerdictCode.VRAM_BUCKET
+        if name.startswith(VRAM_RESOURCE_PREFIX)
+        else NodeVerdictCode.CAPACITY
+    )
     return refuse(
         code,
         f"the Pod requests {_show(name, want)} {name} but the node's whole allocatable "
@@ -189,7 +185,9 @@ def check(demand: Demand, node: NodeFacts, used: Mapping[str, int]) -> Verdict:
         taken = used.get(name, 0)
         if taken + want > have:
             return busy(
-                "vram-bucket" if name.startswith(VRAM_RESOURCE_PREFIX) else "insufficient",
+                NodeVerdictCode.VRAM_BUCKET
+                if name.startswith(VRAM_RESOURCE_PREFIX)
+                else NodeVerdictCode.INSUFFICIENT,
                 _busy_reason(demand, name, want, have - taken, have),
             )
     return FITS
@@ -244,42 +242,26 @@ def identity_verdict(demand: Demand, node: NodeFacts) -> Verdict:
     if node.arch != demand.arch:
         if node.arch is None:
             return refuse(
-                "arch", f"node has no {ARCH_KEY} label; {owner} runs on {demand.arch} nodes only"
+                NodeVerdictCode.ARCH,
+                f"node has no {ARCH_KEY} label; {owner} runs on {demand.arch} nodes only",
             )
         return refuse(
-            "arch", f"node architecture is {node.arch}; {owner} runs on {demand.arch} nodes only"
+            NodeVerdictCode.ARCH,
+            f"node architecture is {node.arch}; {owner} runs on {demand.arch} nodes only",
         )
     for name in demand.checked:
         have = node.allocatable.get(name)
         if not have:
             advertised = "advertises no" if have is None else "advertises 0"
             return refuse(
-                "resource-absent", f"node {advertised} {name} in its allocatable resources"
+                NodeVerdictCode.RESOURCE_ABSENT,
+                f"node {advertised} {name} in its allocatable resources",
             )
     if binding is not None and binding.accelerator.vendor == "nvidia":
         verdict = gfd_verdict(binding, node.labels)
         if verdict is not None:
             return verdict
     return FITS
-
-
-def fits(
-    plan: Plan | Mapping[str, Any] | str,
-    binding: AnyBinding | None,
-    node: Mapping[str, Any] | NodeFacts,
-    usage: Mapping[str, int],
-    pod: Mapping[str, Any] | None = None,
-) -> tuple[bool, None] | tuple[bool, str, bool]:
-    """One-shot form over raw dicts: `(True, None)` or `(False, reason, unresolvable)`."""
-    try:
-        parsed = plan if isinstance(plan, Plan) else parse_plan(plan)
-        if parsed.path == "external":
-            return (True, None)
-        demand = demand_for(parsed, binding, pod)
-    except PlanError as exc:
-        return (False, str(exc), True)
-    facts = node if isinstance(node, NodeFacts) else node_facts(node)
-    return check(demand, facts, usage).as_tuple()
 
 
 # -- best fit -----------------------------------------------------------------------------------
@@ -416,7 +398,7 @@ def _best_fit(frees: Sequence[int | None], want: int, scale: int) -> list[int]:
 
 
 # Deltas closer than this are equal: they are sums of float probabilities.
-_SAME: Final = 1e-9
+_SAME = 1e-9
 
 
 def _fragmentation_scores(
@@ -497,7 +479,6 @@ __all__ = [
     "check",
     "check_nodes",
     "demand_for",
-    "fits",
     "free_capacity",
     "free_of",
     "has_accelerator",

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from functools import lru_cache
-from typing import Annotated, Any, Final, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import (
     BaseModel,
@@ -35,8 +35,8 @@ from inference_policy.quantity import UNSIGNED_PATTERN, QuantityError, resource_
 from inference_policy.request import InferenceResources
 from inference_policy.wire import PLAN_ANNOTATION
 
-MAX_PLAN_BYTES: Final = 64 * 1024
-LOCAL_FIELDS: Final = (
+MAX_PLAN_BYTES = 64 * 1024
+LOCAL_FIELDS = (
     "profile",
     "bindingId",
     "variantId",
@@ -49,9 +49,9 @@ LOCAL_FIELDS: Final = (
     "inferenceResources",
     "bundle",
 )
-_PARSE_MEMO: Final = 1024
-_WIRE: Final = "_wire_form"
-_TEXT: Final = "_wire_text"
+_PARSE_MEMO = 1024
+_WIRE = "_wire_form"
+_TEXT = "_wire_text"
 
 Name = Annotated[str, Field(min_length=1, max_length=253)]
 Quantities = dict[Name, Annotated[str, Field(max_length=64, pattern=UNSIGNED_PATTERN)]]
@@ -202,8 +202,8 @@ class Plan(_Wire):
         return _from_text(text, body)
 
 
-_PLANS: Final[dict[str, Plan]] = {}
-_MAX_PLANS: Final = 1024
+_PLANS: dict[str, Plan] = {}
+_MAX_PLANS = 1024
 
 
 def _from_text(text: str, body: Mapping[str, Any]) -> Plan:

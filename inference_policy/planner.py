@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Final, NamedTuple, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 from inference_policy.bounded import keep
 from inference_policy.catalog import Engine, EngineCatalog, cc_text
@@ -53,34 +54,22 @@ EXTERNAL_BLOCK = "external endpoints allocate no local resources; omit inference
 EXTERNAL_ALLOCATION = (
     "external endpoints allocate no local resources; omit gpu_allocation and vram_allocation"
 )
-DIFFUSION_KEYS = ("lora", "lightning", "stream_profile", "trust_remote_code", "dfloat11")
 ISOLATION_RANK = {"mig": 0, "whole-device": 1, "accounted-share": 2}
 GB10 = (12, 1)
 T = TypeVar("T")
 MAX_DEVICES = 8
 
 
+@dataclass(frozen=True, slots=True)
 class Decision:
     """A plan (status 200) or a refusal with its stable code; `body` is the JSON object every
-    edge returns, the contract's plan or refusal. Final attributes; a plain class for the compiled
-    build (setup.py)."""
+    edge returns, the contract's plan or refusal."""
 
-    def __init__(
-        self,
-        status: int,
-        plan: Plan | None = None,
-        detail: str = "",
-        code: RefusalCode | None = None,
-        wire_code: str | None = None,
-    ) -> None:
-        self.status: Final = status
-        self.plan: Final = plan
-        self.detail: Final = detail
-        self.code: Final = code
-        self.wire_code: Final = wire_code
-
-    def __repr__(self) -> str:
-        return f"Decision({self.status}, {self.plan!r}, {self.detail!r}, {self.code!r})"
+    status: int
+    plan: Plan | None = None
+    detail: str = ""
+    code: RefusalCode | None = None
+    wire_code: str | None = None
 
     @property
     def allowed(self) -> bool:
@@ -88,8 +77,7 @@ class Decision:
 
     @property
     def body(self) -> dict[str, Any]:
-        # Not a cached property: a plan's wire form is kept on the plan already, and a compiled
-        # build (setup.py) would not cache one here anyway.
+        # Not a cached property: a plan's wire form is kept on the plan already.
         if self.plan is not None:
             return self.plan.wire()
         body: dict[str, Any] = {"status": self.status, "detail": self.detail}
@@ -351,24 +339,10 @@ class _Planner:
                 C.REQUEST_INVALID,
             )
         config = req.config
-        if engine.name == "diffusion":
-            self._validate_diffusion()
-        elif engine.name == "llamacpp" and model.format != "gguf":
-            raise Refusal(
-                422, f"llamacpp serves gguf models; model.format is {model.format}", C.MODEL_FORMAT
-            )
-        elif engine.name == "vllm" and model.format != "safetensors":
-            raise Refusal(
-                422,
-                f"vllm serves safetensors models; model.format is {model.format}",
-                C.MODEL_FORMAT,
-            )
-        elif engine.name == "whispercpp" and model.format not in ("gguf", "checkpoint"):
-            raise Refusal(
-                422,
-                f"whispercpp serves a gguf or single-file model; model.format is {model.format}",
-                C.MODEL_FORMAT,
-            )
+        refused = engine.format_refused(model.format)
+        if refused is not None:
+            raise Refusal(422, refused, C.MODEL_FORMAT)
+        self._validate_config(engine)
         if config.embedding:
             if "embeddings" not in engine.serves:
                 raise Refusal(
@@ -393,39 +367,36 @@ class _Planner:
             )
         self.devices = self._device_count(engine)
 
-    def _validate_diffusion(self) -> None:
+    def _validate_config(self, engine: Engine) -> None:
+        """The configuration keys tenant mode refuses for this engine (its catalog entry), and
+        the spans an engine of one device per replica cannot serve."""
         model, config = self.req.model, self.req.config
         assert model is not None
-        if model.format != "diffusers":
-            raise Refusal(
-                422,
-                "diffusion serves a diffusers repository with model_index.json at its top; "
-                f"a single-file {model.format} model is refused",
-                C.MODEL_FORMAT,
-            )
-        for key in DIFFUSION_KEYS:
+        for key in engine.unsupported_config:
             value = getattr(config, key)
             if value not in (None, False, "", [], {}):
                 raise Refusal(
                     422,
-                    f"diffusion in tenant mode does not support {key}; remove {key} from "
+                    f"{engine.name} in tenant mode does not support {key}; remove {key} from "
                     "the model configuration",
                     C.CONFIG_UNSUPPORTED,
                 )
+        if engine.max_devices != 1:
+            return
         for key in ("tensor_parallel_size", "gpu_count"):
             value = getattr(config, key)
             if _number(value) is not None and _number(value) > 1:  # type: ignore[operator]
                 raise Refusal(
                     422,
-                    f"diffusion serves one device per replica; set {key} to 1",
+                    f"{engine.name} serves one device per replica; set {key} to 1",
                     C.CONFIG_UNSUPPORTED,
                 )
         lowered = model.name.lower()
         if "dfloat11" in lowered or "df11" in lowered:
             raise Refusal(
                 422,
-                "DFloat11 models need more than one device; diffusion serves one device "
-                "per replica in tenant mode",
+                "DFloat11 models need more than one device; "
+                f"{engine.name} serves one device per replica in tenant mode",
                 C.CONFIG_UNSUPPORTED,
             )
 
@@ -630,8 +601,9 @@ class _Planner:
         model = self.req.model
         assert model is not None
         context = self._context() if "text-generation" in engine.serves else None
+        assert engine.working_memory is not None  # the catalog requires it of a GPU engine
         return estimate_gpu(
-            engine.name,
+            engine.working_memory,
             model.weightsBytes,
             context,
             model.layers,

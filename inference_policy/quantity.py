@@ -22,16 +22,16 @@ from __future__ import annotations
 
 import re
 from decimal import Decimal, InvalidOperation
-from typing import Any, Final
+from typing import Any
 
 from inference_policy.bounded import keep
 
-KI: Final = 1024
-MI: Final = 1024**2
-GI: Final = 1024**3
-TI: Final = 1024**4
+KI = 1024
+MI = 1024**2
+GI = 1024**3
+TI = 1024**4
 
-SUFFIXES: Final[dict[str, Decimal]] = {
+SUFFIXES: dict[str, Decimal] = {
     "n": Decimal("1e-9"),
     "u": Decimal("1e-6"),
     "m": Decimal("1e-3"),
@@ -52,8 +52,8 @@ SUFFIXES: Final[dict[str, Decimal]] = {
 # The API server keeps quantities as int64 scaled values; anything past this is not a resource
 # amount any real object carries, and refusing it keeps exact arithmetic cheap (1e999999 would
 # otherwise become a million-digit integer).
-MAX_MAGNITUDE: Final = Decimal(2**63 - 1)
-MAX_TEXT: Final = 64
+MAX_MAGNITUDE = Decimal(2**63 - 1)
+MAX_TEXT = 64
 _GRAMMAR = re.compile(
     r"(?P<number>[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+))"
     r"(?:(?P<suffix>Ki|Mi|Gi|Ti|Pi|Ei|n|u|m|k|M|G|T|P|E)"
@@ -61,7 +61,7 @@ _GRAMMAR = re.compile(
 )
 # The same grammar without a sign, as a plain pattern a schema can check (a plan's quantities
 # are amounts granted, never negative, and are range-checked when converted to units).
-UNSIGNED_PATTERN: Final = (
+UNSIGNED_PATTERN = (
     r"^(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:Ki|Mi|Gi|Ti|Pi|Ei|n|u|m|k|M|G|T|P|E|[eE][+-]?[0-9]+)?$"
 )
 _WHOLE_BINARY = re.compile(r"[1-9][0-9]{0,15}(?:Gi|Mi|Ki)")
@@ -107,7 +107,7 @@ def ceil_units(value: Decimal) -> int:
 # requests on each watch event and each scheduling call, and a cluster's Pods spell their
 # quantities in a handful of ways. Pure and bounded (started over when full).
 _UNITS: dict[tuple[str, str], int] = {}
-_MAX_UNITS: Final = 4096
+_MAX_UNITS = 4096
 
 
 def resource_units(name: str, text: Any, *, example: str | None = None) -> int:

@@ -11,7 +11,6 @@ wire body.
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Final
 
 
 class RefusalCode(StrEnum):
@@ -43,7 +42,7 @@ class RefusalCode(StrEnum):
     INTERNAL_ERROR = "internal-error"
 
 
-DESCRIPTIONS: Final[dict[RefusalCode, str]] = {
+DESCRIPTIONS: dict[RefusalCode, str] = {
     RefusalCode.REQUEST_INVALID: "the deployment request is not valid JSON or breaks its schema",
     RefusalCode.TENANT_MODE_OFF: "tenant mode is off and the deployment needs a GPU",
     RefusalCode.ENGINE_NOT_QUALIFIED: "the engine is not qualified in this release or bundle",
@@ -70,7 +69,7 @@ DESCRIPTIONS: Final[dict[RefusalCode, str]] = {
 
 # The one code the contract puts on the wire, for requests with their own block that no binding
 # holds (section 3 of the contract).
-WIRE_NO_FIT: Final = "NoFit"
+WIRE_NO_FIT = "NoFit"
 
 
 __all__ = ["DESCRIPTIONS", "WIRE_NO_FIT", "RefusalCode"]

@@ -15,37 +15,33 @@ too large only picks the next larger binding.
   in 4-bit (Llama 2 7B: 512 KiB/token at 3.9 GiB) and several times a grouped one, so the bound
   errs towards the larger binding.
 - Overhead per device: the CUDA context (a few hundred MiB per process, 512 MiB here) plus the
-  engine's working memory: llama.cpp's compute buffer (560 MiB measured at n_ctx 8192, 768 MiB
+  engine's working memory, which each engine's catalog entry states (`workingMemory`):
+  llama.cpp's compute buffer (560 MiB measured at n_ctx 8192, 768 MiB
   here), vLLM's activation peak and non-torch memory (1.31 GiB measured on an 80 GB card, 1.5
   GiB here), and a diffusion pipeline's activations (a quarter of the weights, at least 1 GiB).
 """
 
 from __future__ import annotations
 
-from typing import Final
+from dataclasses import dataclass
 
+from inference_policy.catalog import WorkingMemory
 from inference_policy.quantity import GI, MI, ceil_div
 
 KV_BYTES_PER_ELEMENT = 2
 CUDA_CONTEXT_BYTES = 512 * MI
-ENGINE_WORKING_BYTES = {
-    "llamacpp": 768 * MI,
-    "vllm": 1536 * MI,
-    "diffusion": 1 * GI,
-}
 FALLBACK_KV_BYTES_PER_TOKEN_PER_GIB = 128 * 1024
 CPU_MEMORY_FACTOR_NUM, CPU_MEMORY_FACTOR_DEN = 5, 4
 
 
+@dataclass(frozen=True, slots=True)
 class Estimate:
-    """A request's GPU memory, in its parts. Final attributes; a plain class for the compiled
-    build (setup.py)."""
+    """A request's GPU memory, in its parts."""
 
-    def __init__(self, weights: int, cache: int, overhead_per_device: int, devices: int) -> None:
-        self.weights: Final = weights
-        self.cache: Final = cache
-        self.overhead_per_device: Final = overhead_per_device
-        self.devices: Final = devices
+    weights: int
+    cache: int
+    overhead_per_device: int
+    devices: int
 
     @property
     def total(self) -> int:
@@ -67,15 +63,13 @@ def kv_cache_bytes(
     return per_token * context
 
 
-def overhead_bytes(engine: str, weights: int) -> int:
-    working = ENGINE_WORKING_BYTES.get(engine, 1 * GI)
-    if engine == "diffusion":
-        working = max(working, ceil_div(weights, 4))
-    return CUDA_CONTEXT_BYTES + working
+def overhead_bytes(working: WorkingMemory, weights: int) -> int:
+    """Per device: the CUDA context and the engine's own working memory (its catalog entry)."""
+    return CUDA_CONTEXT_BYTES + working.bytes_for(weights)
 
 
 def estimate_gpu(
-    engine: str,
+    working: WorkingMemory,
     weights: int,
     context: int | None,
     layers: int | None,
@@ -84,7 +78,7 @@ def estimate_gpu(
     devices: int,
 ) -> Estimate:
     cache = 0 if context is None else kv_cache_bytes(context, layers, kv_heads, head_dim, weights)
-    return Estimate(weights, cache, overhead_bytes(engine, weights), devices)
+    return Estimate(weights, cache, overhead_bytes(working, weights), devices)
 
 
 def cpu_memory_bytes(weights: int, floor: int) -> int:

@@ -5,18 +5,17 @@ tooling matches on them; a typo in any one copy would silently break the chain, 
 only this copy.
 """
 
-from typing import Final
 
-ENGINE_LABEL: Final = "kamiwaza.ai/deployment-id"
-OPT_IN_LABEL: Final = "kamiwaza.ai/tenant-inference"
-OPT_IN_VALUE: Final = "enabled"
-REQUEST_ANNOTATION: Final = "kamiwaza.ai/deployment-request"
-PLAN_ANNOTATION: Final = "kamiwaza.ai/plan"
-ENGINE_CONTAINER_ANNOTATION: Final = "kamiwaza.ai/engine-container"
-ALLOCATION_VERIFIED: Final = "kamiwaza.ai/AllocationVerified"
-VRAM_RESOURCE_PREFIX: Final = "kamiwaza.ai/vram-gb-"
+ENGINE_LABEL = "kamiwaza.ai/deployment-id"
+OPT_IN_LABEL = "kamiwaza.ai/tenant-inference"
+OPT_IN_VALUE = "enabled"
+REQUEST_ANNOTATION = "kamiwaza.ai/deployment-request"
+PLAN_ANNOTATION = "kamiwaza.ai/plan"
+ENGINE_CONTAINER_ANNOTATION = "kamiwaza.ai/engine-container"
+ALLOCATION_VERIFIED = "kamiwaza.ai/AllocationVerified"
+VRAM_RESOURCE_PREFIX = "kamiwaza.ai/vram-gb-"
 # The NVIDIA device plugin's names: a whole GPU, and a MIG slice under the mixed strategy.
-WHOLE_GPU_RESOURCE: Final = "nvidia.com/gpu"
-MIG_RESOURCE_PREFIX: Final = "nvidia.com/mig-"
+WHOLE_GPU_RESOURCE = "nvidia.com/gpu"
+MIG_RESOURCE_PREFIX = "nvidia.com/mig-"
 # The largest deployment-request annotation read (the API server caps all annotations at 256 KiB).
-MAX_REQUEST_ANNOTATION_BYTES: Final = 256 * 1024
+MAX_REQUEST_ANNOTATION_BYTES = 256 * 1024

@@ -5,8 +5,8 @@ cannot fetch the base. The image is proven instead from its two parts, the way t
 puts them together: a base layer with Python 3.11 from the Debian bookworm packages installed
 on the machine (the python3.11 package and its dependency closure, file by file as dpkg lists
 them), and the application layer the Dockerfile's build stage makes (a virtual environment at
-/opt/tmi from uv.lock, the packages the Dockerfile copies and nothing else with the modules
-setup.py lists compiled by mypyc, the lock file and a CycloneDX SBOM). ``tmi-oci``
+/opt/tmi from uv.lock, the packages the Dockerfile copies and nothing else, the lock file and a
+CycloneDX SBOM). ``tmi-oci``
 (go-containerregistry, built by tools/k8sbin/build.sh) writes the OCI layout; ``unpack`` lays
 its layers out as a root filesystem a test runs the servers from.
 """
@@ -32,9 +32,6 @@ DOCKERFILE = ROOT / "Dockerfile"
 # shell, realpath and dirname), as the Debian base image has them.
 BASE_PACKAGES = ("python3.11", "dash", "coreutils")
 INTERPRETER = Path("/usr/bin/python3.11")
-# What compiling the listed modules against that interpreter needs (the build stage's gcc and
-# libc6-dev, and the headers the base image ships).
-BUILD_PACKAGES = ("gcc", "libc6-dev", "libpython3.11-dev")
 APP = Path("opt/tmi")
 USER = "65532:65532"
 ENV = ("PATH=/opt/tmi/bin:/usr/local/bin:/usr/bin:/bin", "PYTHONDONTWRITEBYTECODE=1")
@@ -157,35 +154,9 @@ def app_layer(dest: Path, workdir: Path) -> Path:
     _run([uv, "venv", "--relocatable", "--python", str(INTERPRETER), str(venv)])
     env = {**os.environ, "VIRTUAL_ENV": str(venv)}
     _run([uv, "sync", "--frozen", "--no-dev", "--no-install-project", "--active"], cwd=src, env=env)
-    # As the build stage compiles: the modules setup.py lists, with mypyc from a build
-    # environment that has the dev extra, into a wheel the shipped environment installs. The
-    # build stage installs its compiler; here the machine must have it and the headers.
-    _require(
-        BUILD_PACKAGES,
-        "the application layer compiles modules with mypyc, as the Dockerfile's build stage does",
-    )
-    build_venv, wheels = workdir / "build-venv", workdir / "wheels"
-    _run([uv, "venv", "--python", str(INTERPRETER), str(build_venv)])
-    build_env = {**os.environ, "VIRTUAL_ENV": str(build_venv)}
-    _run(
-        [uv, "sync", "--frozen", "--extra", "dev", "--no-install-project", "--active"],
-        cwd=src,
-        env=build_env,
-    )
-    _run(
-        [
-            uv,
-            "build",
-            "--wheel",
-            "--no-build-isolation",
-            "--python",
-            str(build_venv / "bin" / "python"),
-            "-o",
-            str(wheels),
-        ],
-        cwd=src,
-        env={**os.environ, "TMI_COMPILE": "1"},
-    )
+    # As the build stage: the copied packages built into one wheel the environment installs.
+    wheels = workdir / "wheels"
+    _run([uv, "build", "--wheel", "--python", str(INTERPRETER), "-o", str(wheels)], cwd=src)
     [wheel] = wheels.glob("tmi-*.whl")
     _run([uv, "pip", "install", "--no-deps", "--python", str(venv / "bin" / "python"), str(wheel)])
     share = venv / "share" / "tmi"

@@ -7,10 +7,7 @@ counters each target writes (inputs, forgeries tried, forged grants, seconds) in
 `.artifacts/fuzz/summary.json` and a table on standard output. It exits 1 when a target failed
 or any forged grant was found.
 
-    .venv/bin/python tools/fuzz.py [--examples 100000] [--jobs 2] [--compiled]
-
-`--compiled` fuzzes the build the image ships (`make compiled`: the modules pyproject.toml lists,
-compiled by mypyc) instead of the source, as `make test-compiled` runs the tests.
+    .venv/bin/python tools/fuzz.py [--examples 100000] [--jobs 2]
 """
 
 from __future__ import annotations
@@ -25,7 +22,6 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / ".artifacts" / "fuzz"
-COMPILED = "build/compiled"  # mk/compiled.mk's COMPILED_DIR
 # Longest first: the run lasts as long as its slowest job.
 TARGETS = [
     ("deployment-requests", "tests/fuzz/test_fuzz_policy_inputs.py::test_fuzz_plan_api"),
@@ -42,28 +38,9 @@ def main() -> int:
     parser.add_argument("--examples", type=int, default=100_000, help="inputs per target")
     parser.add_argument("--jobs", type=int, default=max(1, len(os.sched_getaffinity(0))))
     parser.add_argument("--only", nargs="*", help="target names to run (default: all)")
-    parser.add_argument(
-        "--compiled", action="store_true", help="fuzz build/compiled (make compiled)"
-    )
     args = parser.parse_args()
     OUT.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "TMI_FUZZ_EXAMPLES": str(args.examples), "TMI_FUZZ_STATS": str(OUT)}
-    build: list[str] = []
-    if args.compiled:
-        # Up to date with the sources and the list, or it would fuzz another build.
-        current = subprocess.run(["make", "-q", f"{COMPILED}/.built"], cwd=ROOT, check=False)
-        if current.returncode != 0:
-            parser.error("--compiled needs an up-to-date compiled build: run `make compiled`")
-        # As mk/compiled.mk's test-compiled: the compiled build ahead of the source on the path,
-        # with the test that proves which build the process imported.
-        build = [
-            "--import-mode=append",
-            "-o",
-            f"pythonpath={COMPILED} .",
-            "tests/unit/test_compiled.py",
-        ]
-        env["TMI_EXPECT_COMPILED"] = "1"
-        env["PYTHONPATH"] = str(ROOT / COMPILED)
     pending = [t for t in TARGETS if not args.only or t[0] in args.only]
     running: dict[str, tuple[subprocess.Popen[bytes], float]] = {}
     status: dict[str, int] = {}
@@ -79,7 +56,6 @@ def main() -> int:
                 "-P",
                 "-m",
                 "pytest",
-                *build,
                 "-q",
                 # The servers log every refusal; at this many inputs the log is only noise.
                 "-o",

@@ -27,9 +27,10 @@ answer.
 from __future__ import annotations
 
 import binascii
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
 from datetime import datetime
-from typing import Any, Final, TypeGuard
+from typing import Any, TypeGuard
 
 import orjson
 
@@ -81,25 +82,17 @@ class MalformedPod(ValueError):
     """The review is answerable but its Pod cannot be read (a 400 denial)."""
 
 
+@dataclass(frozen=True, slots=True)
 class Outcome:
-    """One answered review: the response object plus the labels it is counted under. A plain
-    class for the compiled build (setup.py)."""
+    """One answered review: the response object plus the labels it is counted under, built once
+    and never changed (a cached answer is shared by every review it is replayed for)."""
 
-    def __init__(
-        self,
-        response: dict[str, Any],
-        outcome: str,
-        status: int,
-        reason: str,
-        plan: Plan | None = None,
-        warnings: list[str] | None = None,
-    ) -> None:
-        self.response = response
-        self.outcome = outcome
-        self.status: Final = status
-        self.reason: Final = reason
-        self.plan = plan
-        self.warnings: Final[list[str]] = [] if warnings is None else warnings
+    response: dict[str, Any]
+    outcome: str
+    status: int
+    reason: str
+    plan: Plan | None = None
+    warnings: tuple[str, ...] = ()
 
     @property
     def allowed(self) -> bool:
@@ -107,33 +100,34 @@ class Outcome:
 
     def for_uid(self, uid: str) -> Outcome:
         """The same answer to another review that differs only in its uid."""
-        return Outcome(
-            {**self.response, "uid": uid},
-            self.outcome,
-            self.status,
-            self.reason,
-            self.plan,
-            self.warnings,
-        )
+        return replace(self, response={**self.response, "uid": uid})
 
 
-def _allow(uid: str, reason: str, warnings: list[str] | None = None) -> Outcome:
+def _allow(uid: str, reason: str, warnings: Sequence[str] = ()) -> Outcome:
     response: dict[str, Any] = {"uid": uid, "allowed": True}
     if warnings:
-        response["warnings"] = warnings
-    return Outcome(response, "allowed", 200, reason, warnings=warnings)
+        response["warnings"] = list(warnings)
+    return Outcome(response, "allowed", 200, reason, warnings=tuple(warnings))
 
 
-def _patched(uid: str, reason: str, ops: list[dict[str, Any]]) -> Outcome:
+def _patched(
+    uid: str,
+    reason: str,
+    ops: list[dict[str, Any]],
+    plan: Plan | None = None,
+    audit: dict[str, str] | None = None,
+) -> Outcome:
     """Allowed, with the patch when there is anything to change."""
-    outcome = _allow(uid, reason)
+    response: dict[str, Any] = {"uid": uid, "allowed": True}
+    outcome = "allowed"
     if ops:
-        outcome.outcome = "patched"
-        outcome.response["patchType"] = "JSONPatch"
+        outcome = "patched"
+        response["patchType"] = "JSONPatch"
         # binascii directly: base64.b64encode is a Python wrapper around the same call.
-        patch = binascii.b2a_base64(orjson.dumps(ops), newline=False)
-        outcome.response["patch"] = patch.decode("ascii")
-    return outcome
+        response["patch"] = binascii.b2a_base64(orjson.dumps(ops), newline=False).decode("ascii")
+    if audit is not None:
+        response["auditAnnotations"] = audit
+    return Outcome(response, outcome, 200, reason, plan=plan)
 
 
 def deny(uid: str, code: int, message: str, reason: RefusalCode) -> Outcome:
@@ -448,13 +442,13 @@ class Reviewer:
         edits = self.plan_edits(pod, index, plan, planned.plan_json)
         edits += shield_edits(pod, to_shield(pod, plan, engine=engine))
         ops = edits_patch(pod, edits)
-        outcome = _patched(uid, "planned" if ops else "unchanged", ops)
-        outcome.plan = plan
-        outcome.response["auditAnnotations"] = {
-            "plan-path": plan.path,
-            "plan-binding": plan.bindingId or "",
-        }
-        return outcome
+        return _patched(
+            uid,
+            "planned" if ops else "unchanged",
+            ops,
+            plan=plan,
+            audit={"plan-path": plan.path, "plan-binding": plan.bindingId or ""},
+        )
 
     def plan_edits(self, pod: dict[str, Any], index: int, plan: Plan, plan_json: str) -> list[Edit]:
         """The fields the plan sets, with this install's scheduler and pull Secret."""

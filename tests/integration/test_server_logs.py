@@ -108,8 +108,8 @@ async def test_webhook_bug_refuses_the_pod_and_logs_the_traceback(
     client = await aiohttp_client(app)
 
     class Broken:
-        # A stand-in for the reviewer rather than a patched method: the reviewer's class may be
-        # compiled (setup.py), and compiled classes are closed to patching.
+        # A stand-in for the reviewer rather than a patched method: the bug is the reviewer's
+        # whole answer, whatever path inside it a change would take.
         def answer(self, *_: Any) -> Any:
             raise RuntimeError("a bug")
 
@@ -152,7 +152,7 @@ async def test_plan_api_bug_is_a_json_problem_not_a_bare_500(
 
     class Broken:
         # The store in every other respect (the probes and metrics read it), with a failing
-        # plan: a compiled store's methods cannot be patched (setup.py).
+        # plan.
         def __init__(self, store: Any) -> None:
             self.store = store
 

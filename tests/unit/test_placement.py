@@ -28,13 +28,13 @@ from inference_policy.placement import (
     check,
     check_nodes,
     demand_for,
-    fits,
     score,
     score_nodes,
 )
-from inference_policy.plan import PlanError, parse_plan
+from inference_policy.plan import Plan, PlanError, parse_plan
 from inference_policy.profile import CpuBinding, ExtendedResourceBinding, VramPluginBinding
 from inference_policy.quantity import QuantityError, resource_units
+from inference_policy.verdict_codes import NodeVerdictCode
 from localcluster.nodes import FakeNode
 from tests.profilekit import NOW, Owner, gpu_binding, gpu_profile, request, with_profiles
 
@@ -123,6 +123,22 @@ def node(
         manifest["metadata"]["labels"].pop(key, None)
     manifest["metadata"]["labels"].update(labels or {})
     return manifest
+
+
+def fits(
+    plan_doc: Any, binding: Any, node_doc: Any, used: dict[str, int]
+) -> tuple[bool, None] | tuple[bool, str, bool]:
+    """The extender's answer for one Pod and node over raw documents, as a tuple to compare:
+    `(True, None)` or `(False, reason, unresolvable)`; a plan it cannot read refuses every node."""
+    try:
+        parsed = plan_doc if isinstance(plan_doc, Plan) else parse_plan(plan_doc)
+        if parsed.path == "external":
+            return (True, None)
+        demand = demand_for(parsed, binding)
+    except PlanError as exc:
+        return (False, str(exc), True)
+    found = check(demand, node_facts(node_doc), used)
+    return (True, None) if found.fits else (False, str(found.reason), found.unresolvable)
 
 
 def verdict(plan_doc: Any, binding: Any, node_doc: Any, used: dict[str, int] | None = None) -> Any:
@@ -346,7 +362,7 @@ def test_time_sliced_gpus_are_not_whole_devices() -> None:
     assert result[0] is False and result[2] is True
     assert "node shares its GPUs (nvidia.com/gpu.sharing-strategy=time-slicing" in str(result[1])
     assert verdict(plan(vram()), vram(), shared)[0] is False  # other reasons, not sharing
-    assert Verdict(False, "x", True, "shared-device").code == "shared-device"
+    assert Verdict(False, "x", True, NodeVerdictCode.SHARED_DEVICE).code == "shared-device"
 
 
 def test_gfd_replicas_zero_on_mig_enabled_gpus_is_not_sharing() -> None:

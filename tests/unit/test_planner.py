@@ -774,8 +774,10 @@ def test_fallback_cache_bound_errs_large() -> None:
 
 
 def test_estimate_splits_across_devices() -> None:
-    one = estimate_gpu("vllm", 140 * GI, 16384, 80, 8, 128, 1)
-    two = estimate_gpu("vllm", 140 * GI, 16384, 80, 8, 128, 2)
+    working = packaged_catalog().engines["vllm"].working_memory
+    assert working is not None
+    one = estimate_gpu(working, 140 * GI, 16384, 80, 8, 128, 1)
+    two = estimate_gpu(working, 140 * GI, 16384, 80, 8, 128, 2)
     assert two.per_device < one.per_device
     assert two.total > one.total
 

@@ -187,7 +187,7 @@ def test_remembered_units_are_the_units_found_afresh(name: str, text: str) -> No
 def test_the_units_memo_is_bounded() -> None:
     from inference_policy import quantity
 
-    # The module's own bound, not a patched one: a compiled build inlines the Final constant.
+    # The module's own bound, not a patched one: the memo is bounded as it ships.
     bound = quantity._MAX_UNITS
     quantity._UNITS.clear()
     for n in range(bound + 20):

@@ -1,7 +1,8 @@
 """The runbook covers every code an operator can meet, and every alert links into it.
 
-docs/operations.md is keyed by the refusal codes (``RefusalCode``) and the AllocationVerified
-reasons (``grant.REASONS``); both lists are closed, so a code added without its runbook section
+docs/operations.md is keyed by the refusal codes (``RefusalCode``), the extender's node verdict
+codes (``NodeVerdictCode``) and the AllocationVerified reasons (``grant.REASONS``); the lists are
+closed, so a code added without its runbook section
 fails here. The chart's alerts name runbook anchors, which must exist.
 """
 
@@ -15,6 +16,7 @@ import yaml
 
 from inference_policy.grant import REASONS
 from inference_policy.refusals import RefusalCode
+from inference_policy.verdict_codes import DESCRIPTIONS, NodeVerdictCode
 
 ROOT = Path(__file__).resolve().parents[2]
 RUNBOOK = ROOT / "docs" / "operations.md"
@@ -33,6 +35,15 @@ def anchors() -> set[str]:
 @pytest.mark.parametrize("code", [c.value for c in RefusalCode])
 def test_every_refusal_code_has_a_section(code: str) -> None:
     assert code in headings()
+
+
+@pytest.mark.parametrize("code", [c.value for c in NodeVerdictCode])
+def test_every_node_verdict_code_has_a_section(code: str) -> None:
+    assert code in headings()
+
+
+def test_every_node_verdict_code_is_described() -> None:
+    assert set(DESCRIPTIONS) == set(NodeVerdictCode)
 
 
 @pytest.mark.parametrize("reason", REASONS)

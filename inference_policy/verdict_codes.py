@@ -1,0 +1,59 @@
+"""Stable codes for every node verdict the extender can give, beside the reason people read.
+
+A verdict's `reason` names bindings, labels and sizes, so nothing may branch on it. Placement
+(`nodes`, `placement`) and the extender (`extender.view`) give each refused node one of these
+codes; the extender's `tmi_extender_node_verdicts_total{code}` metric and its logs label by it,
+the dashboard groups by it, and the runbook (docs/operations.md, "Node verdicts") has a section
+for each, as it has for the planner's `RefusalCode`.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class NodeVerdictCode(StrEnum):
+    """Why a node was passed or refused for a Pod, as a short label."""
+
+    FITS = "fits"
+    # -- the node is not the hardware the binding vouches for (unresolvable) --------------------
+    ARCH = "arch"
+    RESOURCE_ABSENT = "resource-absent"
+    GFD_MISSING = "gfd-missing"
+    COMPUTE_CAPABILITY = "compute-capability"
+    CUDA_DRIVER = "cuda-driver"
+    MIG_STRATEGY = "mig-strategy"
+    MIG_PRODUCT = "mig-product"
+    SHARED_DEVICE = "shared-device"
+    MEMORY = "memory"
+    CAPACITY = "capacity"
+    # -- the node is right but full now (resolvable) --------------------------------------------
+    VRAM_BUCKET = "vram-bucket"
+    INSUFFICIENT = "insufficient"
+    # -- every candidate at once: the Pod or the extender's view, not the node -----------------
+    UNKNOWN_NODE = "unknown-node"
+    PLAN_INVALID = "plan-invalid"
+    PROFILE_REFUSED = "profile-refused"
+
+
+DESCRIPTIONS: dict[NodeVerdictCode, str] = {
+    NodeVerdictCode.FITS: "the node can hold the Pod's signed binding now",
+    NodeVerdictCode.ARCH: "the node's architecture is not the binding's",
+    NodeVerdictCode.RESOURCE_ABSENT: "the node advertises none of the binding's resource",
+    NodeVerdictCode.GFD_MISSING: "no GPU Feature Discovery labels confirm the card",
+    NodeVerdictCode.COMPUTE_CAPABILITY: "the card's compute capability is below the attested one",
+    NodeVerdictCode.CUDA_DRIVER: "the driver's CUDA major is below the attested one",
+    NodeVerdictCode.MIG_STRATEGY: "the MIG strategy does not advertise the binding's devices",
+    NodeVerdictCode.MIG_PRODUCT: "the node's MIG slices are not the binding's profile",
+    NodeVerdictCode.SHARED_DEVICE: "the node time-slices devices the binding guarantees whole",
+    NodeVerdictCode.MEMORY: "the card has less memory than the binding attests usable",
+    NodeVerdictCode.CAPACITY: "the Pod asks more than the node's whole allocatable",
+    NodeVerdictCode.VRAM_BUCKET: "the accounted VRAM bucket has too little free now",
+    NodeVerdictCode.INSUFFICIENT: "too little of the binding's resource is free now",
+    NodeVerdictCode.UNKNOWN_NODE: "the scheduler named a node the extender has not listed",
+    NodeVerdictCode.PLAN_INVALID: "the Pod's plan cannot be read or disagrees with the Pod",
+    NodeVerdictCode.PROFILE_REFUSED: "the extender holds no verified profile for the plan",
+}
+
+
+__all__ = ["DESCRIPTIONS", "NodeVerdictCode"]

@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from inference_policy.allocation import MIG, WHOLE_DEVICE
 from inference_policy.profile import ARCH_KEY, ExtendedResourceBinding, VramPluginBinding
 from inference_policy.quantity import QuantityError, resource_units
 from inference_policy.verdict_codes import NodeVerdictCode
@@ -172,10 +173,10 @@ def gfd_verdict(binding: GpuBinding, labels: Mapping[str, str]) -> Verdict | Non
                 f"GPU Feature Discovery reports a driver for CUDA {reported} ({source}); {who} "
                 f"attests cudaDriverMajor {cuda}",
             )
-    if isinstance(binding, ExtendedResourceBinding) and binding.is_mig:
+    if binding.allocation is MIG:
         return _mig_verdict(binding, labels)
     product = labels.get(GFD_PRODUCT, "")
-    if isinstance(binding, ExtendedResourceBinding):
+    if binding.allocation is WHOLE_DEVICE:
         # Under the single strategy a MIG slice is advertised as nvidia.com/gpu; GFD then names
         # the product after the slice and adds the slice's own labels.
         if "-MIG-" in product or GFD_SLICES in labels:
@@ -218,7 +219,7 @@ def _memory_verdict(binding: GpuBinding, labels: Mapping[str, str], key: str) ->
     return None
 
 
-def _mig_verdict(binding: ExtendedResourceBinding, labels: Mapping[str, str]) -> Verdict | None:
+def _mig_verdict(binding: GpuBinding, labels: Mapping[str, str]) -> Verdict | None:
     resource = binding.resource.name
     shape = resource.removeprefix(MIG_RESOURCE_PREFIX)
     who = f"binding {binding.id}"

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from inference_policy.access import is_accelerator_resource
+from inference_policy.allocation import class_of_resource
 from inference_policy.bounded import keep
 from inference_policy.fragmentation import Sizes, Workload, fragment_delta
 from inference_policy.ledger import pod_requests
@@ -53,7 +54,6 @@ from inference_policy.profile import (
 )
 from inference_policy.quantity import format_units
 from inference_policy.verdict_codes import NodeVerdictCode
-from inference_policy.wire import VRAM_RESOURCE_PREFIX
 
 MAX_SCORE = 10
 MAX_MEMO = 256
@@ -159,13 +159,9 @@ def _static(demand: Demand, node: NodeFacts) -> Verdict:
 
 
 def _over_capacity(demand: Demand, name: str, want: int, have: int) -> Verdict:
-    code = (
-        NodeVerdictCode.VRAM_BUCKET
-        if name.startswith(VRAM_RESOURCE_PREFIX)
-        else NodeVerdictCode.CAPACITY
-    )
+    allocation = class_of_resource(name)
     return refuse(
-        code,
+        NodeVerdictCode.CAPACITY if allocation is None else allocation.over_capacity_code,
         f"the Pod requests {_show(name, want)} {name} but the node's whole allocatable "
         f"is {_show(name, have)}",
     )
@@ -184,10 +180,9 @@ def check(demand: Demand, node: NodeFacts, used: Mapping[str, int]) -> Verdict:
             return _over_capacity(demand, name, want, have)
         taken = used.get(name, 0)
         if taken + want > have:
+            allocation = class_of_resource(name)
             return busy(
-                NodeVerdictCode.VRAM_BUCKET
-                if name.startswith(VRAM_RESOURCE_PREFIX)
-                else NodeVerdictCode.INSUFFICIENT,
+                NodeVerdictCode.INSUFFICIENT if allocation is None else allocation.busy_code,
                 _busy_reason(demand, name, want, have - taken, have),
             )
     return FITS
@@ -219,7 +214,8 @@ def check_nodes(
 
 def _busy_reason(demand: Demand, name: str, want: int, free: int, have: int) -> str:
     free = max(free, 0)
-    if name.startswith(VRAM_RESOURCE_PREFIX):
+    allocation = class_of_resource(name)
+    if allocation is not None and allocation.shared_memory:
         binding = demand.binding.id if demand.binding else "the binding"
         return (
             f"accounted VRAM bucket {name} is full: the share of binding {binding} needs {want} "

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, NamedTuple, TypeVar
 
+from inference_policy.allocation import WHOLE_DEVICE, AllocationClass
 from inference_policy.bounded import keep
 from inference_policy.catalog import Engine, EngineCatalog, cc_text
 from inference_policy.plan import Plan
@@ -27,7 +28,6 @@ from inference_policy.profile import (
     ExtendedResourceBinding,
     Profile,
     VramPluginBinding,
-    binding_guarantee,
 )
 from inference_policy.quantity import (
     GI,
@@ -54,7 +54,6 @@ EXTERNAL_BLOCK = "external endpoints allocate no local resources; omit inference
 EXTERNAL_ALLOCATION = (
     "external endpoints allocate no local resources; omit gpu_allocation and vram_allocation"
 )
-ISOLATION_RANK = {"mig": 0, "whole-device": 1, "accounted-share": 2}
 GB10 = (12, 1)
 T = TypeVar("T")
 MAX_DEVICES = 8
@@ -140,8 +139,7 @@ class _Option(NamedTuple):
     order: int
     profile: Profile
     binding: ExtendedResourceBinding | VramPluginBinding
-    guarantee: str
-    rank: int
+    allocation: AllocationClass
     chosen: tuple[str, str] | str
 
 
@@ -621,8 +619,7 @@ class _Planner:
                 order,
                 prof,
                 binding,
-                guarantee := binding_guarantee(binding),
-                ISOLATION_RANK[guarantee],
+                binding.allocation,
                 self._binding_image(engine, prof, binding, recipe),
             )
             for order, (prof, binding) in enumerate(profile.envelope.gpu_bindings())
@@ -642,26 +639,26 @@ class _Planner:
         best_key: tuple[int, int, int] | None = None
         accel = self.block.accelerator if self.block else None
         for option in options:
-            order, prof, binding, guarantee, rank, chosen = option
+            order, prof, binding, allocation, chosen = option
             if accel is not None:
                 if accel.profile is not None and prof.name != accel.profile:
                     continue
-                if accel.isolation not in ("any-qualified", guarantee):
+                if accel.isolation not in ("any-qualified", allocation.guarantee):
                     continue
             if isinstance(chosen, str):
                 image_reasons.append(chosen)
                 continue
-            count_reason = self._count_reason(binding, guarantee)
+            count_reason = self._count_reason(binding, allocation)
             if count_reason:
                 count_reasons.append(count_reason)
                 continue
-            fit = self._fit(engine, binding, guarantee, need)
+            fit = self._fit(engine, binding, allocation, need)
             if fit is None:
                 memory_misses.append((binding.usable_memory_bytes, binding.id))
                 continue
             # The smallest usable memory, then the stronger isolation, then envelope order
             # (unique, so no two keys tie).
-            key = (binding.usable_memory_bytes, rank, order)
+            key = (binding.usable_memory_bytes, allocation.rank, order)
             if best_key is None or key < best_key:
                 best_key, best, best_fit = key, option, fit
         if best is None or best_fit is None:
@@ -711,19 +708,14 @@ class _Planner:
         return selection.image.reference, variant
 
     def _count_reason(
-        self, binding: ExtendedResourceBinding | VramPluginBinding, guarantee: str
+        self, binding: ExtendedResourceBinding | VramPluginBinding, allocation: AllocationClass
     ) -> str | None:
         if self.devices == 1:
             return None
-        if guarantee == "mig":
+        if not allocation.multi_device:
             return (
-                f"{self.devices} devices were requested, but a MIG partition has no peer path: "
+                f"{self.devices} devices were requested, but {allocation.single_device}: "
                 f"binding {binding.id} serves one device"
-            )
-        if guarantee == "accounted-share":
-            return (
-                f"{self.devices} devices were requested, but an accounted VRAM share is a slice "
-                f"of one device: binding {binding.id} serves one device"
             )
         if "p2p" not in binding.accelerator.features:
             return (
@@ -736,13 +728,13 @@ class _Planner:
         self,
         engine: Engine,
         binding: ExtendedResourceBinding | VramPluginBinding,
-        guarantee: str,
+        allocation: AllocationClass,
         need: int,
     ) -> tuple[int, int, dict[str, Any]] | None:
         usable = binding.usable_memory_bytes
         fraction = engine.gpu_memory_utilization
         args: dict[str, Any] = {}
-        if guarantee == "accounted-share":
+        if allocation.shared_memory:
             # The engine budgets `fraction` of what it is granted, so the share is sized so that
             # its budget holds the need; the share is counted in whole GiB of the plugin's bucket.
             share_gib = gib_ceil(math.ceil(need / fraction) if fraction else need)
@@ -753,7 +745,7 @@ class _Planner:
             return share_gib * GI, share_gib, args
         request = gib_ceil(need) * GI
         if fraction:
-            if binding.accelerator.capability_tuple == GB10 and guarantee == "whole-device":
+            if binding.accelerator.capability_tuple == GB10 and allocation is WHOLE_DEVICE:
                 # GB10 memory is the host's: budget exactly the request against usableMemory.
                 if request > usable:
                     return None

@@ -23,9 +23,10 @@ from pydantic import (
     model_validator,
 )
 
+from inference_policy.allocation import AllocationClass, Guarantee, class_of
 from inference_policy.errors import describe
 from inference_policy.quantity import QuantityError, parse_whole_binary
-from inference_policy.wire import MIG_RESOURCE_PREFIX, WHOLE_GPU_RESOURCE
+from inference_policy.wire import WHOLE_GPU_RESOURCE
 
 TIMESTAMP_FORMAT = "%Y-%m-%dT%H:%M:%SZ"
 _TIMESTAMP = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}Z")
@@ -42,7 +43,6 @@ ARCH_KEY = "kubernetes.io/arch"
 
 Architecture = Literal["amd64", "arm64"]
 Feature = Literal["bf16", "fp8", "mig", "nvlink", "p2p"]
-Guarantee = Literal["whole-device", "mig", "accounted-share"]
 
 
 class ProfileSchemaError(ValueError):
@@ -205,11 +205,17 @@ class CpuBinding(_BindingBase):
 
 
 class _GpuBindingBase(_BindingBase):
+    allocator: str
     accelerator: Accelerator
     resource: Resource
     runtimeClassName: Annotated[
         str, _matches(DNS_SUBDOMAIN, "a RuntimeClass name"), Field(max_length=253)
     ]
+
+    @cached_property
+    def allocation(self) -> AllocationClass:
+        """This binding's allocation class: what its devices guarantee and how they are used."""
+        return class_of(self.allocator, self.resource.name)
 
     @cached_property
     def usable_memory_bytes(self) -> int:
@@ -246,10 +252,6 @@ class ExtendedResourceBinding(_GpuBindingBase):
     def capacity_memory(self) -> str:
         assert self.capacity.usableMemory is not None
         return self.capacity.usableMemory
-
-    @property
-    def is_mig(self) -> bool:
-        return self.resource.name.startswith(MIG_RESOURCE_PREFIX)
 
 
 class VramPluginBinding(_GpuBindingBase):
@@ -319,18 +321,10 @@ class Profile(_Strict):
 
 
 def binding_guarantee(binding: CpuBinding | ExtendedResourceBinding | VramPluginBinding) -> str:
-    # By exact type first: a model class's isinstance goes through ABCMeta, and the planner
-    # asks this of every binding on every decision.
-    kind = type(binding)
-    if kind is ExtendedResourceBinding:
-        return "mig" if binding.is_mig else "whole-device"  # type: ignore[union-attr]
-    if kind is VramPluginBinding:
-        return "accounted-share"
-    if isinstance(binding, VramPluginBinding):
-        return "accounted-share"
-    if isinstance(binding, ExtendedResourceBinding):
-        return "mig" if binding.is_mig else "whole-device"
-    return "cpu"
+    """The guarantee a profile states for this binding: its allocation class's, or cpu."""
+    if type(binding) is CpuBinding:
+        return "cpu"
+    return binding.allocation.guarantee  # type: ignore[union-attr]
 
 
 class Envelope(_Strict):

@@ -5,7 +5,6 @@ tooling matches on them; a typo in any one copy would silently break the chain, 
 only this copy.
 """
 
-
 ENGINE_LABEL = "kamiwaza.ai/deployment-id"
 OPT_IN_LABEL = "kamiwaza.ai/tenant-inference"
 OPT_IN_VALUE = "enabled"

@@ -30,7 +30,7 @@ import binascii
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
-from typing import Any, TypeGuard
+from typing import Any, TypeGuard, cast
 
 import orjson
 
@@ -58,8 +58,8 @@ from inference_policy.wire import (
 )
 from webhook.jsonpatch import edits_patch
 from webhook.profile_source import Memo, PolicyStore
+from webhook.review import API_VERSION, AdmissionRequest, AdmissionResponse, AdmissionReview
 
-API_VERSION = "admission.k8s.io/v1"
 _MAX_PLAN_FIELDS = 256
 
 # How the API server's encoder starts every review: TypeMeta inline, then the request's uid.
@@ -87,7 +87,7 @@ class Outcome:
     """One answered review: the response object plus the labels it is counted under, built once
     and never changed (a cached answer is shared by every review it is replayed for)."""
 
-    response: dict[str, Any]
+    response: AdmissionResponse
     outcome: str
     status: int
     reason: str
@@ -104,7 +104,7 @@ class Outcome:
 
 
 def _allow(uid: str, reason: str, warnings: Sequence[str] = ()) -> Outcome:
-    response: dict[str, Any] = {"uid": uid, "allowed": True}
+    response: AdmissionResponse = {"uid": uid, "allowed": True}
     if warnings:
         response["warnings"] = list(warnings)
     return Outcome(response, "allowed", 200, reason, warnings=tuple(warnings))
@@ -118,7 +118,7 @@ def _patched(
     audit: dict[str, str] | None = None,
 ) -> Outcome:
     """Allowed, with the patch when there is anything to change."""
-    response: dict[str, Any] = {"uid": uid, "allowed": True}
+    response: AdmissionResponse = {"uid": uid, "allowed": True}
     outcome = "allowed"
     if ops:
         outcome = "patched"
@@ -131,7 +131,7 @@ def _patched(
 
 
 def deny(uid: str, code: int, message: str, reason: RefusalCode) -> Outcome:
-    response = {
+    response: AdmissionResponse = {
         "uid": uid,
         "allowed": False,
         "status": {
@@ -148,14 +148,14 @@ def refuse(uid: str, refusal: PodRefusal) -> Outcome:
     return deny(uid, refusal.status, refusal.message, refusal.code)
 
 
-def envelope(outcome: Outcome, api_version: str = API_VERSION) -> dict[str, Any]:
+def envelope(outcome: Outcome, api_version: str = API_VERSION) -> AdmissionReview:
     return {"apiVersion": api_version, "kind": "AdmissionReview", "response": outcome.response}
 
 
 # -- reading the review ------------------------------------------------------------------------
 
 
-def parse_review(body: bytes, max_bytes: int) -> tuple[dict[str, Any], str]:
+def parse_review(body: bytes, max_bytes: int) -> tuple[AdmissionRequest, str]:
     """The `request` of an AdmissionReview v1 and its uid, or MalformedReview saying why.
 
     The review is decoded with orjson, which refuses what strict JSON refuses (NaN, Infinity,
@@ -185,7 +185,8 @@ def parse_review(body: bytes, max_bytes: int) -> tuple[dict[str, Any], str]:
     uid = request.get("uid")
     if not isinstance(uid, str) or not uid:
         raise MalformedReview("the AdmissionReview request has no uid")
-    return request, uid
+    # The uid is what AdmissionRequest requires; every other field it types as unchecked.
+    return cast(AdmissionRequest, request), uid
 
 
 def _mapping(value: Any, where: str) -> Mapping[str, Any]:
@@ -295,7 +296,7 @@ class Reviewer:
         # never goes stale; it is bounded because revisions come and go.
         self._fields: dict[tuple[str, int], PlanFields] = {}
 
-    def answer(self, body: bytes, request: dict[str, Any], uid: str, now: datetime) -> Outcome:
+    def answer(self, body: bytes, request: AdmissionRequest, uid: str, now: datetime) -> Outcome:
         """The answer to a review body, given its request and uid as `parse_review` read them
         (the edge parses once, and keeps the request for its log line).
 
@@ -323,7 +324,7 @@ class Reviewer:
         self.answers.put(key, outcome, now)
         return outcome
 
-    def review(self, request: dict[str, Any], uid: str, now: datetime) -> Outcome:
+    def review(self, request: AdmissionRequest, uid: str, now: datetime) -> Outcome:
         try:
             return self._review(request, uid, now)
         except MalformedPod as exc:
@@ -334,7 +335,7 @@ class Reviewer:
                 RefusalCode.MALFORMED_POD,
             )
 
-    def _review(self, request: dict[str, Any], uid: str, now: datetime) -> Outcome:
+    def _review(self, request: AdmissionRequest, uid: str, now: datetime) -> Outcome:
         kind = request.get("kind")
         resource = request.get("resource")
         if not (

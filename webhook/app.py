@@ -35,6 +35,7 @@ from webhook.admission import MalformedReview, Outcome, Reviewer, deny, envelope
 from webhook.config import DEFAULT_MAX_BODY_BYTES
 from webhook.metrics import WebhookMetrics
 from webhook.profile_source import ConfigMapSource, MemorySource, PolicyStore
+from webhook.review import AdmissionRequest
 
 log = logging.getLogger(__name__)
 
@@ -106,7 +107,7 @@ async def mutate(request: web.Request) -> web.Response:
     return response
 
 
-def _log_review(review: dict[str, Any], outcome: Outcome, failure: Exception | None) -> None:
+def _log_review(review: AdmissionRequest, outcome: Outcome, failure: Exception | None) -> None:
     """One line per answered review: a refusal at INFO, a failure at ERROR with its traceback,
     an admitted Pod at DEBUG. The fields are gathered from the request the handler parsed, and
     only when the line will be written."""

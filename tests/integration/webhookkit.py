@@ -12,6 +12,7 @@ import base64
 import copy
 import json
 import uuid
+from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
@@ -165,7 +166,7 @@ def apply_patch(document: Any, ops: list[dict[str, Any]]) -> Any:
     return doc
 
 
-def patch_of(response: dict[str, Any]) -> list[dict[str, Any]]:
+def patch_of(response: Mapping[str, Any]) -> list[dict[str, Any]]:
     """The decoded JSON Patch of an AdmissionReview response ([] when there is none)."""
     body = response["response"]
     if "patch" not in body:

@@ -35,69 +35,53 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any, Literal
 
 from inference_policy import strictjson
-from inference_policy.access import NO_DEVICE, NVIDIA_DEVICE_ENV, is_accelerator_resource, reaches
-from inference_policy.engine_pod import engine_container_name, to_shield
-from inference_policy.plan import Plan, PlanError, parse_plan
-from inference_policy.planner import PlanContext, decide
-from inference_policy.profile import ARCH_KEY, format_timestamp
-from inference_policy.quantity import same_quantity
-from inference_policy.signing import ProfileRefused, VerifiedProfile
-from inference_policy.wire import (
-    ALLOCATION_VERIFIED,
-    ENGINE_LABEL,
-    MAX_REQUEST_ANNOTATION_BYTES,
-    PLAN_ANNOTATION,
-    REQUEST_ANNOTATION,
-)
-
-CONDITION_TYPE = ALLOCATION_VERIFIED
-
-MAX_MESSAGE = 1024
-DEFAULT_SCHEDULING_TIMEOUT = 300.0
-
-# Reasons, in the order a Pod with several problems reports them: what is wrong with the Pod
-# itself comes first, since that is what an operator can see and fix on the spot.
-VERIFIED = "Verified"
-VERIFIED_PROFILE_EXPIRED = "VerifiedProfileExpired"
-VERIFIED_REVISION_UNAVAILABLE = "VerifiedRevisionUnavailable"
-PLAN_MISSING = "PlanMissing"
-IMAGE_MISMATCH = "ImageMismatch"
-RESOURCES_MISMATCH = "ResourcesMismatch"
-UNPLANNED_DEVICE_ACCESS = "UnplannedDeviceAccess"
-RUNTIME_CLASS_MISMATCH = "RuntimeClassMismatch"
-NODE_SELECTOR_MISMATCH = "NodeSelectorMismatch"
-PLAN_MISMATCH = "PlanMismatch"
-PROFILE_REVISION_UNKNOWN = "ProfileRevisionUnknown"
-PROFILE_REFUSED = "ProfileRefused"
-PROFILE_EXPIRED = "ProfileExpired"
-# The controller's reasons for a check it cannot make: the ConfigMaps it needs are unreadable.
-PROFILES_UNREADABLE = "ProfilesUnreadable"
-RECIPE_CATALOG_UNAVAILABLE = "RecipeCatalogUnavailable"
-SCHEDULING_TIMEOUT = "SchedulingTimeout"
-ENGINE_LABEL_REMOVED = "EngineLabelRemoved"
-REASONS = (
+from inference_policy.allocation_reasons import (
+    ENGINE_LABEL_REMOVED,
+    IMAGE_MISMATCH,
+    NODE_SELECTOR_MISMATCH,
+    PLAN_MISMATCH,
+    PLAN_MISSING,
+    PROFILE_EXPIRED,
+    PROFILE_REFUSED,
+    PROFILE_REVISION_UNKNOWN,
+    PROFILES_UNREADABLE,
+    RECIPE_CATALOG_UNAVAILABLE,
+    RESOURCES_MISMATCH,
+    RUNTIME_CLASS_MISMATCH,
+    SCHEDULING_TIMEOUT,
+    UNPLANNED_DEVICE_ACCESS,
     VERIFIED,
     VERIFIED_PROFILE_EXPIRED,
     VERIFIED_REVISION_UNAVAILABLE,
-    PLAN_MISSING,
-    IMAGE_MISMATCH,
-    RESOURCES_MISMATCH,
-    UNPLANNED_DEVICE_ACCESS,
-    RUNTIME_CLASS_MISMATCH,
-    NODE_SELECTOR_MISMATCH,
-    PLAN_MISMATCH,
-    PROFILE_REVISION_UNKNOWN,
-    PROFILE_REFUSED,
-    PROFILE_EXPIRED,
-    PROFILES_UNREADABLE,
-    RECIPE_CATALOG_UNAVAILABLE,
-    SCHEDULING_TIMEOUT,
-    ENGINE_LABEL_REMOVED,
 )
+from inference_policy.grant_findings import pod_findings
+from inference_policy.plan import Plan
+from inference_policy.planner import PlanContext, decide
+from inference_policy.profile import ARCH_KEY, format_timestamp
+from inference_policy.signing import ProfileRefused, VerifiedProfile
+from inference_policy.stored_pod import (
+    CONDITION_TYPE,
+    condition,
+    created_at,
+    is_engine_pod,
+    node_name,
+    plan_revision,
+    pod_annotations,
+    read_plan,
+    verified_before,
+)
+from inference_policy.wire import (
+    ENGINE_LABEL,
+    MAX_REQUEST_ANNOTATION_BYTES,
+    REQUEST_ANNOTATION,
+)
+
+MAX_MESSAGE = 1024
+DEFAULT_SCHEDULING_TIMEOUT = 300.0
 
 Status = Literal["True", "False"]
 
@@ -138,199 +122,6 @@ def _false(reason: str, message: str) -> Verdict:
 
 def _clip(message: str) -> str:
     return message if len(message) <= MAX_MESSAGE else message[: MAX_MESSAGE - 1] + "…"
-
-
-# -- reading the Pod -----------------------------------------------------------------------------
-
-
-def _metadata(pod: Mapping[str, Any]) -> Mapping[str, Any]:
-    value = pod.get("metadata")
-    return value if isinstance(value, Mapping) else {}
-
-
-def _spec(pod: Mapping[str, Any]) -> Mapping[str, Any]:
-    value = pod.get("spec")
-    return value if isinstance(value, Mapping) else {}
-
-
-def _mapping_of(value: Any) -> Mapping[str, Any]:
-    return value if isinstance(value, Mapping) else {}
-
-
-def _strings(value: Any) -> Mapping[str, str]:
-    if not isinstance(value, Mapping):
-        return {}
-    return {k: v for k, v in value.items() if isinstance(k, str) and isinstance(v, str)}
-
-
-def pod_annotations(pod: Mapping[str, Any]) -> Mapping[str, str]:
-    return _strings(_metadata(pod).get("annotations"))
-
-
-def is_engine_pod(pod: Mapping[str, Any]) -> bool:
-    return ENGINE_LABEL in _strings(_metadata(pod).get("labels"))
-
-
-def node_name(pod: Mapping[str, Any]) -> str | None:
-    value = _spec(pod).get("nodeName")
-    return value if isinstance(value, str) and value else None
-
-
-def condition(pod: Mapping[str, Any], condition_type: str) -> Mapping[str, Any] | None:
-    status = pod.get("status")
-    conditions = status.get("conditions") if isinstance(status, Mapping) else None
-    if not isinstance(conditions, list):
-        return None
-    for entry in conditions:
-        if isinstance(entry, Mapping) and entry.get("type") == condition_type:
-            return entry
-    return None
-
-
-def verified_before(pod: Mapping[str, Any]) -> bool:
-    """The Pod's condition already reads True: the grant was vouched for at some point."""
-    current = condition(pod, CONDITION_TYPE)
-    return current is not None and current.get("status") == "True"
-
-
-def parse_time(value: Any) -> datetime | None:
-    """A Kubernetes Time or MicroTime (`...Z`, with or without a fraction); None if unreadable."""
-    if not isinstance(value, str) or not value.endswith("Z"):
-        return None
-    try:
-        return datetime.fromisoformat(value[:-1]).replace(tzinfo=UTC)
-    except ValueError:
-        return None
-
-
-def created_at(pod: Mapping[str, Any]) -> datetime | None:
-    return parse_time(_metadata(pod).get("creationTimestamp"))
-
-
-def read_plan(pod: Mapping[str, Any]) -> Plan | str:
-    """The Pod's plan, read by the one plan parser, or a sentence saying why there is none."""
-    text = pod_annotations(pod).get(PLAN_ANNOTATION)
-    if text is None:
-        return (
-            f"the Pod carries no {PLAN_ANNOTATION} annotation: the admission webhook did not "
-            "plan it"
-        )
-    try:
-        return parse_plan(text)
-    except PlanError as exc:
-        return str(exc)
-
-
-def plan_revision(pod: Mapping[str, Any]) -> str | None:
-    """The bundle sha256 of the profile revision the Pod's plan was made under, if any."""
-    plan = read_plan(pod)
-    return None if isinstance(plan, str) else plan.bundle_sha256
-
-
-# -- the Pod against its plan --------------------------------------------------------------------
-
-
-def _resource_findings(resources: Mapping[str, Any], plan: Plan, engine: str) -> list[str]:
-    planned = {"requests": plan.requests, "limits": plan.limits}
-    names = set(plan.requests) | set(plan.limits)
-    found: list[str] = []
-    for part in ("requests", "limits"):
-        want = planned[part]
-        have = _strings_or_values(resources.get(part))
-        for name in sorted(names | {k for k in have if is_accelerator_resource(k)}):
-            wanted, actual = want.get(name), have.get(name)
-            if wanted is None and actual is None:
-                continue
-            if wanted is None or actual is None or not same_quantity(wanted, actual):
-                found.append(
-                    f"container {engine} {part}[{name}] is {_show(actual)}, the plan says "
-                    f"{_show(wanted)}"
-                )
-    return found
-
-
-def _strings_or_values(value: Any) -> dict[str, Any]:
-    if not isinstance(value, Mapping):
-        return {}
-    return {k: v for k, v in value.items() if isinstance(k, str)}
-
-
-def _show(value: Any) -> str:
-    return "absent" if value is None else str(value)
-
-
-def _pod_findings(pod: Mapping[str, Any], plan: Plan) -> list[tuple[str, str]]:
-    """Every way the stored Pod differs from its plan, as (reason, sentence), in reason order."""
-    spec = _spec(pod)
-    engine = engine_container_name(pod)
-    found: list[tuple[str, str]] = []
-    containers = spec.get("containers")
-    engine_container = next(
-        (
-            c
-            for c in (containers if isinstance(containers, list) else ())
-            if isinstance(c, Mapping) and c.get("name") == engine
-        ),
-        None,
-    )
-    if engine_container is None:
-        found.append((IMAGE_MISMATCH, f"the engine container {engine!r} is not in the Pod"))
-    else:
-        image = engine_container.get("image")
-        if image != plan.image:
-            found.append(
-                (
-                    IMAGE_MISMATCH,
-                    f"container {engine} runs {_show(image)}, the plan names {plan.image}",
-                )
-            )
-        resources = engine_container.get("resources")
-        resources = resources if isinstance(resources, Mapping) else {}
-        found.extend(
-            (RESOURCES_MISMATCH, text) for text in _resource_findings(resources, plan, str(engine))
-        )
-    # Everything else that reaches for an accelerator is outside the plan: the one predicate the
-    # webhook refuses with, with the engine container's own asks left to the comparison above.
-    for reach in reaches(pod, engine if engine_container is not None else None):
-        if reach.kind == "resource":
-            found.append(
-                (RESOURCES_MISMATCH, f"{reach.field} asks for an accelerator outside the plan")
-            )
-        elif reach.kind in ("env", "claim"):
-            found.append(
-                (
-                    UNPLANNED_DEVICE_ACCESS,
-                    f"{reach.field} hands devices to the Pod outside the device plugin's grant",
-                )
-            )
-    for kind, index in to_shield(pod, plan, engine=engine):
-        name = _mapping_of(spec[kind][index]).get("name")
-        found.append(
-            (
-                UNPLANNED_DEVICE_ACCESS,
-                f"spec.{kind}[{name}] does not set {NVIDIA_DEVICE_ENV}={NO_DEVICE}, so an image "
-                "whose environment asks for every GPU gets them",
-            )
-        )
-    runtime_class = spec.get("runtimeClassName") or None
-    if runtime_class != plan.runtimeClassName:
-        found.append(
-            (
-                RUNTIME_CLASS_MISMATCH,
-                f"runtimeClassName is {_show(runtime_class)}, the plan says "
-                f"{_show(plan.runtimeClassName)}",
-            )
-        )
-    selector = _strings(spec.get("nodeSelector")).get(ARCH_KEY)
-    if selector != plan.arch:
-        found.append(
-            (
-                NODE_SELECTOR_MISMATCH,
-                f"nodeSelector {ARCH_KEY} is {_show(selector)}, the plan says {_show(plan.arch)}",
-            )
-        )
-    order = {reason: i for i, reason in enumerate(REASONS)}
-    return sorted(found, key=lambda item: order[item[0]])
 
 
 # -- the plan against the core -------------------------------------------------------------------
@@ -465,7 +256,7 @@ def check_grant(
             PLAN_MISMATCH,
             f"the plan's path is {plan.path!r}; only a gpu or cpu plan creates a workload",
         )
-    findings = _pod_findings(pod, plan)
+    findings = pod_findings(pod, plan)
     if findings:
         return _false(findings[0][0], "; ".join(text for _, text in findings))
     digest = plan.bundle_sha256
@@ -584,13 +375,34 @@ def refused_lapse(configmap_name: str, refusal: ProfileRefused) -> Lapse:
 
 __all__ = [
     "CONDITION_TYPE",
-    "REASONS",
+    "DEFAULT_SCHEDULING_TIMEOUT",
+    "ENGINE_LABEL_REMOVED",
+    "IMAGE_MISMATCH",
+    "NODE_SELECTOR_MISMATCH",
+    "PLAN_MISMATCH",
+    "PLAN_MISSING",
+    "PROFILES_UNREADABLE",
+    "PROFILE_EXPIRED",
+    "PROFILE_REFUSED",
+    "PROFILE_REVISION_UNKNOWN",
+    "RECIPE_CATALOG_UNAVAILABLE",
+    "RESOURCES_MISMATCH",
+    "RUNTIME_CLASS_MISMATCH",
+    "SCHEDULING_TIMEOUT",
+    "UNPLANNED_DEVICE_ACCESS",
+    "VERIFIED",
+    "VERIFIED_PROFILE_EXPIRED",
+    "VERIFIED_REVISION_UNAVAILABLE",
     "Evaluation",
     "Lapse",
     "Verdict",
     "check_grant",
+    "condition",
     "evaluate",
+    "is_engine_pod",
+    "node_name",
     "plan_revision",
+    "read_plan",
     "refused_lapse",
     "scheduling_verdict",
 ]

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from inference_policy import grant
+from inference_policy import allocation_reasons, grant, stored_pod
 from inference_policy.engine_pod import planned_pod
 from inference_policy.grant import CONDITION_TYPE, Lapse, check_grant, evaluate
 from inference_policy.plan import PlanResources
@@ -492,15 +492,15 @@ def test_plan_revision_and_times(state: PolicyState, profile: VerifiedProfile) -
     pod = planned(state)
     assert grant.plan_revision(pod) == profile.sha256
     assert grant.plan_revision(engine_pod(request())) is None
-    assert grant.parse_time("2026-11-29T12:00:00.123456Z") is not None
-    assert grant.parse_time("2026-11-29T12:00:00+01:00") is None
+    assert stored_pod.parse_time("2026-11-29T12:00:00.123456Z") is not None
+    assert stored_pod.parse_time("2026-11-29T12:00:00+01:00") is None
 
 
 def test_departed_verdict() -> None:
     verdict = grant.departed_verdict()
     assert (verdict.status, verdict.reason) == ("False", "EngineLabelRemoved")
     assert "kamiwaza.ai/deployment-id" in verdict.message
-    assert set(grant.REASONS) >= {
+    assert set(allocation_reasons.REASONS) >= {
         "Verified",
         "ImageMismatch",
         "ResourcesMismatch",

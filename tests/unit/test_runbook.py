@@ -1,7 +1,7 @@
 """The runbook covers every code an operator can meet, and every alert links into it.
 
 docs/operations.md is keyed by the refusal codes (``RefusalCode``), the extender's node verdict
-codes (``NodeVerdictCode``) and the AllocationVerified reasons (``grant.REASONS``); the lists are
+codes (``NodeVerdictCode``) and the AllocationVerified reasons (``allocation_reasons.REASONS``); the lists are
 closed, so a code added without its runbook section
 fails here. The chart's alerts name runbook anchors, which must exist.
 """
@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from inference_policy.grant import REASONS
+from inference_policy.allocation_reasons import REASONS
 from inference_policy.refusals import RefusalCode
 from inference_policy.verdict_codes import DESCRIPTIONS, NodeVerdictCode
 

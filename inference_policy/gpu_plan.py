@@ -9,11 +9,10 @@ classes' rank), then to the order of the envelope. What a revision offers each e
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from typing import Any, NamedTuple, TypeVar
 
-from inference_policy.allocation import WHOLE_DEVICE, AllocationClass
+from inference_policy.allocation import AllocationClass, Fit
 from inference_policy.bounded import keep
 from inference_policy.catalog import Engine, EngineCatalog
 from inference_policy.decision import Decision, PlanContext, Refusal
@@ -25,12 +24,9 @@ from inference_policy.profile import (
     VramPluginBinding,
 )
 from inference_policy.quantity import (
-    GI,
     QuantityError,
-    ceil_div,
     format_bytes,
     format_gib,
-    gib_ceil,
     parse_bytes,
 )
 from inference_policy.recipes import Recipe
@@ -39,7 +35,6 @@ from inference_policy.request_rules import PlannerBase
 from inference_policy.signing import VerifiedProfile
 from inference_policy.sizing import estimate_gpu
 
-GB10 = (12, 1)
 T = TypeVar("T")
 
 
@@ -193,7 +188,7 @@ class GpuPath(PlannerBase):
         count_reasons: list[str] = []
         memory_misses: list[tuple[int, str]] = []
         best: _Option | None = None
-        best_fit: tuple[int, int, dict[str, Any]] | None = None
+        best_fit: Fit | None = None
         best_key: tuple[int, int, int] | None = None
         accel = self.block.accelerator if self.block else None
         for option in options:
@@ -210,7 +205,7 @@ class GpuPath(PlannerBase):
             if count_reason:
                 count_reasons.append(count_reason)
                 continue
-            fit = self._fit(engine, binding, allocation, need)
+            fit = allocation.fit(binding, engine.gpu_memory_utilization, self.devices, need)
             if fit is None:
                 memory_misses.append((binding.usable_memory_bytes, binding.id))
                 continue
@@ -281,42 +276,6 @@ class GpuPath(PlannerBase):
                 "attest p2p, which tensor parallelism needs"
             )
         return None
-
-    def _fit(
-        self,
-        engine: Engine,
-        binding: ExtendedResourceBinding | VramPluginBinding,
-        allocation: AllocationClass,
-        need: int,
-    ) -> tuple[int, int, dict[str, Any]] | None:
-        usable = binding.usable_memory_bytes
-        fraction = engine.gpu_memory_utilization
-        args: dict[str, Any] = {}
-        if allocation.shared_memory:
-            # The engine budgets `fraction` of what it is granted, so the share is sized so that
-            # its budget holds the need; the share is counted in whole GiB of the plugin's bucket.
-            share_gib = gib_ceil(math.ceil(need / fraction) if fraction else need)
-            if share_gib * GI > usable:
-                return None
-            if fraction:
-                args["gpu_memory_utilization"] = _ceil_hundredth(fraction * share_gib * GI / usable)
-            return share_gib * GI, share_gib, args
-        request = gib_ceil(need) * GI
-        if fraction:
-            if binding.accelerator.capability_tuple == GB10 and allocation is WHOLE_DEVICE:
-                # GB10 memory is the host's: budget exactly the request against usableMemory.
-                if request > usable:
-                    return None
-                args["gpu_memory_utilization"] = _ceil_hundredth(request / usable)
-            else:
-                if need > usable * fraction:
-                    return None
-                args["gpu_memory_utilization"] = fraction
-            if self.devices > 1:
-                args["tensor_parallel_size"] = self.devices
-        elif need > usable:
-            return None
-        return request, self.devices * binding.resource.quantity, args
 
     def _no_fit(
         self,
@@ -396,9 +355,3 @@ def planned(body: dict[str, Any]) -> Decision:
 
 def bundle_of(profile: VerifiedProfile) -> dict[str, Any]:
     return {"version": profile.version, "sha256": profile.sha256}
-
-
-def _ceil_hundredth(value: float) -> float:
-    # Round in integer hundredths so 0.23 does not become 0.24 through float noise.
-    scaled = round(value * 100, 9)
-    return ceil_div(math.ceil(scaled * 1000), 1000) / 100 if scaled != int(scaled) else scaled / 100

@@ -13,58 +13,23 @@ there silently would widen the grant.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from inference_policy.allocation import MIG, WHOLE_DEVICE
+from inference_policy.gfd import (
+    GFD_CC_MAJOR,
+    GFD_CC_MINOR,
+    GFD_CUDA_MAJOR,
+    GFD_CUDA_MAJOR_OLD,
+    GFD_PRESENCE,
+    int_label,
+)
 from inference_policy.profile import ARCH_KEY, ExtendedResourceBinding, VramPluginBinding
 from inference_policy.quantity import QuantityError, resource_units
-from inference_policy.verdict_codes import NodeVerdictCode
-from inference_policy.wire import MIG_RESOURCE_PREFIX
+from inference_policy.verdict_codes import FITS, NodeVerdictCode, Verdict, busy, refuse
 
-# GPU Feature Discovery label names (NVIDIA/k8s-device-plugin, docs/gpu-feature-discovery).
-GFD_CC_MAJOR = "nvidia.com/gpu.compute.major"
-GFD_CC_MINOR = "nvidia.com/gpu.compute.minor"
-# The CUDA version the driver supports (NVML's CUDA driver version: 13 on R580). The similarly
-# named `cuda.driver.major` / `cuda.driver-version.major` carry the kernel driver's release
-# (580), which is not what `cudaDriverMajor` attests.
-GFD_CUDA_MAJOR = "nvidia.com/cuda.runtime-version.major"
-GFD_CUDA_MAJOR_OLD = "nvidia.com/cuda.runtime.major"
-GFD_PRODUCT = "nvidia.com/gpu.product"
-GFD_MEMORY = "nvidia.com/gpu.memory"
-GFD_REPLICAS = "nvidia.com/gpu.replicas"
-GFD_SHARING = "nvidia.com/gpu.sharing-strategy"
-GFD_MIG_STRATEGY = "nvidia.com/mig.strategy"
-GFD_SLICES = "nvidia.com/gpu.slices.gi"
-GFD_PRESENCE = (GFD_CC_MAJOR, GFD_CC_MINOR, GFD_PRODUCT, GFD_CUDA_MAJOR, GFD_MIG_STRATEGY)
-MIB = 1024 * 1024
 GpuBinding = ExtendedResourceBinding | VramPluginBinding
-
-
-# -- verdicts -----------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class Verdict:
-    """One node's answer; `code` is its stable class (`NodeVerdictCode`), for metrics and logs."""
-
-    fits: bool
-    reason: str | None = None
-    unresolvable: bool = False
-    code: NodeVerdictCode = NodeVerdictCode.FITS
-
-
-FITS = Verdict(True)
-
-
-def refuse(code: NodeVerdictCode, reason: str) -> Verdict:
-    return Verdict(False, reason, True, code)
-
-
-def busy(code: NodeVerdictCode, reason: str) -> Verdict:
-    return Verdict(False, reason, False, code)
 
 
 # -- nodes --------------------------------------------------------------------------------------
@@ -116,16 +81,6 @@ def node_facts(node: Mapping[str, Any]) -> NodeFacts:
 # -- GPU Feature Discovery ---------------------------------------------------------------------
 
 
-def _int_label(labels: Mapping[str, str], key: str) -> int | None:
-    value = labels.get(key)
-    if value is None:
-        return None
-    try:
-        return int(value.strip(), 10)
-    except ValueError:
-        return None
-
-
 def gfd_verdict(binding: GpuBinding, labels: Mapping[str, str]) -> Verdict | None:
     """Contradictions between GPU Feature Discovery's node labels and the binding's attestation.
 
@@ -140,7 +95,7 @@ def gfd_verdict(binding: GpuBinding, labels: Mapping[str, str]) -> Verdict | Non
             f"node has no GPU Feature Discovery labels; cannot confirm the accelerator {who} "
             "attests",
         )
-    major, minor = _int_label(labels, GFD_CC_MAJOR), _int_label(labels, GFD_CC_MINOR)
+    major, minor = int_label(labels, GFD_CC_MAJOR), int_label(labels, GFD_CC_MINOR)
     if major is None or minor is None:
         return refuse(
             NodeVerdictCode.GFD_MISSING,
@@ -157,10 +112,10 @@ def gfd_verdict(binding: GpuBinding, labels: Mapping[str, str]) -> Verdict | Non
         )
     cuda = binding.accelerator.cudaDriverMajor
     if cuda is not None:
-        reported = _int_label(labels, GFD_CUDA_MAJOR)
+        reported = int_label(labels, GFD_CUDA_MAJOR)
         source = GFD_CUDA_MAJOR
         if reported is None:
-            reported, source = _int_label(labels, GFD_CUDA_MAJOR_OLD), GFD_CUDA_MAJOR_OLD
+            reported, source = int_label(labels, GFD_CUDA_MAJOR_OLD), GFD_CUDA_MAJOR_OLD
         if reported is None:
             return refuse(
                 NodeVerdictCode.GFD_MISSING,
@@ -173,94 +128,7 @@ def gfd_verdict(binding: GpuBinding, labels: Mapping[str, str]) -> Verdict | Non
                 f"GPU Feature Discovery reports a driver for CUDA {reported} ({source}); {who} "
                 f"attests cudaDriverMajor {cuda}",
             )
-    if binding.allocation is MIG:
-        return _mig_verdict(binding, labels)
-    product = labels.get(GFD_PRODUCT, "")
-    if binding.allocation is WHOLE_DEVICE:
-        # Under the single strategy a MIG slice is advertised as nvidia.com/gpu; GFD then names
-        # the product after the slice and adds the slice's own labels.
-        if "-MIG-" in product or GFD_SLICES in labels:
-            strategy = labels.get(GFD_MIG_STRATEGY, "unknown")
-            return refuse(
-                NodeVerdictCode.MIG_STRATEGY,
-                f"node's nvidia.com/gpu devices are MIG slices ({GFD_PRODUCT}={product}, "
-                f"{GFD_MIG_STRATEGY}={strategy}), not the whole GPUs {who} guarantees",
-            )
-        shared = _sharing(labels, GFD_SHARING, GFD_REPLICAS, product)
-        if shared:
-            return refuse(
-                NodeVerdictCode.SHARED_DEVICE,
-                f"node shares its GPUs ({shared}): an nvidia.com/gpu there is not the whole "
-                f"device {who} guarantees",
-            )
-    return _memory_verdict(binding, labels, GFD_MEMORY)
-
-
-def _sharing(labels: Mapping[str, str], strategy_key: str, replicas_key: str, product: str) -> str:
-    strategy = labels.get(strategy_key, "none")
-    replicas = _int_label(labels, replicas_key) or 0
-    if strategy not in ("", "none") or replicas > 1 or product.endswith("-SHARED"):
-        return f"{strategy_key}={strategy}, {replicas_key}={labels.get(replicas_key, '-')}"
-    return ""
-
-
-def _memory_verdict(binding: GpuBinding, labels: Mapping[str, str], key: str) -> Verdict | None:
-    mib = _int_label(labels, key)
-    if mib is None or mib <= 0:
-        # GFD omits the label when NVML reports no memory (unified-memory parts).
-        return None
-    usable = binding.usable_memory_bytes
-    if mib * MIB < usable:
-        return refuse(
-            NodeVerdictCode.MEMORY,
-            f"GPU Feature Discovery reports {mib} MiB per device ({key}); {binding.id} "
-            f"attests {binding.capacity_memory} usable",
-        )
-    return None
-
-
-def _mig_verdict(binding: GpuBinding, labels: Mapping[str, str]) -> Verdict | None:
-    resource = binding.resource.name
-    shape = resource.removeprefix(MIG_RESOURCE_PREFIX)
-    who = f"binding {binding.id}"
-    strategy = labels.get(GFD_MIG_STRATEGY)
-    if strategy is None:
-        return refuse(
-            NodeVerdictCode.GFD_MISSING,
-            f"node has no {GFD_MIG_STRATEGY} label; cannot confirm it advertises MIG slices as "
-            f"{resource}",
-        )
-    if strategy != "mixed":
-        return refuse(
-            NodeVerdictCode.MIG_STRATEGY,
-            f"node's MIG strategy is {strategy} ({GFD_MIG_STRATEGY}); {who} requests {resource}, "
-            "a name only the mixed strategy advertises (single advertises slices as "
-            "nvidia.com/gpu)",
-        )
-    product_key = f"{resource}.product"
-    product = labels.get(product_key)
-    # GFD names a slice product <parent product>-MIG-<profile>, dropping characters that are not
-    # allowed in a label value (the '+' of a media-extension profile).
-    expected = "-MIG-" + re.sub(r"[^A-Za-z0-9._-]", "", shape)
-    if product is None:
-        return refuse(
-            NodeVerdictCode.GFD_MISSING,
-            f"node has no {product_key} label; cannot confirm its {shape} MIG slices",
-        )
-    core = product.removesuffix("-SHARED")
-    if not core.endswith(expected):
-        return refuse(
-            NodeVerdictCode.MIG_PRODUCT,
-            f"{product_key} is {product}, not a {shape} MIG slice as {who} requests",
-        )
-    shared = _sharing(labels, f"{resource}.sharing-strategy", f"{resource}.replicas", product)
-    if shared:
-        return refuse(
-            NodeVerdictCode.SHARED_DEVICE,
-            f"node shares its {shape} MIG slices ({shared}); {who} guarantees an exclusive "
-            "partition",
-        )
-    return _memory_verdict(binding, labels, f"{resource}.memory")
+    return binding.allocation.node_verdict(binding, labels)
 
 
 __all__ = [

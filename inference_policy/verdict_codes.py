@@ -1,4 +1,4 @@
-"""Stable codes for every node verdict the extender can give, beside the reason people read.
+"""A node's verdict for a Pod, and the stable code of every verdict the extender can give.
 
 A verdict's `reason` names bindings, labels and sizes, so nothing may branch on it. Placement
 (`nodes`, `placement`) and the extender (`extender.view`) give each refused node one of these
@@ -9,6 +9,7 @@ for each, as it has for the planner's `RefusalCode`.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from enum import StrEnum
 
 
@@ -56,4 +57,27 @@ DESCRIPTIONS: dict[NodeVerdictCode, str] = {
 }
 
 
-__all__ = ["DESCRIPTIONS", "NodeVerdictCode"]
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """One node's answer; `code` is its stable class (`NodeVerdictCode`), for metrics and logs.
+    An unresolvable verdict is one no change of load can help (the scheduler skips preemption
+    for that node); a resolvable one is too little free capacity now."""
+
+    fits: bool
+    reason: str | None = None
+    unresolvable: bool = False
+    code: NodeVerdictCode = NodeVerdictCode.FITS
+
+
+FITS = Verdict(True)
+
+
+def refuse(code: NodeVerdictCode, reason: str) -> Verdict:
+    return Verdict(False, reason, True, code)
+
+
+def busy(code: NodeVerdictCode, reason: str) -> Verdict:
+    return Verdict(False, reason, False, code)
+
+
+__all__ = ["DESCRIPTIONS", "FITS", "NodeVerdictCode", "Verdict", "busy", "refuse"]

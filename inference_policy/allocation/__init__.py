@@ -1,0 +1,50 @@
+"""The allocation classes, registered: the seam a new class is added at.
+
+A binding's allocation class is how its devices are handed out: a whole device, a MIG partition,
+or a share of an accounted VRAM bucket. The profile (which guarantee a binding gives), the
+planner (which classes a request may use, in which order, how many devices a plan may span, how
+the request becomes a quantity), placement (the verdict code of a full or too-small node) and
+the node checks (what GFD's labels must say) ask the binding's class, never a resource-name
+prefix or a binding's concrete type. A new class is one module here, registered in `CLASSES`,
+plus its binding model in `profile`.
+"""
+
+from __future__ import annotations
+
+from inference_policy.allocation.accounted_share import ACCOUNTED_SHARE
+from inference_policy.allocation.base import AllocationClass, Fit, Guarantee
+from inference_policy.allocation.mig import MIG
+from inference_policy.allocation.whole_device import WHOLE_DEVICE
+
+CLASSES: tuple[AllocationClass, ...] = (MIG, WHOLE_DEVICE, ACCOUNTED_SHARE)
+BY_GUARANTEE = {c.guarantee: c for c in CLASSES}
+
+
+def class_of(allocator: str, resource: str) -> AllocationClass:
+    """The class of a GPU binding, from its allocator and its resource name."""
+    for cls in CLASSES:
+        if cls.allocator == allocator and cls.owns(resource):
+            return cls
+    raise ValueError(f"no allocation class for allocator {allocator} and resource {resource}")
+
+
+def class_of_resource(resource: str) -> AllocationClass | None:
+    """The class whose devices a resource name counts, if any (`cpu` and `memory` have none)."""
+    for cls in CLASSES:
+        if cls.owns(resource):
+            return cls
+    return None
+
+
+__all__ = [
+    "ACCOUNTED_SHARE",
+    "BY_GUARANTEE",
+    "CLASSES",
+    "MIG",
+    "WHOLE_DEVICE",
+    "AllocationClass",
+    "Fit",
+    "Guarantee",
+    "class_of",
+    "class_of_resource",
+]

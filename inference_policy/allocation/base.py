@@ -1,0 +1,118 @@
+"""What every allocation class answers, and the answers most classes share.
+
+An `AllocationClass` is how a binding's devices are handed out. It owns what that means for the
+rest of the core: the resource names its devices are counted in, the isolation it guarantees,
+how many devices one plan may span, how a request's memory becomes a quantity of its resource
+(the fit), and what the node's GPU Feature Discovery labels must say for the node to be the
+hardware the binding attests. Each class is one module in this package; `__init__` registers it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple, TypeAlias
+
+from inference_policy.gfd import GFD_MEMORY, memory_verdict
+from inference_policy.quantity import GI, ceil_div, gib_ceil
+from inference_policy.verdict_codes import NodeVerdictCode, Verdict
+
+if TYPE_CHECKING:
+    from inference_policy.profile import ExtendedResourceBinding, VramPluginBinding
+
+    GpuBinding: TypeAlias = ExtendedResourceBinding | VramPluginBinding
+
+Guarantee = Literal["whole-device", "mig", "accounted-share"]
+
+
+class Fit(NamedTuple):
+    """A request held by a binding: the memory planned per device, the quantity of the binding's
+    resource, and the engine arguments the grant implies."""
+
+    request_bytes: int
+    quantity: int
+    engine_args: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class AllocationClass:
+    """One allocation class: the isolation it guarantees and the rules that follow from it."""
+
+    guarantee: Guarantee
+    # The profile's `allocator` discriminator of the bindings of this class.
+    allocator: str
+    # The planner's preference among bindings of equal memory: stronger isolation first.
+    rank: int
+    # The resource names of this class's devices: exact names, or prefixes ending in "-".
+    resources: tuple[str, ...]
+    # Why one plan may not span several devices of this class; empty when it may (with p2p).
+    single_device: str = ""
+    # Memory is handed out as a share of a bucket, sized by the engine's budget, not a device.
+    shared_memory: bool = False
+
+    @property
+    def multi_device(self) -> bool:
+        return not self.single_device
+
+    @property
+    def busy_code(self) -> NodeVerdictCode:
+        """A node whose devices of this class are taken now."""
+        return NodeVerdictCode.VRAM_BUCKET if self.shared_memory else NodeVerdictCode.INSUFFICIENT
+
+    @property
+    def over_capacity_code(self) -> NodeVerdictCode:
+        """A node whose whole allocatable is less than the Pod asks."""
+        return NodeVerdictCode.VRAM_BUCKET if self.shared_memory else NodeVerdictCode.CAPACITY
+
+    def owns(self, resource: str) -> bool:
+        return any(
+            resource.startswith(name) if name.endswith("-") else resource == name
+            for name in self.resources
+        )
+
+    def node_verdict(self, binding: GpuBinding, labels: Mapping[str, str]) -> Verdict | None:
+        """What GFD's labels contradict in the binding beyond the card and driver checks every
+        class shares; None when nothing does. By default: the card's memory."""
+        return memory_verdict(binding, labels, GFD_MEMORY)
+
+    def fit(
+        self, binding: GpuBinding, fraction: float | None, devices: int, need: int
+    ) -> Fit | None:
+        """The request on this binding, or None when `need` bytes per device do not fit. By
+        default a device holds the request: whole GiB of it, the engine budgeting `fraction` of
+        the device (vLLM's gpu_memory_utilization)."""
+        usable = binding.usable_memory_bytes
+        args: dict[str, Any] = {}
+        request = gib_ceil(need) * GI
+        if fraction:
+            if not self.budget_fits(binding, fraction, need, request, args):
+                return None
+            if devices > 1:
+                args["tensor_parallel_size"] = devices
+        elif need > usable:
+            return None
+        return Fit(request, devices * binding.resource.quantity, args)
+
+    def budget_fits(
+        self,
+        binding: GpuBinding,
+        fraction: float,
+        need: int,
+        request: int,
+        args: dict[str, Any],
+    ) -> bool:
+        """Does the engine's budget of the device hold the need? Sets the budget it runs with."""
+        if need > binding.usable_memory_bytes * fraction:
+            return False
+        args["gpu_memory_utilization"] = fraction
+        return True
+
+
+def ceil_hundredth(value: float) -> float:
+    # Round in integer hundredths so 0.23 does not become 0.24 through float noise.
+    scaled = round(value * 100, 9)
+    return ceil_div(math.ceil(scaled * 1000), 1000) / 100 if scaled != int(scaled) else scaled / 100
+
+
+__all__ = ["AllocationClass", "Fit", "Guarantee", "ceil_hundredth"]

@@ -50,8 +50,8 @@ def python_module(module: str) -> list[str]:
     """The command that runs one of tmi's packages (`python -m webhook`) as the servers run.
 
     `-P`: the package comes from the environment's path (PYTHONPATH, then the install), never
-    from the working directory, which `-m` would put first; so a run on the compiled build
-    (`make test-compiled`, `make bench`) starts the compiled servers too."""
+    from the working directory, which `-m` would put first; so a server runs the same package
+    the test that started it imported."""
     return [sys.executable, "-P", "-m", module]
 
 

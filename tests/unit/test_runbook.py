@@ -1,9 +1,9 @@
 """The runbook covers every code an operator can meet, and every alert links into it.
 
 docs/operations.md is keyed by the refusal codes (``RefusalCode``), the extender's node verdict
-codes (``NodeVerdictCode``) and the AllocationVerified reasons (``allocation_reasons.REASONS``); the lists are
-closed, so a code added without its runbook section
-fails here. The chart's alerts name runbook anchors, which must exist.
+codes (``NodeVerdictCode``) and the AllocationVerified reasons (``allocation_reasons.REASONS``);
+the lists are closed, so a code added without its runbook section fails here. The chart's alerts
+name runbook anchors, which must exist.
 """
 
 from __future__ import annotations

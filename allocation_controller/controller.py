@@ -4,12 +4,13 @@ Every replica lists and watches (so a follower's cache is warm when it takes ove
 Lease holder runs workers. On winning the Lease a replica waits until every informer has listed
 once (a Pod checked before the profile ConfigMaps are read would be reported against an unknown
 revision), then queues every engine Pod, because it cannot know what the previous leader left
-undone. On losing it the workers stop and the queue is dropped. A ConfigMap informer whose list
-or watch the API server refuses to this replica's credentials or Role (401 or 403) counts as
-listed, with nothing readable: the Pods are still checked, and their verdicts name the refusal
-and the Role to fix, rather than the controller waiting unready with nothing written (the
-webhook and the extender treat the same refusal so). The informer lists again after such a
-refusal (`serving.informer`), and that list hands everything back once the read is allowed.
+undone. On losing it the workers stop and the queue is dropped. The ConfigMaps are read by the
+informers every server uses (`serving.revisions`) into the policy feed (`policy_io.feed`): one
+whose list or watch the API server refuses to this replica's credentials or Role (401 or 403)
+counts as read, with nothing readable, so the Pods are still checked and their verdicts name the
+refusal and the Role to fix, rather than the controller waiting unready with nothing written.
+The informer lists again after such a refusal (`serving.informer`), and that list hands
+everything back once the read is allowed.
 
 What wakes a Pod up:
 
@@ -33,7 +34,6 @@ import logging
 import time
 from collections.abc import Callable, Mapping
 from datetime import datetime
-from functools import partial
 from typing import Any
 
 from allocation_controller.config import ControllerSettings
@@ -46,9 +46,9 @@ from allocation_controller.workqueue import ShutDown, WorkQueue
 from inference_policy.grant import node_name, plan_revision
 from inference_policy.signing import VerifiedProfile
 from inference_policy.wire import ENGINE_LABEL, PLAN_ANNOTATION
-from policy_io.state import PROFILE_SELECTOR
+from policy_io.feed import FeedChange
 from serving.informer import Collection, Delta, Informer, ObjectStore
-from serving.kube import not_permitted
+from serving.revisions import feed_informers
 
 log = logging.getLogger(__name__)
 # Queue keys are Pod names; a Pod that left the watch is queued under this prefix, which no Pod
@@ -112,31 +112,25 @@ class Controller:
             watch_timeout=watch,
             on_listed=lambda _: self._inputs.set(),
         )
-        self.profiles = Informer(
-            api,
-            Collection("configmaps", "ConfigMap", namespace, label_selector=PROFILE_SELECTOR),
-            self._on_profile,
-            watch_timeout=watch,
-            on_listed=self._profiles_listed,
-            on_error=self._profiles_failed,
-        )
-        self.recipes = {
-            capability: Informer(
+
+        def new(
+            collection: Collection,
+            changed: Callable[[Delta], None],
+            listed: Callable[[Informer], None],
+            failed: Callable[[Exception], None],
+        ) -> Informer:
+            return Informer(
                 api,
-                Collection(
-                    "configmaps", "ConfigMap", namespace, field_selector=f"metadata.name={name}"
-                ),
-                partial(self._on_recipe, capability),
+                collection,
+                changed,
                 watch_timeout=watch,
-                on_listed=partial(self._recipe_listed, capability),
-                on_error=partial(self._recipe_failed, capability),
+                on_listed=listed,
+                on_error=failed,
             )
-            for capability, name in self.policy.recipe_names.items()
-        }
-        # ConfigMap informers whose last list the API server refused to this replica's Role:
-        # what they would hold is known to be unreadable, and every Pod's verdict says so.
-        self._unreadable: set[Informer] = set()
-        # Set whenever an informer lists or is found unreadable: the workers wait on it.
+
+        # The signed profile revisions and the configured recipe catalogs, into the feed.
+        self.policy_informers = feed_informers(self.policy.feed, new, self._policy_changed)
+        # Set whenever an input is read or found unreadable: the workers wait on it.
         self._inputs = asyncio.Event()
         self.elector = (
             LeaderElector(
@@ -173,15 +167,13 @@ class Controller:
 
     @property
     def informers(self) -> list[Informer]:
-        return [self.pods, self.profiles, *self.recipes.values()]
+        return [self.pods, *self.policy_informers]
 
     @property
     def synced(self) -> bool:
         """Every input is known: listed, or (a ConfigMap) refused to this replica's Role, which
         the verdicts then report; the Pods themselves must have been listed."""
-        return self.pods.synced.is_set() and all(
-            informer.synced.is_set() or informer in self._unreadable for informer in self.informers
-        )
+        return self.pods.synced.is_set() and self.policy.feed.ready
 
     @property
     def healthy(self) -> bool:
@@ -214,16 +206,14 @@ class Controller:
             self._pod_revisions[name] = plan_revision(pod)
         self.queue.add(name)
 
-    def _on_profile(self, delta: Delta) -> None:
-        configmap = delta.object
-        name = str((configmap.get("metadata") or {}).get("name"))
-        if delta.type == "DELETED":
-            changed = self.policy.remove_configmap(name)
-        else:
-            changed = self.policy.apply_configmap(configmap)
-        self._revisions_changed(changed)
+    def _policy_changed(self, change: FeedChange) -> None:
+        # The workers wait on `_inputs`, so it is set first: an exception in what follows must
+        # not leave a new leader waiting.
+        self._inputs.set()
+        if change:
+            self._revisions_changed(None if change.whole else change.digests)
 
-    def _revisions_changed(self, changed: set[str] | None) -> None:
+    def _revisions_changed(self, changed: frozenset[str] | None) -> None:
         """Count the revisions, and recheck the Pods planned with a changed one (None: all)."""
         verified = sum(isinstance(r, VerifiedProfile) for r in self.policy.revisions.values())
         self.metrics.revisions.labels("verified").set(verified)
@@ -238,55 +228,6 @@ class Controller:
     def _recheck_all(self) -> None:
         for pod in self.pods.store.names():
             self.queue.add(pod)
-
-    # A ConfigMap informer's list or refusal. The workers wait on `_inputs`, so it is set first:
-    # an exception in what follows must not leave a new leader waiting.
-
-    def _listed_after_refusal(self, informer: Informer) -> bool:
-        """The informer listed; True if the API server had refused it before."""
-        self._inputs.set()
-        refused = informer in self._unreadable
-        self._unreadable.discard(informer)
-        return refused
-
-    def _refusal(self, informer: Informer, exc: Exception) -> str | None:
-        """Why the informer's read was refused to this replica's Role, if that is what failed
-        (`serving.kube.not_permitted`); its inputs then count as known, with nothing readable."""
-        why = not_permitted(exc)
-        if why is not None:
-            self._unreadable.add(informer)
-            self._inputs.set()
-        return why
-
-    def _profiles_listed(self, informer: Informer) -> None:
-        if self._listed_after_refusal(informer):
-            configmaps = [informer.store.get(name) for name in informer.store.names()]
-            self.policy.profiles_listed([c for c in configmaps if c is not None])
-            self._revisions_changed(None)
-
-    def _profiles_failed(self, exc: Exception) -> None:
-        why = self._refusal(self.profiles, exc)
-        if why is not None and self.policy.profiles_not_permitted(why):
-            self._revisions_changed(None)
-
-    def _on_recipe(self, capability: str, delta: Delta) -> None:
-        self._recipe_changed(capability, None if delta.type == "DELETED" else delta.object)
-
-    def _recipe_changed(self, capability: str, configmap: JSON | None) -> None:
-        if self.policy.apply_recipe_catalog(capability, configmap):
-            self._recheck_all()
-
-    def _recipe_listed(self, capability: str, informer: Informer) -> None:
-        # A list without the catalog delivers nothing, yet "not found" is news on the first one;
-        # after a refused list, what it holds is news again.
-        if self._listed_after_refusal(informer) or not len(informer.store):
-            name = self.policy.recipe_names[capability]
-            self._recipe_changed(capability, informer.store.get(name))
-
-    def _recipe_failed(self, capability: str, exc: Exception) -> None:
-        why = self._refusal(self.recipes[capability], exc)
-        if why is not None and self.policy.recipe_catalog_unusable(capability, why):
-            self._recheck_all()
 
     # -- leadership ----------------------------------------------------------------------------
 

@@ -29,6 +29,7 @@ import aiohttp  # noqa: E402
 import orjson  # noqa: E402
 
 from localcluster.nodes import FakeNode  # noqa: E402
+from tests.fleetkit import a100_mig, cpu_only, gh200, h100, l40s, t4  # noqa: E402
 from tests.integration.extenderkit import (  # noqa: E402
     block,
     bound,
@@ -53,37 +54,15 @@ def fleet(size: int) -> list[FakeNode]:
         kind = i % 10
         name = f"node-{i:05d}"
         if kind in (0, 1, 2, 3):
-            nodes.append(FakeNode(name, gpus=8 if kind < 2 else 4))
+            nodes.append(h100(name, gpus=8 if kind < 2 else 4))
         elif kind in (4, 5):
-            nodes.append(
-                FakeNode(
-                    name,
-                    gpu_product="NVIDIA-A100-SXM4-80GB",
-                    compute_capability="8.0",
-                    gpus=4,
-                    mig={"3g.40gb": 8},
-                    whole_gpus=0,
-                )
-            )
+            nodes.append(a100_mig(name, gpus=4, slices=8))
         elif kind in (6, 7):
-            nodes.append(
-                FakeNode(
-                    name,
-                    gpu_product="NVIDIA-L40S",
-                    compute_capability="8.9",
-                    cuda_driver_major=12,
-                    vram_gb=48,
-                    vram_budget=True,
-                )
-            )
+            nodes.append(l40s(name))
         elif kind == 8:
-            nodes.append(FakeNode(name, gpus=0))
+            nodes.append(cpu_only(name))
         else:
-            nodes.append(
-                FakeNode(name, arch="arm64", gpus=1)
-                if i % 20 == 9
-                else FakeNode(name, gpu_product="Tesla-T4", compute_capability="7.5", vram_gb=16)
-            )
+            nodes.append(gh200(name) if i % 20 == 9 else t4(name))
     return nodes
 
 
@@ -94,7 +73,7 @@ def _serve(port: int, owner_key: bytes, size: int, ready: Any) -> None:
     from cryptography.hazmat.primitives.serialization import load_pem_private_key
 
     from extender.app import create_app
-    from extender.sources import MemorySource
+    from tests.integration.memory_sources import ExtenderMemorySource as MemorySource
 
     key = load_pem_private_key(owner_key, None)
     owner = Owner(key)  # type: ignore[arg-type]

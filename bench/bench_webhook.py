@@ -77,10 +77,11 @@ def _review_body(index: int | None = None, distinct: bool = False) -> bytes:
 
 def _our_app() -> web.Application:
     from inference_policy.signing import DEFAULT_CONFIGMAP_NAME
+    from tests.integration.memory_sources import WebhookMemorySource as MemorySource
     from tests.integration.webhookkit import published
     from tests.profilekit import NOW, Owner
     from webhook.app import create_app
-    from webhook.profile_source import MemorySource, PolicyStore
+    from webhook.profile_source import PolicyStore
 
     owner = Owner()
     settings = owner.settings(gpu_registry_credentials_secret="kamiwaza-pull")
@@ -99,7 +100,7 @@ def _constant_app() -> web.Application:
 
     owner = Owner()
     store = PolicyStore(owner.settings(gpu_registry_credentials_secret="kamiwaza-pull"))
-    store.apply(DEFAULT_CONFIGMAP_NAME, published(owner.sign()))
+    store.feed.read(DEFAULT_CONFIGMAP_NAME, published(owner.sign()))
     request = orjson.loads(_review_body())["request"]
     body = orjson.dumps(envelope(Reviewer(store).review(request, request["uid"], NOW)))
 

@@ -1,9 +1,9 @@
 """The HTTP side of the extender: kube-scheduler's extender protocol, health and metrics.
 
 The app is built by a factory from settings and a cluster source, so tests run it through
-aiohttp's test client with a `MemorySource`, and the process runs the very same app behind TLS
-with a `KubernetesSource`. Handlers only translate; the decisions are in `extender.view` and the
-placement rules in `inference_policy.placement`.
+aiohttp's test client with a source that feeds it from dicts, and the process runs the very
+same app behind TLS with a `KubernetesSource`. Handlers only translate; the decisions are in
+`extender.view` and the placement rules in `inference_policy.placement`.
 
 Status codes, on purpose. kube-scheduler treats any status other than 200 as a failed call, and
 a filter answer whose `Error` is set as a failed scheduling cycle. So: a body that is not JSON or
@@ -27,11 +27,11 @@ from typing import Any
 import orjson
 from aiohttp import web
 
+from extender.args import ArgsError
 from extender.config import DEFAULT_MAX_BODY_BYTES
 from extender.metrics import ExtenderMetrics
-from extender.sources import ClusterSource, MemorySource
+from extender.sources import ClusterSource
 from extender.view import (
-    ArgsError,
     ClusterView,
     Outcome,
     filter_nodes,
@@ -264,7 +264,7 @@ def _lifecycle(app: web.Application) -> contextlib.AbstractAsyncContextManager[N
 
 def create_app(
     settings: PolicySettings,
-    source: ClusterSource | None = None,
+    source: ClusterSource,
     *,
     pod_namespaces: Iterable[str] | None = None,
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
@@ -273,13 +273,13 @@ def create_app(
     clock: Callable[[], datetime] | None = None,
     read_timeout: float = ConnectionLimits().read_timeout,
 ) -> web.Application:
-    """The extender application; `source` defaults to an empty in-memory one."""
+    """The extender application, its view kept current by `source` while it runs."""
     clock = clock or (lambda: datetime.now(UTC))
     scopes = tuple(pod_namespaces) if pod_namespaces is not None else (settings.namespace,)
     view = ClusterView(settings, scopes, clock)
     runtime = Runtime(
         view=view,
-        source=source or MemorySource(),
+        source=source,
         metrics=ExtenderMetrics(view),
         max_body_bytes=max_body_bytes,
         reloader=reloader,

@@ -13,16 +13,14 @@ next update but never a scheduling request.
 After a restart, the first list of Pods rebuilds the whole ledger: nothing is persisted, and
 nothing needs to be, because every accounted fact is in the API.
 
-`MemorySource` feeds the same view from dicts, for tests and benchmarks.
-
-The profile informer reads one named ConfigMap, as the webhook's source does, and the view verifies
-it once per revision with the same `PolicyState`.
+The profile is read by the informers every server uses (`serving.revisions`): one named
+ConfigMap, or every signed revision when following them, into the view's `policy_io.feed`.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from typing import Any, Protocol
 
 from extender.config import ALL_NAMESPACES
@@ -36,8 +34,7 @@ from inference_policy.ledger import (
 from inference_policy.nodes import NodeFacts, node_facts
 from inference_policy.wire import ENGINE_LABEL as DEPLOYMENT_LABEL
 from serving.informer import Collection, Delta, Informer, Informers, ListWatch
-from serving.kube import not_permitted
-from serving.revisions import ProfileRevisionFeed
+from serving.revisions import feed_informers
 
 log = logging.getLogger(__name__)
 Accounted = tuple[str, dict[str, int]] | None
@@ -49,88 +46,6 @@ class ClusterSource(Protocol):
     async def start(self, view: ClusterView) -> None: ...
 
     async def stop(self) -> None: ...
-
-
-# -- in memory ----------------------------------------------------------------------------------
-
-
-def _in_scope(pod: Mapping[str, Any], scopes: tuple[str, ...]) -> bool:
-    meta = pod.get("metadata") or {}
-    labels = meta.get("labels") or {}
-    if DEPLOYMENT_LABEL not in labels:
-        return False
-    return ALL_NAMESPACES in scopes or meta.get("namespace") in scopes
-
-
-class MemorySource:
-    """Nodes, Pods and the profile from memory; `put_*`/`delete_*` act as watch events."""
-
-    def __init__(
-        self,
-        nodes: Iterable[Mapping[str, Any]] = (),
-        pods: Iterable[Mapping[str, Any]] = (),
-        configmap: Mapping[str, Any] | None = None,
-    ) -> None:
-        self.nodes: dict[str, Mapping[str, Any]] = {str(n["metadata"]["name"]): n for n in nodes}
-        self.pods: dict[str, Mapping[str, Any]] = {pod_key(p): p for p in pods}
-        self.configmap = configmap
-        self.view: ClusterView | None = None
-        self.hold: set[str] = set()
-
-    async def start(self, view: ClusterView) -> None:
-        self.view = view
-        if "nodes" not in self.hold:
-            view.replace_nodes(node_facts(n) for n in self.nodes.values())
-        if "pods" not in self.hold:
-            for scope in view.pod_scopes:
-                view.replace_pods(
-                    scope,
-                    (
-                        (key, accounted_pod(pod))
-                        for key, pod in self.pods.items()
-                        if _in_scope(pod, (scope,))
-                    ),
-                )
-        if "profile" not in self.hold:
-            self._deliver_profile(view)
-
-    async def stop(self) -> None:
-        self.view = None
-
-    def put_node(self, node: Mapping[str, Any]) -> None:
-        name = str(node["metadata"]["name"])
-        self.nodes[name] = node
-        if self.view is not None:
-            self.view.node_changed(name, node_facts(node))
-
-    def delete_node(self, name: str) -> None:
-        self.nodes.pop(name, None)
-        if self.view is not None:
-            self.view.node_changed(name, None)
-
-    def put_pod(self, pod: Mapping[str, Any]) -> None:
-        key = pod_key(pod)
-        self.pods[key] = pod
-        if self.view is not None and _in_scope(pod, self.view.pod_scopes):
-            self.view.pod_changed(key, accounted_pod(pod))
-
-    def delete_pod(self, key: str) -> None:
-        self.pods.pop(key, None)
-        if self.view is not None:
-            self.view.pod_changed(key, None)
-
-    def put_configmap(self, configmap: Mapping[str, Any] | None) -> None:
-        self.configmap = configmap
-        if self.view is not None:
-            self._deliver_profile(self.view)
-
-    def _deliver_profile(self, view: ClusterView) -> None:
-        if not view.settings.follow_revisions:
-            view.set_profile(self.configmap)
-            return
-        cm = self.configmap
-        name = str((cm.get("metadata") or {}).get("name")) if cm is not None else ""
-        view.follow_profiles({name: cm} if cm is not None else {})
 
 
 # -- the API server -----------------------------------------------------------------------------
@@ -176,6 +91,7 @@ class KubernetesSource:
         changed: Callable[[Delta], None],
         listed: Callable[[Informer], None],
         failed: Callable[[Exception], None] | None = None,
+        *,
         transform: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
     ) -> Informer:
         return Informer(
@@ -190,34 +106,6 @@ class KubernetesSource:
             max_backoff=30.0 * self.backoff_seconds,
             transform=transform,
         )
-
-    def _profile(self, view: ClusterView) -> Informer:
-        settings = view.settings
-
-        def failed(exc: Exception) -> None:
-            why = not_permitted(exc)
-            if why is not None:
-                view.profile_not_permitted(why)
-
-        if settings.follow_revisions:
-            feed = ProfileRevisionFeed(
-                settings.namespace, view.follow_profile, view.follow_profiles
-            )
-            return self._informer(feed.collection, feed.changed, feed.listed, failed)
-        name = settings.bundle_configmap
-
-        def changed(delta: Delta) -> None:
-            if not delta.listed:
-                view.set_profile(None if delta.type == "DELETED" else delta.object)
-
-        def listed(informer: Informer) -> None:
-            # Re-reading a revision it has verified costs the view a lookup.
-            view.set_profile(informer.store.get(name))
-
-        collection = Collection(
-            "configmaps", "ConfigMap", settings.namespace, field_selector=f"metadata.name={name}"
-        )
-        return self._informer(collection, changed, listed, failed)
 
     def _nodes(self, view: ClusterView) -> Informer:
         facts: dict[str, NodeFacts] = {}
@@ -265,7 +153,8 @@ class KubernetesSource:
         return self._informer(collection, changed, listed, transform=holding_part)
 
     async def start(self, view: ClusterView) -> None:
-        self.informers.add(self._profile(view))
+        for informer in feed_informers(view.feed, self._informer):
+            self.informers.add(informer)
         self.informers.add(self._nodes(view))
         for scope in self.pod_namespaces:
             self.informers.add(self._pods(view, scope))

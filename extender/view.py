@@ -6,8 +6,8 @@ values, so there is no lock to wedge and a request never waits on the API server
 - the Nodes by name (parsed `NodeFacts`), for node-cache mode, where the scheduler sends names;
 - a `UsageLedger` of the requests of planned Pods bound to each node, rebuilt from a list after
   a restart and kept current by a watch;
-- the verified owner profile (verified once per ConfigMap revision), to look up the binding a
-  Pod's plan names and the accelerator it attests;
+- the policy feed (`policy_io.feed`) of the owner profile, verified once per ConfigMap revision,
+  whose snapshot gives the binding a Pod's plan names and the accelerator it attests;
 - a decayed histogram of the GPU requests it has been asked to place (`RequestMix`, each Pod
   counted once, by UID), the workload distribution the fragmentation-aware score is taken
   against. It starts empty after a restart, and the score is plain best fit until the first
@@ -31,17 +31,18 @@ scheduler retries.
 
 from __future__ import annotations
 
-import logging
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Final, TypeVar
+from typing import Any, TypeVar
 
 import orjson
 
+from extender.args import Candidates, candidates, has_plan, pod_of
 from inference_policy.fragmentation import RequestMix
 from inference_policy.ledger import UsageLedger
-from inference_policy.nodes import FITS, NodeFacts, Verdict, node_facts
+from inference_policy.nodes import FITS, NodeFacts, Verdict
 from inference_policy.placement import (
     Demand,
     check_nodes,
@@ -52,23 +53,17 @@ from inference_policy.placement import (
 )
 from inference_policy.plan import PlanError, parse_plan
 from inference_policy.planner import PROFILE_PREFIX
-from inference_policy.signing import ProfileRefused
+from inference_policy.signing import ProfileRefused, VerifiedProfile
 from inference_policy.verdict_codes import NodeVerdictCode
 from inference_policy.wire import PLAN_ANNOTATION
-from policy_io.catalog import packaged_catalog
+from policy_io.feed import PolicyFeed
 from policy_io.state import PolicySettings, PolicyState
-
-log = logging.getLogger(__name__)
 
 NODES = "nodes"
 PROFILE = "profile"
 # Pods whose request is already in the histogram: a Pending Pod is prioritized on every retry,
 # and counting each retry would weigh the workload towards the requests that do not fit.
 SEEN_PODS = 10_000
-
-
-class ArgsError(ValueError):
-    """The body is not an ExtenderArgs the extender can answer; the message says why."""
 
 
 class Unplaceable(Exception):
@@ -80,30 +75,23 @@ class Unplaceable(Exception):
         self.code = code
 
 
+@dataclass(frozen=True, slots=True)
 class Outcome:
     """A filter or prioritize answer plus what the metrics and the log say about it: the count of
-    each verdict code, and the code of each node the placement rules refused. A plain class for
-    the compiled build (setup.py)."""
+    each verdict code, and the code of each node the placement rules refused."""
 
-    def __init__(
-        self,
-        body: Any,
-        outcome: str,
-        codes: dict[str, int] | None = None,
-        node_codes: dict[str, str] | None = None,
-        nodes: int | None = None,
-    ) -> None:
-        self.body = body
-        self.outcome = outcome
-        self.codes: Final[dict[str, int]] = {} if codes is None else codes
-        self.node_codes: Final[dict[str, str]] = {} if node_codes is None else node_codes
-        # The candidate nodes a filter call named (None: the call was not read that far).
-        self.nodes: Final = nodes
+    body: Any
+    outcome: str
+    codes: dict[str, int] = field(default_factory=dict)
+    node_codes: dict[str, str] = field(default_factory=dict)
+    # The candidate nodes a filter call named (None: the call was not read that far).
+    nodes: int | None = None
 
 
 MAX_CYCLES = 64
 
 
+@dataclass(slots=True)
 class _Cycle:
     """What earlier scheduling cycles for one demand found, node by node. The next cycle for
     the same deployment (the next replica) sees the same nodes with one node's load changed
@@ -115,14 +103,14 @@ class _Cycle:
     last one stopped, and its filters run in parallel), and then sends prioritize only the nodes
     the filter kept. A memo of the last list would miss on every call. A node's entries go when
     its accounted load changes (the ledger's log, read at the next cycle) and when its Node
-    object is replaced or removed (`ClusterView.node_changed`, at once)."""
+    object is replaced or removed (`ClusterView.node_changed`, at once). Not frozen: `version`
+    moves to the ledger's as the entries it invalidates are dropped."""
 
-    def __init__(self, version: int) -> None:
-        self.version = version
-        self.verdicts: Final[dict[str, Verdict]] = {}
-        # The node's free amount of the demand's resource (None: the Pod cannot go there at
-        # all) and its allocatable, `placement.free_of`'s pair.
-        self.frees: Final[dict[str, tuple[int | None, int]]] = {}
+    version: int
+    verdicts: dict[str, Verdict] = field(default_factory=dict)
+    # The node's free amount of the demand's resource (None: the Pod cannot go there at all)
+    # and its allocatable, `placement.free_of`'s pair.
+    frees: dict[str, tuple[int | None, int]] = field(default_factory=dict)
 
     def forget(self, name: str) -> None:
         """What was found on this node no longer holds."""
@@ -164,11 +152,12 @@ class ClusterView:
     ) -> None:
         self.settings = settings
         self.clock = clock
-        self.policy = PolicyState(settings, packaged_catalog())
+        # The extender places by the profile's bindings; it plans nothing, so reads no catalog.
+        self.feed = PolicyFeed(settings, recipes=False, clock=clock)
         self.nodes: dict[str, NodeFacts] = {}
         self.ledger = UsageLedger()
         self.pod_scopes = tuple(pod_scopes)
-        self.pending: set[str] = {NODES, PROFILE, *(f"pods/{s}" for s in self.pod_scopes)}
+        self._pending: set[str] = {NODES, *(f"pods/{s}" for s in self.pod_scopes)}
         self.events = 0
         self.mix = RequestMix()
         self._observed: OrderedDict[str, None] = OrderedDict()
@@ -178,12 +167,22 @@ class ClusterView:
     # -- informer callbacks (event loop only) -------------------------------------------------
 
     @property
+    def policy(self) -> PolicyState:
+        """The feed's planning state: the profile in use, its refusal, the owner keys."""
+        return self.feed.state
+
+    @property
+    def pending(self) -> set[str]:
+        """The inputs not read yet: nodes, each Pod scope, and the profile."""
+        return self._pending if self.feed.ready else {*self._pending, PROFILE}
+
+    @property
     def ready(self) -> bool:
-        return not self.pending
+        return not self._pending and self.feed.ready
 
     def replace_nodes(self, nodes: Iterable[NodeFacts]) -> None:
         self.nodes = {node.name: node for node in nodes}
-        self.pending.discard(NODES)
+        self._pending.discard(NODES)
         self._cycles.clear()
 
     def node_changed(self, name: str, node: NodeFacts | None) -> None:
@@ -208,7 +207,7 @@ class ClusterView:
         for key in self.ledger.pod_keys():
             if key.startswith(prefix) and key not in seen:
                 self.ledger.remove(key)
-        self.pending.discard(f"pods/{scope}")
+        self._pending.discard(f"pods/{scope}")
 
     def pod_changed(self, key: str, accounted: tuple[str, dict[str, int]] | None) -> None:
         self.events += 1
@@ -219,42 +218,6 @@ class ClusterView:
             self.ledger.remove(key)
         else:
             self.ledger.upsert(key, *accounted)
-
-    def follow_profile(self, name: str, configmap: Mapping[str, Any] | None) -> None:
-        """Follow mode: one signed profile ConfigMap as a watch event has it (None: gone)."""
-        self.policy.follow(name, configmap)
-
-    def follow_profiles(self, configmaps: Mapping[str, Mapping[str, Any]]) -> None:
-        """Follow mode: every signed profile ConfigMap, as a complete list returned them."""
-        self.pending.discard(PROFILE)
-        self.policy.follow_list(configmaps)
-
-    def profile_not_permitted(self, why: str) -> None:
-        """The profile ConfigMap (or, following revisions, their list) may not be read by this
-        server's Role (`serving.kube.not_permitted`): the profile did not arrive, and every
-        node's rejection says why, rather than the extender staying unready."""
-        if self.settings.follow_revisions:
-            self.pending.discard(PROFILE)
-            self.policy.revisions_not_permitted(why)
-        else:
-            self.set_profile(None, why)
-
-    def set_profile(self, configmap: Mapping[str, Any] | None, why: str | None = None) -> None:
-        """The profile ConfigMap as read now (None: absent, or unreadable for `why`). Never
-        raises: it is a callback."""
-        self.pending.discard(PROFILE)
-        name, namespace = self.settings.bundle_configmap, self.settings.namespace
-        try:
-            if configmap is None:
-                self.policy.profile_missing(
-                    f"ConfigMap {name!r} {why or 'was not found'} in namespace {namespace!r}"
-                )
-                return
-            if self.policy.read_profile(dict(configmap), self.clock()):
-                self.policy.log_verdict(name)
-        except Exception as exc:
-            log.exception("profile ConfigMap %s could not be used", name)
-            self.policy.profile_missing(f"ConfigMap {name!r} could not be read: {exc}")
 
     def cycle(self, demand: Demand) -> _Cycle:
         """The remembered verdicts and free capacities for this demand, less those of the nodes
@@ -338,7 +301,9 @@ class ClusterView:
         if text is None:
             return None
         if not isinstance(text, str):
-            raise Unplaceable(f"the {PLAN_ANNOTATION} annotation is not a string", NodeVerdictCode.PLAN_INVALID)
+            raise Unplaceable(
+                f"the {PLAN_ANNOTATION} annotation is not a string", NodeVerdictCode.PLAN_INVALID
+            )
         try:
             plan = parse_plan(text)
             if plan.path == "external":
@@ -351,9 +316,9 @@ class ClusterView:
         except PlanError as exc:
             raise Unplaceable(str(exc), NodeVerdictCode.PLAN_INVALID) from None
 
-    def _profile(self) -> Any:
-        profile = self.policy.profile
-        refusal = self.policy.profile_refusal
+    def _profile(self) -> VerifiedProfile:
+        snapshot = self.feed.snapshot
+        profile, refusal = snapshot.profile, snapshot.profile_refusal
         if profile is None or refusal is not None:
             message = (
                 refusal.authorization_message
@@ -370,75 +335,6 @@ class ClusterView:
         return profile
 
 
-def has_plan(pod: Mapping[str, Any]) -> bool:
-    meta = pod.get("metadata")
-    annotations = meta.get("annotations") if isinstance(meta, Mapping) else None
-    return isinstance(annotations, Mapping) and PLAN_ANNOTATION in annotations
-
-
-def _pod_of(args: Any) -> Mapping[str, Any]:
-    if not isinstance(args, Mapping):
-        raise ArgsError("the body is not an ExtenderArgs object")
-    pod = args.get("Pod")
-    if not isinstance(pod, Mapping):
-        raise ArgsError("ExtenderArgs.Pod is missing or not an object")
-    return pod
-
-
-class _Candidates:
-    def __init__(
-        self,
-        cache_mode: bool,
-        names: list[str],
-        facts: list[NodeFacts | None],
-        items: list[Any],
-        list_meta: Any,
-    ) -> None:
-        self.cache_mode: Final = cache_mode
-        self.names: Final = names
-        self.facts: Final = facts
-        self.items: Final = items
-        self.list_meta: Final = list_meta
-
-
-def _candidates(view: ClusterView, args: Mapping[str, Any]) -> _Candidates:
-    names_raw = args.get("NodeNames")
-    if names_raw is not None:
-        # map() keeps both passes in C: every scheduling cycle sends every candidate's name.
-        if not isinstance(names_raw, list) or not set(map(type, names_raw)) <= {str}:
-            raise ArgsError("ExtenderArgs.NodeNames is not a list of node names")
-        return _Candidates(True, names_raw, list(map(view.nodes.get, names_raw)), [], None)
-    node_list = args.get("Nodes")
-    if node_list is None:
-        raise ArgsError("ExtenderArgs carries neither Nodes nor NodeNames")
-    items = node_list.get("items") if isinstance(node_list, Mapping) else None
-    if items is None:
-        items = []
-    if not isinstance(items, list):
-        raise ArgsError("ExtenderArgs.Nodes.items is not a list")
-    names: list[str] = []
-    facts: list[NodeFacts | None] = []
-    for index, item in enumerate(items):
-        if not isinstance(item, Mapping):
-            raise ArgsError(f"ExtenderArgs.Nodes.items[{index}] is not a Node object")
-        meta = item.get("metadata")
-        name = meta.get("name") if isinstance(meta, Mapping) else None
-        if not isinstance(name, str) or not name:
-            raise ArgsError(f"ExtenderArgs.Nodes.items[{index}] has no metadata.name")
-        version = meta.get("resourceVersion") if isinstance(meta, Mapping) else None
-        cached = view.nodes.get(name)
-        # Reuse the informer's parse (and its memo) when the scheduler sent the same revision.
-        if cached is not None and version and cached.version == version:
-            facts.append(cached)
-        else:
-            facts.append(node_facts(item))
-        names.append(name)
-    meta = node_list.get("metadata") if isinstance(node_list, Mapping) else None
-    return _Candidates(False, names, facts, items, meta if isinstance(meta, Mapping) else {})
-
-
-
-
 def _unknown(name: str) -> Verdict:
     return Verdict(
         False,
@@ -451,8 +347,8 @@ def _unknown(name: str) -> Verdict:
 
 def filter_nodes(view: ClusterView, args: Any) -> Outcome:
     """The ExtenderFilterResult for one ExtenderArgs. Raises ArgsError for a malformed body."""
-    pod = _pod_of(args)
-    cands = _candidates(view, args)
+    pod = pod_of(args)
+    cands = candidates(args, view.nodes)
     if has_plan(pod) and not view.ready:
         missing = ", ".join(sorted(view.pending))
         body = _filter_body(cands, [], {}, {})
@@ -498,7 +394,7 @@ def filter_nodes(view: ClusterView, args: Any) -> Outcome:
 
 
 def _filter_body(
-    cands: _Candidates,
+    cands: Candidates,
     passed: list[int],
     failed: dict[str, str],
     unresolvable: dict[str, str],
@@ -524,8 +420,8 @@ def _filter_body(
 
 def prioritize_nodes(view: ClusterView, args: Any) -> Outcome:
     """The HostPriorityList for one ExtenderArgs. Raises ArgsError for a malformed body."""
-    pod = _pod_of(args)
-    cands = _candidates(view, args)
+    pod = pod_of(args)
+    cands = candidates(args, view.nodes)
     if has_plan(pod) and not view.ready:
         return Outcome([{"Host": n, "Score": 0} for n in cands.names], "not-ready")
     try:

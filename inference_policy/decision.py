@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from inference_policy.catalog import EngineCatalog
 from inference_policy.plan import Plan
-from inference_policy.recipes import RecipeCatalog
+from inference_policy.recipe_inputs import RecipeInput
 from inference_policy.refusals import RefusalCode
 from inference_policy.signing import ProfileRefused, VerifiedProfile
 
@@ -88,8 +88,10 @@ class PlanContext(NamedTuple):
     profile: VerifiedProfile | None = None
     profile_refusal: ProfileRefused | None = None
     catalog_refusal: str | None = None
-    gpu_recipes: RecipeCatalog | None = None
-    cpu_recipes: RecipeCatalog | None = None
+    gpu_recipes: RecipeInput = None
+    cpu_recipes: RecipeInput = None
+    """Each configured recipe catalog, or why it cannot be used (`recipe_inputs`): a decision
+    that would plan locally is then refused (`planner.decide`)."""
     options: GpuOptions | None = None
     """Where the per-revision part of a GPU decision is kept between decisions (a server's
     state holds one); None works it out for each decision."""

@@ -62,6 +62,7 @@ from inference_policy.grant_findings import pod_findings
 from inference_policy.plan import Plan
 from inference_policy.planner import PlanContext, decide
 from inference_policy.profile import ARCH_KEY, format_timestamp
+from inference_policy.recipe_inputs import unavailable
 from inference_policy.signing import ProfileRefused, VerifiedProfile
 from inference_policy.stored_pod import (
     CONDITION_TYPE,
@@ -260,6 +261,8 @@ def check_grant(
     if findings:
         return _false(findings[0][0], "; ".join(text for _, text in findings))
     digest = plan.bundle_sha256
+    if lapse is None:
+        lapse = catalog_lapse(ctx)
     if lapse is not None:
         return _lapse(pod, lapse, VERIFIED_REVISION_UNAVAILABLE)
     if digest is not None and profile is None:
@@ -345,6 +348,8 @@ def evaluate(
     digest = None if isinstance(plan, str) else plan.bundle_sha256
     known = revisions.get(digest) if digest is not None else None
     profile = known if isinstance(known, VerifiedProfile) else None
+    if lapse is None:
+        lapse = catalog_lapse(ctx)
     if lapse is None and isinstance(known, Lapse):
         lapse = known
     verdict = check_grant(pod, profile, ctx, now, lapse=lapse, plan=plan)
@@ -361,6 +366,19 @@ def departed_verdict() -> Verdict:
         ENGINE_LABEL_REMOVED,
         f"the {ENGINE_LABEL} label was removed, so the grant is no longer checked; restore the "
         "label to have the Pod verified again",
+    )
+
+
+def catalog_lapse(ctx: PlanContext) -> Lapse | None:
+    """Why no plan can be re-derived while a configured recipe catalog cannot be used (the
+    planner would refuse it, `planner.decide`), naming every such catalog."""
+    missing = unavailable(ctx.gpu_recipes, ctx.cpu_recipes)
+    if not missing:
+        return None
+    return Lapse(
+        RECIPE_CATALOG_UNAVAILABLE,
+        "; ".join(given.problem for given in missing)
+        + ", so the plan cannot be checked against the core",
     )
 
 
@@ -396,6 +414,7 @@ __all__ = [
     "Evaluation",
     "Lapse",
     "Verdict",
+    "catalog_lapse",
     "check_grant",
     "condition",
     "evaluate",

@@ -29,6 +29,7 @@ from inference_policy.quantity import (
     parse_bytes,
     parse_millicores,
 )
+from inference_policy.recipe_inputs import unavailable
 from inference_policy.refusals import WIRE_NO_FIT
 from inference_policy.refusals import RefusalCode as C
 from inference_policy.request import RequestError, parse_request
@@ -46,11 +47,18 @@ def decide(document: Any, ctx: PlanContext) -> Decision:
     """Plan one request (an already strictly-decoded JSON value)."""
     try:
         request = parse_request(document)
-        return _Planner(request, ctx).plan()
+        decision = _Planner(request, ctx).plan()
     except RequestError as exc:
-        return Refusal(422, str(exc), C.REQUEST_INVALID).decision()
+        decision = Refusal(422, str(exc), C.REQUEST_INVALID).decision()
     except Refusal as refusal:
-        return refusal.decision()
+        decision = refusal.decision()
+    if ctx.enabled and (decision.plan is None or decision.plan.local):
+        # A configured catalog that cannot be used outranks every other answer but an external
+        # plan: without it no local plan, and no refusal of one, is what the owner pinned.
+        missing = unavailable(ctx.gpu_recipes, ctx.cpu_recipes)
+        if missing:
+            return Refusal(503, missing[0].refusal, C.CATALOG_UNAVAILABLE).decision()
+    return decision
 
 
 class _Planner(RequestRules, GpuPath):

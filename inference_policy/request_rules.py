@@ -12,7 +12,7 @@ from typing import Any
 
 from inference_policy.catalog import Engine
 from inference_policy.decision import PlanContext, Refusal
-from inference_policy.recipes import Recipe
+from inference_policy.recipes import Recipe, RecipeCatalog
 from inference_policy.refusals import WIRE_NO_FIT
 from inference_policy.refusals import RefusalCode as C
 from inference_policy.request import DeploymentRequest
@@ -44,7 +44,7 @@ class PlannerBase:
     def _recipe(self, capability: str) -> Recipe | None:
         catalog = self.ctx.gpu_recipes if capability == "gpu" else self.ctx.cpu_recipes
         model = self.req.model
-        if catalog is None or model is None:
+        if not isinstance(catalog, RecipeCatalog) or model is None:
             return None
         return catalog.find(self.req.engine, model.name, self.req.config.model_dump())
 

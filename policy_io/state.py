@@ -8,14 +8,14 @@ verifications so tests and benchmarks can prove it.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
 from inference_policy.catalog import CatalogError, EngineCatalog, ImageMapError, ImageSource
 from inference_policy.planner import Decision, GpuOptions, PlanContext, decide
-from inference_policy.recipes import RecipeCatalog
+from inference_policy.recipe_inputs import CAPABILITIES, Capability, RecipeInput
 from inference_policy.signing import (
     DEFAULT_CONFIGMAP_NAME,
     DIGEST_KEY,
@@ -24,7 +24,6 @@ from inference_policy.signing import (
     TrustedKeys,
     VerifiedProfile,
     VerifyPolicy,
-    newest,
     verify_configmap_content,
 )
 
@@ -64,6 +63,15 @@ class PolicySettings:
     # ConfigMaps (label `kamiwaza.ai/inference-profile=true`) instead of the one named by
     # `bundle_configmap`: publishing revision N+1 is then the only step.
     follow_revisions: bool = False
+
+
+def recipe_catalog_configmaps(settings: PolicySettings) -> dict[Capability, str]:
+    """The recipe catalog ConfigMap each capability is pinned to, for those that are."""
+    names = {
+        "gpu": settings.gpu_recipe_catalog_configmap,
+        "cpu": settings.cpu_recipe_catalog_configmap,
+    }
+    return {capability: name for capability in CAPABILITIES if (name := names[capability])}
 
 
 PROFILE_LABEL = "kamiwaza.ai/inference-profile"
@@ -174,9 +182,12 @@ class PolicyState:
     profile: VerifiedProfile | None = field(init=False, default=None)
     profile_refusal: ProfileRefused | None = field(init=False, default=None)
     profile_revision: str | None = field(init=False, default=None)
-    gpu_recipes: RecipeCatalog | None = None
-    cpu_recipes: RecipeCatalog | None = None
+    # Each configured recipe catalog, or why it cannot be used; set by the `policy_io.feed`
+    # that reads them (or by `tmi plan` from files).
+    gpu_recipes: RecipeInput = None
+    cpu_recipes: RecipeInput = None
     pinned_verifications: int = field(init=False, default=0)
+    # Following revisions, every signed profile ConfigMap verified (kept by `policy_io.feed`).
     followed: ProfileRevisions = field(init=False, default_factory=ProfileRevisions)
     # What each GPU binding offers each engine under the current revision, kept across decisions.
     gpu_options: GpuOptions = field(init=False, default_factory=GpuOptions)
@@ -246,70 +257,6 @@ class PolicyState:
     def log_verdict(self, name: str) -> None:
         """Log the verdict on the pinned profile revision just read, once per revision."""
         log_result(name, self.profile if self.profile_refusal is None else self.profile_refusal)
-
-    def follow(self, name: str, configmap: Mapping[str, Any] | None) -> bool:
-        """Follow mode: one signed profile ConfigMap as it is now (None: deleted). The profile
-        in use becomes the newest verified revision (`signing.newest`); with none verified, the
-        refusal of one that was refused, or "did not arrive" when there is none at all. True
-        when anything the ConfigMaps say changed. Never raises (see `_following`)."""
-
-        def step() -> bool:
-            changed = self.followed.apply(name, configmap, self.policy(), self.trust_error)
-            return self._choose() or changed
-
-        return self._following(step)
-
-    def follow_list(self, configmaps: Mapping[str, Mapping[str, Any]]) -> bool:
-        """Follow mode: every signed profile ConfigMap a full list returned. Never raises."""
-
-        def step() -> bool:
-            changed = self.followed.keep_only(set(configmaps))
-            for name, configmap in configmaps.items():
-                changed = (
-                    self.followed.apply(name, configmap, self.policy(), self.trust_error) or changed
-                )
-            return self._choose() or changed
-
-        return self._following(step)
-
-    def revisions_not_permitted(self, why: str) -> None:
-        """Follow mode: the signed profile ConfigMaps could not be listed (`why`, the API
-        server's refusal of this server's Role). What was read before is forgotten, as a pinned
-        ConfigMap that may no longer be read is: the profile did not arrive, and says why."""
-        self.followed.keep_only(set())
-        self.profile_missing(
-            f"ConfigMaps labelled {PROFILE_SELECTOR} in namespace {self.settings.namespace!r} {why}"
-        )
-
-    def _following(self, step: Callable[[], bool]) -> bool:
-        # A follow step runs as a watch callback in every server: a ConfigMap it cannot use
-        # must become a profile that did not arrive, not a dead watch. Each revision's verdict
-        # is logged where it is verified (`log_result`); this logs only the unexpected.
-        try:
-            return step()
-        except Exception:
-            log.exception("profile revisions could not be followed")
-            self.profile_missing("the signed profile ConfigMaps could not be read")
-            return True
-
-    def _choose(self) -> bool:
-        before = (self.profile, self.profile_refusal)
-        best = newest(self.followed.verified())
-        if best is not None:
-            self.profile, self.profile_refusal = best, None
-        else:
-            refused = self.followed.refused()
-            self.profile = None
-            self.profile_refusal = (
-                refused[-1][1]
-                if refused
-                else ProfileRefused(
-                    Reason.ARRIVAL,
-                    f"no ConfigMap labelled {PROFILE_SELECTOR} in namespace "
-                    f"{self.settings.namespace!r}",
-                )
-            )
-        return (self.profile, self.profile_refusal) != before
 
     def profile_missing(self, check: str) -> None:
         self.profile = None

@@ -1,50 +1,99 @@
-"""Follow mode's one informer: every signed profile ConfigMap of a namespace, by label.
+"""The informers that keep a `policy_io.feed.PolicyFeed` current, the same in every server.
 
-With `--follow-profile-revisions` the webhook and the extender read the profile from every
-ConfigMap labelled `kamiwaza.ai/inference-profile=true` rather than from one by name, so that
-publishing revision N+1 is the only step. Both list and watch the same collection and hand it on
-the same way: a watch event as one ConfigMap by name (None once deleted), a complete list as
-every ConfigMap by name, which is what `PolicyState.follow` and `PolicyState.follow_list` take.
-Kept here, once, so the two servers cannot drift in what they select or how they key it; each
-server still builds the `Informer` with its own resync, backoff and error handling.
+The webhook, the extender and the controller read the same ConfigMaps the same way: the pinned
+profile and each configured recipe catalog by `metadata.name`, which lets the Role name the
+ConfigMaps it may read (`resourceNames`) rather than every ConfigMap in the namespace; and,
+following revisions, every ConfigMap labelled `kamiwaza.ai/inference-profile=true`. Each hands
+the feed a watch event as one ConfigMap (None once deleted), a complete list whole once the list
+is complete, and a list or watch the API server refuses to this server's Role as the refusal
+(`serving.kube.not_permitted`). Kept here, once, so the servers cannot drift in what they select,
+how they key it or how they take a refusal; each server still makes the `Informer` itself
+(`NewInformer`), with its own resync, backoff and error handling.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
+from policy_io.feed import FeedChange, PolicyFeed
 from policy_io.state import PROFILE_SELECTOR
 from serving.informer import JSON, Collection, Delta, Informer
+from serving.kube import not_permitted
 
-FollowOne = Callable[[str, Mapping[str, Any] | None], None]
-FollowAll = Callable[[Mapping[str, Mapping[str, Any]]], None]
+NewInformer = Callable[
+    [Collection, Callable[[Delta], None], Callable[[Informer], None], Callable[[Exception], None]],
+    Informer,
+]
+"""Makes a server's informer: its collection, then `changed`, `listed` and `failed` handlers."""
+Notify = Callable[[FeedChange], None]
+Read = Callable[[Mapping[str, Any] | None, str | None], FeedChange]
+
+
+def _ignore(change: FeedChange) -> None:
+    return None
 
 
 def _name(configmap: JSON) -> str:
     return str((configmap.get("metadata") or {}).get("name"))
 
 
-@dataclass(frozen=True)
-class ProfileRevisionFeed:
-    """The signed profile ConfigMaps of `namespace`, and the informer handlers that feed them
-    to a server: `one` for each change a watch brings, `every` once each list is complete."""
+def feed_informers(feed: PolicyFeed, new: NewInformer, notify: Notify = _ignore) -> list[Informer]:
+    """The informers `feed` reads (none when it reads nothing). `notify` hears what each
+    event, list or refusal changed, after the feed has taken it."""
+    namespace = feed.settings.namespace
+    informers: list[Informer] = []
+    if feed.follows:
+        informers.append(_revisions(feed, namespace, new, notify))
+    if feed.pinned is not None:
+        informers.append(_by_name(feed.pinned, namespace, feed.profile_read, new, notify))
+    for capability, name in feed.catalog_names.items():
+        read = partial(feed.catalog_read, capability)
+        informers.append(_by_name(name, namespace, read, new, notify))
+    return informers
 
-    namespace: str
-    one: FollowOne
-    every: FollowAll
 
-    @property
-    def collection(self) -> Collection:
-        return Collection(
-            "configmaps", "ConfigMap", self.namespace, label_selector=PROFILE_SELECTOR
-        )
-
-    def changed(self, delta: Delta) -> None:
-        # What a list found is handed on whole once the list is complete (`listed`).
+def _by_name(name: str, namespace: str, read: Read, new: NewInformer, notify: Notify) -> Informer:
+    def changed(delta: Delta) -> None:
+        # What a list found is read once the list is complete (`listed`).
         if not delta.listed:
-            self.one(_name(delta.object), None if delta.type == "DELETED" else delta.object)
+            notify(read(None if delta.type == "DELETED" else delta.object, None))
 
-    def listed(self, informer: Informer) -> None:
-        self.every({_name(o): o for o in informer.store.values()})
+    def listed(informer: Informer) -> None:
+        # Re-reading a revision already read costs the feed a lookup.
+        notify(read(informer.store.get(name), None))
+
+    def failed(exc: Exception) -> None:
+        why = not_permitted(exc)
+        if why is not None:
+            # The Role does not name this ConfigMap (a new revision's name, say).
+            notify(read(None, why))
+
+    collection = Collection(
+        "configmaps", "ConfigMap", namespace, field_selector=f"metadata.name={name}"
+    )
+    return new(collection, changed, listed, failed)
+
+
+def _revisions(feed: PolicyFeed, namespace: str, new: NewInformer, notify: Notify) -> Informer:
+    """Every signed profile ConfigMap of the namespace, by label."""
+
+    def changed(delta: Delta) -> None:
+        if not delta.listed:
+            configmap = None if delta.type == "DELETED" else delta.object
+            notify(feed.revision_changed(_name(delta.object), configmap))
+
+    def listed(informer: Informer) -> None:
+        notify(feed.revisions_listed({_name(o): o for o in informer.store.values()}))
+
+    def failed(exc: Exception) -> None:
+        why = not_permitted(exc)
+        if why is not None:
+            notify(feed.revisions_refused(why))
+
+    collection = Collection("configmaps", "ConfigMap", namespace, label_selector=PROFILE_SELECTOR)
+    return new(collection, changed, listed, failed)
+
+
+__all__ = ["NewInformer", "Notify", "feed_informers"]

@@ -1,11 +1,11 @@
 """The HTTP side of the webhook: routes, body limits, lifecycle, health and metrics.
 
 The app is built by a factory from settings and a ConfigMap source, so tests run it through
-aiohttp's test client with a `MemorySource`, and the process entry point runs the very same app
-behind TLS with a `KubernetesSource`. Handlers only translate: the admission logic is in
-`webhook.admission`, the decision in the core. The handler is also where each answered
-review becomes one structured log line, since only the edge sees the review, the answer and
-any failure together.
+aiohttp's test client with a source that feeds it from dicts, and the process entry point runs
+the very same app behind TLS with a `KubernetesSource`. Handlers only translate: the admission
+logic is in `webhook.admission`, the decision in the core. The handler is also where each
+answered review becomes one structured log line, since only the edge sees the review, the answer
+and any failure together.
 
 Status codes, on purpose: an AdmissionReview is always answered 200 (a denial is `allowed:
 false`), because any other status is a call failure that the API server turns into an opaque 500
@@ -34,7 +34,7 @@ from serving.tls import CertificateReloader
 from webhook.admission import MalformedReview, Outcome, Reviewer, deny, envelope, parse_review
 from webhook.config import DEFAULT_MAX_BODY_BYTES
 from webhook.metrics import WebhookMetrics
-from webhook.profile_source import ConfigMapSource, MemorySource, PolicyStore
+from webhook.profile_source import ConfigMapSource, PolicyStore
 from webhook.review import AdmissionRequest
 
 log = logging.getLogger(__name__)
@@ -179,7 +179,7 @@ def _unready(app: web.Application) -> str | None:
     if runtime.draining:
         return "shutting down"
     if not store.ready:
-        missing = sorted(set(store.names) - store.synced)
+        missing = sorted(set(store.names) & set(store.feed.pending))
         return "not read yet: " + ", ".join(f"ConfigMap {n}" for n in missing)
     # Ready even while the profile is refused: refusing with the seed's 503 reason is this
     # server's job, and taking it out of the Service would turn that into a call failure.
@@ -198,7 +198,7 @@ def _lifecycle(app: web.Application) -> contextlib.AbstractAsyncContextManager[N
 
 def create_app(
     settings: PolicySettings,
-    source: ConfigMapSource | None = None,
+    source: ConfigMapSource,
     *,
     store: PolicyStore | None = None,
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
@@ -207,7 +207,7 @@ def create_app(
     clock: Callable[[], datetime] | None = None,
     read_timeout: float = ConnectionLimits().read_timeout,
 ) -> web.Application:
-    """The webhook application; `source` defaults to an empty in-memory one (no ConfigMaps)."""
+    """The webhook application, its store kept current by `source` while it runs."""
     clock = clock or (lambda: datetime.now(UTC))
     store = store or PolicyStore(settings, clock=clock)
     metrics = WebhookMetrics(store)
@@ -219,7 +219,7 @@ def create_app(
         store=store,
         reviewer=reviewer,
         metrics=metrics,
-        source=source or MemorySource(),
+        source=source,
         max_body_bytes=max_body_bytes,
         clock=clock,
         reloader=reloader,

@@ -25,14 +25,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from extender.sources import MemorySource
 from inference_policy.ledger import UsageLedger, accounted_pod, pod_key
 from inference_policy.nodes import node_facts
 from inference_policy.placement import check, demand_for
 from inference_policy.plan import PlanError, parse_plan
 from inference_policy.signing import verify_configmap
 from inference_policy.wire import PLAN_ANNOTATION
-from localcluster.nodes import FakeNode
+from tests.fleetkit import FLEET
 from tests.fuzz import corpus
 from tests.fuzz.fuzzkit import (
     AppDriver,
@@ -46,34 +45,9 @@ from tests.fuzz.fuzzkit import (
     recorded,
 )
 from tests.integration.extenderkit import bound, extender_app, planned_pod, published
+from tests.integration.memory_sources import ExtenderMemorySource as MemorySource
 from tests.profilekit import NAMESPACE, NOW
 
-FLEET = [
-    FakeNode("h100-8", gpus=8),
-    FakeNode("h100-1", gpus=1),
-    FakeNode(
-        "a100-mig",
-        gpu_product="NVIDIA-A100-SXM4-80GB",
-        compute_capability="8.0",
-        gpus=2,
-        mig={"3g.40gb": 4},
-        whole_gpus=0,
-    ),
-    FakeNode(
-        "l40s",
-        gpu_product="NVIDIA-L40S",
-        compute_capability="8.9",
-        cuda_driver_major=12,
-        cuda_driver_minor=8,
-        driver_version="570.86.15",
-        vram_gb=48,
-        vram_budget=True,
-    ),
-    FakeNode("t4", gpu_product="Tesla-T4", compute_capability="7.5", vram_gb=80),
-    FakeNode("gh200", arch="arm64", gpus=1),
-    FakeNode("cpu-1", gpus=0, cpu="8", memory="32Gi"),
-    FakeNode("no-gfd", gpus=0, extra_resources={"nvidia.com/gpu": "8"}),
-]
 MANIFESTS = [node.manifest() for node in FLEET]
 NAMES = [node.name for node in FLEET]
 CONFIGMAP = published(corpus.OWNER.sign(corpus.ENVELOPE))

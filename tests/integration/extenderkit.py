@@ -17,10 +17,10 @@ from typing import Any
 from aiohttp import web
 
 from extender.app import create_app
-from extender.sources import MemorySource
 from inference_policy.wire import ENGINE_LABEL as DEPLOYMENT_LABEL
 from inference_policy.wire import PLAN_ANNOTATION
 from localcluster.nodes import FakeNode
+from tests.integration.memory_sources import ExtenderMemorySource as MemorySource
 from tests.profilekit import NAMESPACE, NOW, Owner, gpu_binding, gpu_profile, request, with_profiles
 
 SCHEDULER = "kamiwaza-inference-scheduler"

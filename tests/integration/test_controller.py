@@ -31,7 +31,6 @@ from allocation_controller.config import (
 )
 from allocation_controller.controller import Controller
 from allocation_controller.leader import LeaderElector, LeaderSettings
-from allocation_controller.memory import MemoryKube, bind, planned_pod, unschedulable
 from allocation_controller.ports import ApiError, Conflict
 from allocation_controller.reconciler import NotLeader, Reconciler, ReconcileSettings
 from allocation_controller.revisions import PolicyView
@@ -40,6 +39,8 @@ from inference_policy.recipes import render_catalog
 from policy_io.state import PROFILE_SELECTOR, PolicySettings
 from serving.informer import Collection, Page
 from serving.settings import ConfigError
+from tests import polling
+from tests.controllerkit import MemoryKube, bind, planned_pod, unschedulable
 from tests.profilekit import NAMESPACE, NOW, Owner, request
 
 CREATED = "2026-11-29T12:00:00Z"
@@ -186,8 +187,9 @@ async def test_the_fault_injection_pause_holds_the_verdict_between_leader_check_
         may_write=may_write,
     )
     task = asyncio.get_running_loop().create_task(reconciler.reconcile("tmi-1"))
-    await asyncio.sleep(0.2)
-    assert checks and not kube.patches and not task.done()
+    # The leader has been asked, so the verdict is decided; the pause holds its patch back.
+    await polling.eventually(lambda: checks, what="the reconcile to ask whether it may write")
+    assert not kube.patches and not task.done()
     assert (await task).outcome == "written"
     assert len(kube.patches) == 1
 
@@ -506,14 +508,15 @@ async def running(
 
 
 async def eventually(check: Callable[[], Any], timeout: float = 5.0) -> Any:
-    deadline = asyncio.get_running_loop().time() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError("condition not reached in time")
-        await asyncio.sleep(0.01)
+    """The first truthy `check()`, up to `timeout`; the timeout names the check's source line."""
+    code = check.__code__
+    what = f"{code.co_filename.rsplit('/', 1)[-1]}:{code.co_firstlineno} to hold"
+    return await polling.eventually(check, what=what, timeout=timeout)
+
+
+def reconciles(instance: Running, outcome: str) -> float:
+    """How many reconciles of the running controller ended with `outcome`."""
+    return float(instance.controller.metrics.reconciles.labels(outcome)._value.get())
 
 
 def reason_of(kube: MemoryKube, name: str) -> str | None:
@@ -527,12 +530,14 @@ async def test_controller_verifies_a_pod_bound_after_start(
     instance = running()
     await eventually(lambda: instance.controller.leading and instance.controller._workers)
     add_pod(kube, owner, bound=False)
-    await asyncio.sleep(0.05)
+    # Reconciled while unbound: it waits for its scheduling deadline, with nothing written.
+    await eventually(lambda: reconciles(instance, "waiting") >= 1)
     assert kube.patches == []
     kube.mutate("pods", "tmi-1", lambda pod: bind(pod, at=CREATED))
     await eventually(lambda: reason_of(kube, "tmi-1") == "Verified")
     assert instance.controller.metrics.bind_to_verified._sum.get() > 0
-    # Its own write comes back through the watch and causes nothing more.
+    # Its own write comes back through the watch and causes nothing more: time passes on
+    # purpose, for a second patch, if any, to be written meanwhile.
     await asyncio.sleep(0.1)
     assert len(kube.patches) == 1
     assert kube.calls.get("list_pods", 0) == 1
@@ -703,6 +708,7 @@ async def test_restarted_controller_resumes_without_duplicate_transitions(
     second = running("ctrl-b")
     await eventually(lambda: reason_of(kube, "p0") == "ImageMismatch")
     await eventually(lambda: reason_of(kube, "p4") == "Verified")
+    # Time passes on purpose: a duplicate transition, if any, would be written meanwhile.
     await asyncio.sleep(0.2)
     assert len(kube.patches) == patches + 2
     assert len(kube.events) == events + 2
@@ -722,6 +728,7 @@ async def test_removing_the_engine_label_withdraws_the_verdict(
     await eventually(lambda: reason_of(kube, "relabelled") == "EngineLabelRemoved")
     condition = verdict_of(kube, "relabelled")
     assert condition is not None and condition["status"] == "False"
+    # Time passes on purpose: a further patch, if any, would be written meanwhile.
     await asyncio.sleep(0.1)
     assert len(kube.patches) == 3
     # Labelled again, it is an engine Pod again and is verified again.
@@ -745,6 +752,7 @@ async def test_two_controllers_one_writer_and_takeover(
 ) -> None:
     a, b = running("ctrl-a"), running("ctrl-b")
     await eventually(lambda: a.controller.leading or b.controller.leading)
+    # Time passes on purpose: the other elector keeps trying, and must not lead as well.
     await asyncio.sleep(0.3)
     assert a.controller.leading != b.controller.leading
     leader, follower = (a, b) if a.controller.leading else (b, a)
@@ -957,7 +965,7 @@ async def test_pods_as_the_webhook_plans_them_are_verified(
     settings = owner.settings(gpu_registry_credentials_secret="pull", scheduler_name="tmi")
     store = PolicyStore(settings, clock=lambda: NOW)
     configmap = published(owner.sign())
-    store.apply(DEFAULT_CONFIGMAP_NAME, configmap)
+    store.feed.read(DEFAULT_CONFIGMAP_NAME, configmap)
     pod = engine_pod(document, annotations={"kamiwaza.ai/engine-container": "engine"})
     pod["spec"]["containers"].append({"name": "sidecar", "image": "registry.invalid/s:1"})
     admission = review(pod)

@@ -17,8 +17,16 @@ import pytest
 from aiohttp.test_utils import TestClient
 from pytest_aiohttp import AiohttpClient
 
-from extender.sources import MemorySource
-from localcluster.nodes import FakeNode
+from tests.fleetkit import (
+    FLEET,
+    H100_2,
+    H100_8,
+    H100_8B,
+    L40S,
+    T4,
+    h100,
+    l40s,
+)
 from tests.integration.extenderkit import (
     MIG,
     NAMESPACE,
@@ -36,49 +44,11 @@ from tests.integration.extenderkit import (
     published,
     request,
 )
+from tests.integration.memory_sources import ExtenderMemorySource as MemorySource
 from tests.profilekit import NOW, Owner
 
 FILTER_KEYS = {"Nodes", "NodeNames", "FailedNodes", "FailedAndUnresolvableNodes", "Error"}
 PROFILE_PREFIX = "owner profile bundle: invalid inference profile authorization: "
-
-H100_8 = FakeNode("h100-8a", gpus=8)
-H100_8B = FakeNode("h100-8b", gpus=8)
-H100_2 = FakeNode("h100-2", gpus=2)
-A100_MIG = FakeNode(
-    "a100-mig",
-    gpu_product="NVIDIA-A100-SXM4-80GB",
-    compute_capability="8.0",
-    gpus=2,
-    mig={"3g.40gb": 4},
-    whole_gpus=0,
-)
-L40S = FakeNode(
-    "l40s",
-    gpu_product="NVIDIA-L40S",
-    compute_capability="8.9",
-    cuda_driver_major=12,
-    cuda_driver_minor=8,
-    driver_version="570.86.15",
-    vram_gb=48,
-    vram_budget=True,
-)
-T4 = FakeNode("t4", gpu_product="Tesla-T4", compute_capability="7.5", vram_gb=80)
-R570 = FakeNode("r570", cuda_driver_major=12, cuda_driver_minor=8, driver_version="570.1.2")
-NO_GFD = FakeNode("no-gfd", gpus=0, extra_resources={"nvidia.com/gpu": "8"})
-ARM = FakeNode("gh200", arch="arm64", gpus=1)
-CPU = FakeNode("cpu-1", gpus=0, cpu="8", memory="32Gi")
-# Under the single strategy GFD names the product after the slice and adds slice labels.
-SINGLE = FakeNode(
-    "a100-single",
-    gpu_product="NVIDIA-A100-SXM4-80GB-MIG-3g.40gb",
-    compute_capability="8.0",
-    vram_gb=40,
-    mig={"3g.40gb": 2},
-    mig_strategy="single",
-    extra_resources={"nvidia.com/mig-3g.40gb": "2"},
-    labels={"nvidia.com/gpu.slices.gi": "3", "nvidia.com/gpu.slices.ci": "3"},
-)
-FLEET = [H100_8, H100_8B, H100_2, A100_MIG, L40S, T4, R570, NO_GFD, ARM, CPU, SINGLE]
 
 
 @pytest.fixture
@@ -185,14 +155,7 @@ async def test_prioritize_answers_a_host_priority_list_in_both_modes(
 async def test_best_fit_keeps_large_free_devices_whole_for_shares(
     aiohttp_client: AiohttpClient, owner: Owner, plans: dict[str, Any]
 ) -> None:
-    other = FakeNode(
-        "l40s-b",
-        gpu_product="NVIDIA-L40S",
-        compute_capability="8.9",
-        cuda_driver_major=12,
-        vram_gb=48,
-        vram_budget=True,
-    )
+    other = l40s("l40s-b")
     used = [bound(planned_pod(plans["share"]), "l40s") for _ in range(4)]  # 32 of 48 GB
     client, _ = await client_for(aiohttp_client, owner, nodes=[L40S, other], pods=used)
     scores = await post(
@@ -532,7 +495,7 @@ async def test_node_events_update_the_cache(
     aiohttp_client: AiohttpClient, owner: Owner, plans: dict[str, Any]
 ) -> None:
     client, source = await client_for(aiohttp_client, owner)
-    source.put_node(FakeNode("h100-8a", gpus=8, compute_capability="7.0").manifest())
+    source.put_node(h100("h100-8a", compute_capability="7.0").manifest())
     result = await filter_names(client, planned_pod(plans["whole"]), ["h100-8a"])
     assert "compute capability 7.0" in result["FailedAndUnresolvableNodes"]["h100-8a"]
     source.delete_node("h100-8a")

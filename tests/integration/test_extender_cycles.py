@@ -17,10 +17,9 @@ from typing import Any
 
 from pytest_aiohttp import AiohttpClient
 
-from extender.sources import MemorySource
 from extender.view import ClusterView
 from inference_policy.placement import check_nodes, score_nodes
-from localcluster.nodes import FakeNode
+from tests.fleetkit import FLEET, h100
 from tests.integration.extenderkit import (
     block,
     bound,
@@ -31,7 +30,8 @@ from tests.integration.extenderkit import (
     planned_pod,
     request,
 )
-from tests.integration.test_extender import FLEET, post
+from tests.integration.memory_sources import ExtenderMemorySource as MemorySource
+from tests.integration.test_extender import post
 from tests.profilekit import Owner
 
 KINDS = {"whole": "nvidia-whole", "mig": "nvidia-mig-3g40gb", "share": "nvidia-vram-share"}
@@ -101,7 +101,7 @@ async def test_a_replica_burst_redoes_only_the_node_that_changed(
     owner = Owner()
     envelope = fleet_envelope(owner)
     plan = plan_for(owner, envelope, request(inferenceResources=block("nvidia-whole")))
-    fleet = [FakeNode(f"h100-{i:02d}", gpus=8) for i in range(64)]
+    fleet = [h100(f"h100-{i:02d}") for i in range(64)]
     app, source = extender_app(owner, nodes=fleet)
     client = await aiohttp_client(app)
     view = source.view

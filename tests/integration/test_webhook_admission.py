@@ -16,6 +16,7 @@ from aiohttp.test_utils import TestClient
 from pytest_aiohttp import AiohttpClient
 
 from inference_policy.signing import DEFAULT_CONFIGMAP_NAME
+from localcluster.metrics import metric, parse_metrics
 from tests.integration.webhookkit import (
     CPU_SECRET,
     GPU_SECRET,
@@ -679,12 +680,7 @@ async def test_metrics_expose_decisions_latency_and_profile(
         "tmi_webhook_inputs_ready 1.0",
     ):
         assert line in text, line
-    expiry = next(
-        float(line.split()[1])
-        for line in text.splitlines()
-        if line.startswith("tmi_webhook_profile_expiry_seconds ")
-    )
-    assert expiry > 0
+    assert metric(parse_metrics(text), "tmi_webhook_profile_expiry_seconds") > 0
 
 
 async def test_two_apps_in_one_process_keep_their_own_metrics(
@@ -747,9 +743,10 @@ async def test_memoised_plans_respect_the_profile_window(
     from datetime import timedelta
 
     from inference_policy.signing import DEFAULT_CONFIGMAP_NAME as NAME
+    from tests.integration.memory_sources import WebhookMemorySource as MemorySource
     from tests.profilekit import NOW
     from webhook.app import create_app
-    from webhook.profile_source import MemorySource, PolicyStore
+    from webhook.profile_source import PolicyStore
 
     clock = [NOW]
     settings = owner.settings()

@@ -1,20 +1,22 @@
 """KubernetesSource against a fake API server: list, watch, revisions, deletion, errors, 410.
 
 The informer and its aiohttp client run for real; only the server is fake. Each test waits for
-the store to reach a state rather than sleeping a fixed time.
+the store to reach a state (`tests.polling`, naming what it waits for) rather than sleeping a
+fixed time.
 """
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import pytest
 
+from inference_policy.recipe_inputs import CatalogUnavailable
 from inference_policy.signing import DEFAULT_CONFIGMAP_NAME, Reason
 from serving.apiserver import from_kubeconfig
 from serving.kube import ClientConfigError
+from tests import polling
 from tests.integration.fakeapi import FakeApiServer
 from tests.profilekit import NAMESPACE, NOW, Owner, request
 from webhook.profile_source import KubernetesSource, PolicyStore
@@ -29,12 +31,10 @@ async def api() -> AsyncIterator[FakeApiServer]:
 
 
 async def eventually(check: Callable[[], bool], timeout: float = 10.0) -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while not check():
-        if loop.time() > deadline:
-            raise AssertionError("condition not reached in time")
-        await asyncio.sleep(0.02)
+    """Until `check` holds, up to `timeout`; the timeout names the check's source line."""
+    code = check.__code__
+    what = f"{code.co_filename.rsplit('/', 1)[-1]}:{code.co_firstlineno} to hold"
+    await polling.eventually(check, what=what, timeout=timeout)
 
 
 def _version(store: PolicyStore) -> int:
@@ -155,7 +155,7 @@ async def test_recipe_catalogs_are_watched_too(api: FakeApiServer, tmp_path: Pat
         await eventually(lambda: store.ready)
         assert store.decide(request()).status == 503
         api.put(rendered.configmap)
-        await eventually(lambda: store.state.cpu_recipes is not None)
+        await eventually(lambda: not isinstance(store.state.cpu_recipes, CatalogUnavailable))
         assert store.decide(request()).allowed
     finally:
         await source.stop()
@@ -220,9 +220,9 @@ def test_following_revisions_still_reads_the_pinned_recipe_catalogs() -> None:
     settings = owner.settings(follow_revisions=True, gpu_recipe_catalog_configmap="gpu-recipes")
     store = PolicyStore(settings, clock=lambda: NOW)
     assert store.follows and store.names == ["gpu-recipes"]
-    assert store.catalog_refusals["gpu"] is not None
-    store.apply_revisions({"r1": owner.sign(name="r1")})
-    store.apply("gpu-recipes", None)
+    assert isinstance(store.feed.snapshot.gpu_recipes, CatalogUnavailable)
+    store.feed.revisions_listed({"r1": owner.sign(name="r1")})
+    store.feed.read("gpu-recipes", None)
     decision = store.decide(request())
     assert decision.status == 503 and decision.detail.startswith("recipe catalog: ")
 

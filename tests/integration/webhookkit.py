@@ -2,8 +2,8 @@
 
 The profiles themselves come from `tests.profilekit`, signed with a fresh key by the real signing
 code; this module adds what the API server would add (uid, resourceVersion) and what the webhook
-receives (an AdmissionReview), and applies the patches the webhook returns, so a test asserts on
-the Pod that would be stored rather than on the patch's wording.
+receives (an AdmissionReview), and applies the patches the webhook returns (with the `jsonpatch`
+library), so a test asserts on the Pod that would be stored rather than on the patch's wording.
 """
 
 from __future__ import annotations
@@ -16,12 +16,14 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
+import jsonpatch
 from aiohttp import web
 
 from inference_policy.signing import DEFAULT_CONFIGMAP_NAME
+from tests.integration.memory_sources import WebhookMemorySource as MemorySource
 from tests.profilekit import NAMESPACE, NOW, Owner
 from webhook.app import create_app
-from webhook.profile_source import MemorySource, PolicyStore
+from webhook.profile_source import PolicyStore
 
 ENGINE_LABEL = "kamiwaza.ai/deployment-id"
 REQUEST_ANNOTATION = "kamiwaza.ai/deployment-request"
@@ -125,45 +127,10 @@ def review(
     }
 
 
-def _unescape(token: str) -> str:
-    return token.replace("~1", "/").replace("~0", "~")
-
-
 def apply_patch(document: Any, ops: list[dict[str, Any]]) -> Any:
-    """A small RFC 6902 applier (add, remove, replace), strict about missing parents."""
-    doc = copy.deepcopy(document)
-    for op in ops:
-        path = op["path"]
-        if path == "":
-            if op["op"] in ("add", "replace"):
-                doc = copy.deepcopy(op["value"])
-                continue
-            raise ValueError("cannot remove the whole document")
-        tokens = [_unescape(t) for t in path.split("/")[1:]]
-        parent = doc
-        for token in tokens[:-1]:
-            parent = parent[int(token)] if isinstance(parent, list) else parent[token]
-        last = tokens[-1]
-        if isinstance(parent, list):
-            index = len(parent) if last == "-" else int(last)
-            if op["op"] == "add":
-                parent.insert(index, copy.deepcopy(op["value"]))
-            elif op["op"] == "remove":
-                del parent[index]
-            elif op["op"] == "replace":
-                parent[index] = copy.deepcopy(op["value"])
-            else:
-                raise ValueError(f"unsupported op {op['op']}")
-        else:
-            if op["op"] in ("remove", "replace") and last not in parent:
-                raise KeyError(f"{path} does not exist")
-            if op["op"] == "remove":
-                del parent[last]
-            elif op["op"] in ("add", "replace"):
-                parent[last] = copy.deepcopy(op["value"])
-            else:
-                raise ValueError(f"unsupported op {op['op']}")
-    return doc
+    """The document with a JSON Patch applied by the `jsonpatch` library, an RFC 6902
+    implementation independent of the webhook's generator; the document is left as it was."""
+    return jsonpatch.apply_patch(document, ops)
 
 
 def patch_of(response: Mapping[str, Any]) -> list[dict[str, Any]]:

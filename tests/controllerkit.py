@@ -1,7 +1,8 @@
-"""An in-memory API server for the controller's ports: what the tests and the benchmark run on.
+"""An in-memory API server for the controller's ports, for the controller's tests and benchmark.
 
-It keeps the semantics the controller depends on, so a test that passes here exercises the same
-decisions it would make against kube-apiserver:
+A test double, kept with the tests rather than in the controller's package so that nothing the
+controller ships can reach it. It keeps the semantics the controller depends on, so a test that
+passes here exercises the same decisions it would make against kube-apiserver:
 
 * every write bumps one global resourceVersion and is appended to a history; a watch replays
   the history after the version it asks for, then follows live changes, and a version older

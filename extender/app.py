@@ -27,17 +27,19 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from extender.args import ArgsError
+from extender.args import ArgsError, extender_args
 from extender.config import DEFAULT_MAX_BODY_BYTES
 from extender.metrics import ExtenderMetrics
 from extender.sources import ClusterSource
 from extender.view import (
     ClusterView,
+    FilterOutcome,
     Outcome,
     filter_nodes,
     prioritize_nodes,
     unencodable,
 )
+from extender.wire import ExtenderFilterResult
 from policy_io.state import PolicySettings
 from serving.app import READ_TIMEOUT, read_limited, running
 from serving.probes import add_probes, json_response
@@ -63,7 +65,7 @@ class Runtime:
 RUNTIME = web.AppKey("runtime", Runtime)
 
 
-def _filter_error(message: str) -> dict[str, Any]:
+def _filter_error(message: str) -> ExtenderFilterResult:
     return {
         "Nodes": None,
         "NodeNames": None,
@@ -129,7 +131,7 @@ async def filter_handler(request: web.Request) -> web.Response:
     args = await _args(request, runtime, "filter")
     failure: Exception | None = None
     try:
-        outcome = filter_nodes(runtime.view, args)
+        outcome = filter_nodes(runtime.view, extender_args(args))
     except ArgsError as exc:
         return _bad_args(runtime, "filter", exc)
     except Exception as exc:
@@ -152,7 +154,7 @@ async def filter_handler(request: web.Request) -> web.Response:
     return response
 
 
-def _log_filter(args: Any, outcome: Outcome, failure: Exception | None) -> None:
+def _log_filter(args: Any, outcome: FilterOutcome, failure: Exception | None) -> None:
     """A summary line per call at INFO (an error at WARNING, a bug at ERROR with the
     traceback), and at DEBUG a line per node the placement rules refused."""
     body = outcome.body
@@ -205,7 +207,7 @@ async def prioritize_handler(request: web.Request) -> web.Response:
     started = time.perf_counter()
     args = await _args(request, runtime, "prioritize")
     try:
-        outcome = prioritize_nodes(runtime.view, args)
+        outcome = prioritize_nodes(runtime.view, extender_args(args))
         response = _encoded(outcome.body)
         if isinstance(response, Exception):
             raise response

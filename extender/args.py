@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
+from extender.wire import ExtenderArgs
 from inference_policy.nodes import NodeFacts, node_facts
 from inference_policy.wire import PLAN_ANNOTATION
 
@@ -37,7 +38,15 @@ def has_plan(pod: Mapping[str, Any]) -> bool:
     return isinstance(annotations, Mapping) and PLAN_ANNOTATION in annotations
 
 
-def pod_of(args: Any) -> Mapping[str, Any]:
+def extender_args(body: object) -> ExtenderArgs:
+    """The decoded body as ExtenderArgs once it is a JSON object; its fields are checked where
+    they are read."""
+    if not isinstance(body, dict):
+        raise ArgsError("the body is not an ExtenderArgs object")
+    return cast(ExtenderArgs, body)
+
+
+def pod_of(args: ExtenderArgs) -> Mapping[str, Any]:
     if not isinstance(args, Mapping):
         raise ArgsError("the body is not an ExtenderArgs object")
     pod = args.get("Pod")
@@ -46,7 +55,7 @@ def pod_of(args: Any) -> Mapping[str, Any]:
     return pod
 
 
-def candidates(args: Mapping[str, Any], cache: Mapping[str, NodeFacts]) -> Candidates:
+def candidates(args: ExtenderArgs, cache: Mapping[str, NodeFacts]) -> Candidates:
     """The call's candidates, their facts taken from `cache` (the node informer's) by name in
     node-cache mode, or by revision when whole Nodes are sent."""
     names_raw = args.get("NodeNames")

@@ -35,11 +35,12 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar
 
 import orjson
 
 from extender.args import Candidates, candidates, has_plan, pod_of
+from extender.wire import ExtenderArgs, ExtenderFilterResult, HostPriorityList
 from inference_policy.fragmentation import RequestMix
 from inference_policy.ledger import UsageLedger
 from inference_policy.nodes import FITS, NodeFacts, Verdict
@@ -75,18 +76,24 @@ class Unplaceable(Exception):
         self.code = code
 
 
+Body = TypeVar("Body", ExtenderFilterResult, HostPriorityList)
+
+
 @dataclass(frozen=True, slots=True)
-class Outcome:
+class Outcome(Generic[Body]):
     """A filter or prioritize answer plus what the metrics and the log say about it: the count of
     each verdict code, and the code of each node the placement rules refused."""
 
-    body: Any
+    body: Body
     outcome: str
     codes: dict[str, int] = field(default_factory=dict)
     node_codes: dict[str, str] = field(default_factory=dict)
     # The candidate nodes a filter call named (None: the call was not read that far).
     nodes: int | None = None
 
+
+FilterOutcome = Outcome[ExtenderFilterResult]
+PriorityOutcome = Outcome[HostPriorityList]
 
 MAX_CYCLES = 64
 
@@ -345,7 +352,7 @@ def _unknown(name: str) -> Verdict:
     )
 
 
-def filter_nodes(view: ClusterView, args: Any) -> Outcome:
+def filter_nodes(view: ClusterView, args: ExtenderArgs) -> FilterOutcome:
     """The ExtenderFilterResult for one ExtenderArgs. Raises ArgsError for a malformed body."""
     pod = pod_of(args)
     cands = candidates(args, view.nodes)
@@ -398,7 +405,7 @@ def _filter_body(
     passed: list[int],
     failed: dict[str, str],
     unresolvable: dict[str, str],
-) -> dict[str, Any]:
+) -> ExtenderFilterResult:
     if cands.cache_mode:
         return {
             "Nodes": None,
@@ -418,7 +425,7 @@ def _filter_body(
     }
 
 
-def prioritize_nodes(view: ClusterView, args: Any) -> Outcome:
+def prioritize_nodes(view: ClusterView, args: ExtenderArgs) -> PriorityOutcome:
     """The HostPriorityList for one ExtenderArgs. Raises ArgsError for a malformed body."""
     pod = pod_of(args)
     cands = candidates(args, view.nodes)
@@ -437,7 +444,9 @@ def prioritize_nodes(view: ClusterView, args: Any) -> Outcome:
         scores = scores_from(demand, frees, scale, workload)
     else:
         scores = score_nodes(demand, cands.facts, view.ledger.used, workload)
-    body = [{"Host": name, "Score": value} for name, value in zip(cands.names, scores, strict=True)]
+    body: HostPriorityList = [
+        {"Host": name, "Score": value} for name, value in zip(cands.names, scores, strict=True)
+    ]
     return Outcome(body, "planned")
 
 

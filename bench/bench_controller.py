@@ -37,6 +37,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.error
 import urllib.request
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -49,10 +50,12 @@ from allocation_controller.config import ControllerSettings  # noqa: E402
 from allocation_controller.controller import Controller  # noqa: E402
 from allocation_controller.kubeapi import HttpKube  # noqa: E402
 from allocation_controller.leader import LeaderSettings  # noqa: E402
-from allocation_controller.memory import MemoryKube, bind, planned_pod  # noqa: E402
 from inference_policy.grant import CONDITION_TYPE  # noqa: E402
+from localcluster.metrics import parse_metrics  # noqa: E402
 from localcluster.process import python_module  # noqa: E402
 from serving.informer import Collection, list_all  # noqa: E402
+from tests.controllerkit import MemoryKube, bind, planned_pod  # noqa: E402
+from tests.polling import Timeout, eventually  # noqa: E402
 from tests.profilekit import CLUSTER, NOW, Owner, request  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results" / "controller.json"
@@ -108,8 +111,7 @@ async def bench_memory(rate: float, count: int, latency: float) -> dict[str, Any
     kube.on_patch = lambda patch: verified_at.setdefault(patch.name, patch.at)
     stop = asyncio.Event()
     task = loop.create_task(controller.run(stop))
-    while not controller._workers:
-        await asyncio.sleep(0.01)
+    await eventually(lambda: controller._workers, what="the controller's workers", timeout=60)
     bound_at: dict[str, float] = {}
     load_before = os.getloadavg()[0]
     cpu = time.process_time()
@@ -155,14 +157,23 @@ def _free_port() -> int:
 
 
 def _metrics(port: int) -> dict[str, float]:
+    """The replica's samples by series, as written: `name` or `name{label="value",...}`."""
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
         text = response.read().decode()
     values: dict[str, float] = {}
-    for line in text.splitlines():
-        if line and not line.startswith("#"):
-            key, _, value = line.rpartition(" ")
-            values[key] = float(value)
+    for sample in parse_metrics(text):
+        labels = ",".join(f'{key}="{value}"' for key, value in sample.labels.items())
+        values[f"{sample.name}{{{labels}}}" if labels else sample.name] = sample.value
     return values
+
+
+def _ready(port: int) -> bool:
+    """Whether the replica's caches have synced (its /readyz)."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=5) as response:
+            return bool(response.status == 200)
+    except urllib.error.HTTPError:
+        return False
 
 
 def _cpu_seconds(pid: int) -> float:
@@ -285,13 +296,20 @@ async def _bench_apiserver(
                     return entry
         return None
 
-    deadline = time.perf_counter() + 60
-    while leader() is None and time.perf_counter() < deadline:
-        await asyncio.sleep(0.2)
-    first = leader()
-    if first is None:
-        raise RuntimeError(f"no controller became leader; logs in {workdir}")
-    await asyncio.sleep(1.0)  # the leader's caches and workers
+    def synced_leader() -> tuple[subprocess.Popen[bytes], int, Any] | None:
+        # A leader starts its workers once its caches have synced, which its /readyz reports.
+        entry = leader()
+        with contextlib.suppress(OSError):
+            if entry is not None and _ready(entry[1]):
+                return entry
+        return None
+
+    try:
+        first = await eventually(
+            synced_leader, what="a controller to lead with synced caches", timeout=60, interval=0.2
+        )
+    except Timeout:
+        raise RuntimeError(f"no controller became leader; logs in {workdir}") from None
 
     api = HttpKube.from_kubeconfig(str(plane.kubeconfig("admin")), NAMESPACE, timeout=30)
     pods_path = f"/api/v1/namespaces/{NAMESPACE}/pods"

@@ -38,249 +38,71 @@ Martello-Toth L2 bound, and ratios are taken against the upper end, so they unde
 policy; capacity in total is compared with every bucket full. Fifty windows of 40 consecutive
 VRAM deployments on 8 buckets are also solved exactly, by branch and bound.
 
+The fleet and deployments come from `trace_fleet.py`, the policies from `placement_policies.py`
+and the packing tests behind the optimum from `packing.py`, all three shared with
+`bench_churn.py`.
+
 Run: `.venv/bin/python bench/bench_placement.py`. Writes bench/results/placement.json.
 """
 
 from __future__ import annotations
 
-import csv
-import hashlib
 import json
-import math
 import random
 import sys
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.append(str(ROOT))  # the checkout, for a script run by path
 
-from inference_policy.fragmentation import RequestMix  # noqa: E402
-from inference_policy.nodes import NodeFacts, node_facts  # noqa: E402
-from inference_policy.placement import Demand, check_nodes, demand_for, score_nodes  # noqa: E402
-from inference_policy.plan import parse_plan  # noqa: E402
-from inference_policy.profile import ExtendedResourceBinding, VramPluginBinding  # noqa: E402
-from localcluster.nodes import FakeNode  # noqa: E402
-from tests.profilekit import gpu_binding  # noqa: E402
+from packing import (  # noqa: E402
+    exact_feasible,
+    ffd_feasible,
+    ffd_placed,
+    fitting_prefix,
+    l2_bins,
+    pow2_feasible,
+    pow2_gpus,
+)
+from placement_policies import (  # noqa: E402
+    Chooser,
+    FgdChooser,
+    exact_best_fit,
+    first_fit,
+    spread,
+    tmi_best_fit,
+)
+from trace_fleet import (  # noqa: E402
+    MIG_SHAPES,
+    REPLAYS,
+    SHARE_CARD_GIB,
+    VRAM,
+    Demands,
+    Fleet,
+    Item,
+    build_fleet,
+    build_items,
+)
 
-DATA = ROOT / "bench" / "data"
-SHARE_CARD_GIB = 48
-REPLAYS = 2
+from inference_policy.nodes import NodeFacts, node_facts  # noqa: E402
+from inference_policy.placement import Demand, check_nodes  # noqa: E402
+from localcluster.nodes import FakeNode  # noqa: E402
+
 SEEDS = 5
 WINDOWS = 50
 TARGET = 0.97
-MIG_SHAPES = (("1g.10gb", 9), ("2g.20gb", 19), ("3g.40gb", 38))
-MIG_LAYOUT = {"3g.40gb": 1, "2g.20gb": 1, "1g.10gb": 2}  # per A100 80GB GPU
-VRAM = "kamiwaza.ai/vram-gb-gpu-0"
-WHOLE_MODELS = {"G2", "V100M32", "V100M16"}
-MIG_MODELS = {"G3"}
-SHARE_MODELS = {"T4", "P100", "A10"}
 
 
-# -- fleet and deployments ------------------------------------------------------------------------
-
-
-@dataclass
-class Item:
-    index: int
-    name: str
-    cls: str
-    resource: str
-    qty: int
-
-
-@dataclass
-class Fleet:
-    specs: list[FakeNode] = field(default_factory=list)
-    classes: dict[str, list[str]] = field(default_factory=dict)
-
-
-def build_fleet(limit: int | None = None) -> Fleet:
-    fleet = Fleet()
-    with (DATA / "openb_node_list_gpu_node.csv").open() as handle:
-        rows = list(csv.DictReader(handle))
-    for row in rows[:limit]:
-        name, gpus, model = row["sn"], int(row["gpu"]), row["model"]
-        if model in WHOLE_MODELS:
-            fleet.specs.append(FakeNode(name, gpus=gpus))
-            fleet.classes.setdefault("whole", []).append(name)
-        elif model in MIG_MODELS:
-            mig = {shape: count * gpus for shape, count in MIG_LAYOUT.items()}
-            fleet.specs.append(
-                FakeNode(
-                    name,
-                    gpu_product="NVIDIA-A100-SXM4-80GB",
-                    compute_capability="8.0",
-                    gpus=gpus,
-                    mig=mig,
-                    whole_gpus=0,
-                )
-            )
-            fleet.classes.setdefault("mig", []).append(name)
-        elif model in SHARE_MODELS:
-            for gpu in range(gpus):
-                bucket = f"{name}-gpu{gpu}"
-                fleet.specs.append(
-                    FakeNode(
-                        bucket,
-                        gpu_product="NVIDIA-L40S",
-                        compute_capability="8.9",
-                        cuda_driver_major=12,
-                        vram_gb=SHARE_CARD_GIB,
-                        vram_budget=True,
-                    )
-                )
-                fleet.classes.setdefault("vram", []).append(bucket)
-    return fleet
-
-
-def _half(name: str) -> bool:
-    return hashlib.sha256(name.encode()).digest()[0] % 2 == 0
-
-
-def build_items(replays: int = REPLAYS) -> list[Item]:
-    with (DATA / "openb_pod_list_default.gpu.csv").open() as handle:
-        rows = list(csv.DictReader(handle))
-    rows.sort(key=lambda r: (int(r["creation_time"]), r["name"]))
-    items: list[Item] = []
-    for replay in range(replays):
-        for row in rows:
-            name = f"{row['name']}-r{replay}"
-            count, milli = int(row["num_gpu"]), int(row["gpu_milli"])
-            if milli >= 1000:
-                items.append(Item(len(items), name, "whole", "nvidia.com/gpu", count))
-                continue
-            need = math.ceil(milli * SHARE_CARD_GIB / 1000)
-            shape = next((s for s, usable in MIG_SHAPES if usable >= need), None)
-            if _half(row["name"]) and shape is not None:
-                items.append(Item(len(items), name, "mig", f"nvidia.com/mig-{shape}", 1))
-            else:
-                items.append(Item(len(items), name, "vram", VRAM, need))
-    return items
-
-
-# -- the extender's view of a deployment ----------------------------------------------------------
-
-
-def _binding(resource: str) -> Any:
-    if resource == VRAM:
-        return VramPluginBinding.model_validate(
-            gpu_binding(
-                "share", allocator="vram-plugin", resource=VRAM, cc="8.9", cuda=12, memory="44Gi"
-            )
-        )
-    memory = {"nvidia.com/gpu": "79Gi"}.get(resource)
-    if memory is None:
-        shape = resource.removeprefix("nvidia.com/mig-")
-        memory = f"{dict(MIG_SHAPES)[shape]}Gi"
-    return ExtendedResourceBinding.model_validate(
-        gpu_binding(resource.replace("/", "-").replace(".", "-"), resource=resource, memory=memory)
-    )
-
-
-def gpu_plan(binding: Any, quantity: int) -> dict[str, Any]:
-    """A plan as the planner writes one for `quantity` units of the binding's resource."""
-    name = binding.resource.name
-    return {
-        "status": 200,
-        "path": "gpu",
-        "derived": True,
-        "profile": "bench",
-        "bindingId": binding.id,
-        "engine": "llamacpp",
-        "variantId": "llamacpp-nvidia-amd64",
-        "image": "registry.invalid/llamacpp@sha256:" + "1" * 64,
-        "runtimeClassName": "nvidia",
-        "nodeSelector": {"kubernetes.io/arch": "amd64"},
-        "resources": {"requests": {name: str(quantity)}, "limits": {name: str(quantity)}},
-        "deviceCount": quantity if name == "nvidia.com/gpu" else 1,
-        "engineArgs": {},
-        "inferenceResources": {
-            "schemaVersion": 1,
-            "accelerator": {"capability": "gpu", "count": 1, "memory": {"minimum": "1Gi"}},
-            "runtime": {"selection": "automatic"},
-        },
-        "bundle": {"version": 1, "sha256": "0" * 64},
-    }
-
-
-class Demands:
-    """One `Demand` per (resource, quantity), built through the real plan parser."""
-
-    def __init__(self) -> None:
-        self.bindings: dict[str, Any] = {}
-        self.cache: dict[tuple[str, int], Demand] = {}
-
-    def get(self, item: Item) -> Demand:
-        key = (item.resource, item.qty)
-        demand = self.cache.get(key)
-        if demand is None:
-            binding = self.bindings.get(item.resource) or _binding(item.resource)
-            self.bindings[item.resource] = binding
-            demand = demand_for(parse_plan(gpu_plan(binding, item.qty)), binding, None, "bench")
-            self.cache[key] = demand
-        return demand
-
-
-# -- policies -------------------------------------------------------------------------------------
-
-Chooser = Callable[[Demand, list[NodeFacts], list[int], Callable[[str], dict[str, int]]], int]
+# -- the online replay ----------------------------------------------------------------------------
 
 
 def _fitting(demand: Demand, nodes: list[NodeFacts], used_of: Any) -> list[int]:
     return [
         i for i, v in enumerate(check_nodes(demand, nodes, used_of)) if v is not None and v.fits
     ]
-
-
-def _leftover(demand: Demand, node: NodeFacts, used_of: Callable[[str], dict[str, int]]) -> int:
-    name = demand.checked[0]
-    return node.allocatable[name] - used_of(node.name).get(name, 0) - demand.requests[name]
-
-
-def tmi_best_fit(rng: random.Random) -> Chooser:
-    def choose(demand: Demand, nodes: list[NodeFacts], fit: list[int], used_of: Any) -> int:
-        scores = score_nodes(demand, [nodes[i] for i in fit], used_of)
-        top = max(scores)
-        best = [fit[i] for i, s in enumerate(scores) if s == top]
-        return best[rng.randrange(len(best))] if len(best) > 1 else best[0]
-
-    return choose
-
-
-class FgdChooser:
-    """The extender's score with the workload histogram `simulate` feeds every arrival into."""
-
-    def __init__(self, rng: random.Random) -> None:
-        self.rng = rng
-        self.mix = RequestMix()
-
-    def __call__(self, demand: Demand, nodes: list[NodeFacts], fit: list[int], used_of: Any) -> int:
-        scores = score_nodes(demand, [nodes[i] for i in fit], used_of, self.mix.workload())
-        top = max(scores)
-        best = [fit[i] for i, s in enumerate(scores) if s == top]
-        return best[self.rng.randrange(len(best))] if len(best) > 1 else best[0]
-
-
-def exact_best_fit(demand: Demand, nodes: list[NodeFacts], fit: list[int], used_of: Any) -> int:
-    return min(fit, key=lambda i: (_leftover(demand, nodes[i], used_of), i))
-
-
-def first_fit(demand: Demand, nodes: list[NodeFacts], fit: list[int], used_of: Any) -> int:
-    return fit[0]
-
-
-def spread(rng: random.Random) -> Chooser:
-    def choose(demand: Demand, nodes: list[NodeFacts], fit: list[int], used_of: Any) -> int:
-        lefts = [_leftover(demand, nodes[i], used_of) for i in fit]
-        top = max(lefts)
-        best = [fit[i] for i, v in enumerate(lefts) if v == top]
-        return best[rng.randrange(len(best))]
-
-    return choose
 
 
 def simulate(
@@ -342,62 +164,6 @@ def _capacities(fleet: Fleet, cls: str) -> dict[str, list[int]]:
     return caps
 
 
-def _pow2_feasible(sizes: Sequence[int], bins: Sequence[int]) -> bool:
-    """Exact when every size and capacity is a power of two: largest first, anywhere with room."""
-    free = sorted(bins, reverse=True)
-    for size in sorted(sizes, reverse=True):
-        for i, room in enumerate(free):
-            if room >= size:
-                free[i] = room - size
-                break
-        else:
-            return False
-    return True
-
-
-def _ffd_feasible(sizes: Sequence[int], capacity: int, count: int) -> bool:
-    free: list[int] = []
-    for size in sorted(sizes, reverse=True):
-        for i, room in enumerate(free):
-            if room >= size:
-                free[i] = room - size
-                break
-        else:
-            if len(free) == count or size > capacity:
-                return False
-            free.append(capacity - size)
-    return True
-
-
-def _l2_bins(sizes: Sequence[int], capacity: int) -> int:
-    """Martello-Toth L2: a lower bound on the identical bins needed to hold `sizes`."""
-    best = math.ceil(sum(sizes) / capacity)
-    candidates = {0} | {s for s in sizes if s <= capacity // 2}
-    for alpha in candidates:
-        j1 = [s for s in sizes if s > capacity - alpha]
-        j2 = [s for s in sizes if capacity - alpha >= s > capacity / 2]
-        j3 = [s for s in sizes if capacity / 2 >= s >= alpha]
-        spare = len(j2) * capacity - sum(j2)
-        bound = len(j1) + len(j2) + max(0, math.ceil((sum(j3) - spare) / capacity))
-        best = max(best, bound)
-    return best
-
-
-def _largest_prefix(n: int, feasible: Callable[[int], bool]) -> int:
-    low, high = 0, n
-    while low < high:
-        mid = (low + high + 1) // 2
-        if feasible(mid):
-            low = mid
-        else:
-            high = mid - 1
-    return low
-
-
-def _prefix(sizes: Sequence[int], feasible: Callable[[Sequence[int]], bool]) -> int:
-    return _largest_prefix(len(sizes), lambda k: feasible(sizes[:k]))
-
-
 def optimum(items: Sequence[Item], fleet: Fleet) -> dict[str, dict[str, Any]]:
     """Per class: the most deployments an omniscient packer places before the first refusal,
     and the most capacity it can place in total (exact, or bracketed)."""
@@ -408,11 +174,11 @@ def optimum(items: Sequence[Item], fleet: Fleet) -> dict[str, dict[str, Any]]:
         sizes = [item.qty for item in seq]
         if cls == "whole":
             bins = caps["nvidia.com/gpu"]
-            prefix = _prefix(sizes, lambda part, b=bins: _pow2_feasible(part, b))  # type: ignore[misc]
+            prefix = fitting_prefix(sizes, lambda part, b=bins: pow2_feasible(part, b))  # type: ignore[misc]
             out[cls] = {
                 "exact": True,
                 "placed_before_first_refusal": prefix,
-                "capacity_placed": _pow2_gpus(sorted(sizes, reverse=True), bins),
+                "capacity_placed": pow2_gpus(sorted(sizes, reverse=True), bins),
                 "capacity": sum(bins),
             }
         elif cls == "mig":
@@ -434,8 +200,8 @@ def optimum(items: Sequence[Item], fleet: Fleet) -> dict[str, dict[str, Any]]:
         else:
             bins = caps[VRAM]
             size, count = max(bins), len(bins)
-            lower = _prefix(sizes, lambda part, c=size, n=count: _ffd_feasible(part, c, n))  # type: ignore[misc]
-            upper = _prefix(sizes, lambda part, c=size, n=count: _l2_bins(part, c) <= n)  # type: ignore[misc]
+            lower = fitting_prefix(sizes, lambda part, c=size, n=count: ffd_feasible(part, c, n))  # type: ignore[misc]
+            upper = fitting_prefix(sizes, lambda part, c=size, n=count: l2_bins(part, c) <= n)  # type: ignore[misc]
             out[cls] = {
                 "exact": lower == upper,
                 "placed_before_first_refusal": upper,
@@ -443,63 +209,13 @@ def optimum(items: Sequence[Item], fleet: Fleet) -> dict[str, dict[str, Any]]:
                 # Offline, choosing which deployments to take, no packing beats every bucket
                 # full; first-fit-decreasing over all of them is shown for comparison.
                 "capacity_placed": min(sum(sizes), size * count),
-                "capacity_placed_offline_ffd": _ffd_placed(sizes, size, count),
+                "capacity_placed_offline_ffd": ffd_placed(sizes, size, count),
                 "capacity": size * count,
             }
     return out
 
 
-def _ffd_placed(sizes: Sequence[int], capacity: int, count: int) -> int:
-    free = [capacity] * count
-    placed = 0
-    for size in sorted(sizes, reverse=True):
-        for i, room in enumerate(free):
-            if room >= size:
-                free[i] = room - size
-                placed += size
-                break
-    return placed
-
-
-def _pow2_gpus(sizes_desc: Sequence[int], bins: Sequence[int]) -> int:
-    free = sorted(bins, reverse=True)
-    placed = 0
-    for size in sizes_desc:
-        for i, room in enumerate(free):
-            if room >= size:
-                free[i] = room - size
-                placed += size
-                break
-    return placed
-
-
 # -- a small instance, solved exactly -------------------------------------------------------------
-
-
-def _exact_feasible(sizes: Sequence[int], capacity: int, count: int) -> bool:
-    """Branch and bound: can `sizes` go into `count` bins of `capacity`?"""
-    order = sorted(sizes, reverse=True)
-    if sum(order) > capacity * count or (order and order[0] > capacity):
-        return False
-    free = [capacity] * count
-
-    def place(k: int) -> bool:
-        if k == len(order):
-            return True
-        size = order[k]
-        tried: set[int] = set()
-        for i in range(count):
-            room = free[i]
-            if room < size or room in tried:
-                continue
-            tried.add(room)  # bins with the same room are interchangeable
-            free[i] = room - size
-            if place(k + 1):
-                return True
-            free[i] = room
-        return False
-
-    return place(0)
 
 
 def exact_windows(items: Sequence[Item], demands: Demands) -> dict[str, Any]:
@@ -527,7 +243,7 @@ def exact_windows(items: Sequence[Item], demands: Demands) -> dict[str, Any]:
     started = time.perf_counter()
     for window in windows:
         sizes = [item.qty for item in window]
-        best = _prefix(sizes, lambda part: _exact_feasible(part, SHARE_CARD_GIB, buckets))
+        best = fitting_prefix(sizes, lambda part: exact_feasible(part, SHARE_CARD_GIB, buckets))
         optimum_total += best
         for label, chooser in _policies(window[0].index):
             got = simulate(window, fleet, demands, chooser)["vram"]["placed_before_first_refusal"]

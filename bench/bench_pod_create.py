@@ -76,6 +76,7 @@ sys.path.append(str(ROOT))  # the checkout, for a script run by path
 from inference_policy.access import unshielded  # noqa: E402
 from localcluster import ControlPlane, Kube, versions, wait_until  # noqa: E402
 from localcluster.controlplane import HOST  # noqa: E402
+from localcluster.metrics import metric, parse_metrics  # noqa: E402
 from localcluster.process import free_port  # noqa: E402
 from localcluster.webhook import (  # noqa: E402
     DEFAULT_BUNDLE_CONFIGMAP,
@@ -224,17 +225,11 @@ def _clear(kube: Kube) -> None:
         )
 
 
-def _metric_mean_ms(text: str, family: str, match: str) -> float | None:
-    """Mean of a Prometheus histogram family over the series whose labels contain ``match``."""
-    total = count = 0.0
-    for line in text.splitlines():
-        if match not in line:
-            continue
-        if line.startswith(family + "_sum{"):
-            total += float(line.rsplit(" ", 1)[1])
-        elif line.startswith(family + "_count{"):
-            count += float(line.rsplit(" ", 1)[1])
-    return round(total / count * 1000, 3) if count else None
+def _metric_mean_ms(text: str, family: str, **labels: str) -> float | None:
+    """Mean of a Prometheus histogram family over the series with all of ``labels``."""
+    samples = parse_metrics(text)
+    count = metric(samples, family + "_count", **labels)
+    return round(metric(samples, family + "_sum", **labels) / count * 1000, 3) if count else None
 
 
 def _webhook_call_times(
@@ -249,13 +244,13 @@ def _webhook_call_times(
     family = "apiserver_admission_webhook_admission_duration_seconds"
     return {
         "apiserver_webhook_call_mean_ms": {
-            "tmi": _metric_mean_ms(text, family, 'name="pods.tenant-inference.kamiwaza.ai"'),
-            "tmi_guard": _metric_mean_ms(text, family, 'name="guard.tenant-inference.kamiwaza.ai"'),
-            "constant": _metric_mean_ms(text, family, f'name="pods.{CONSTANT_WEBHOOKS}"'),
-            "constant_guard": _metric_mean_ms(text, family, f'name="guard.{CONSTANT_WEBHOOKS}"'),
+            "tmi": _metric_mean_ms(text, family, name="pods.tenant-inference.kamiwaza.ai"),
+            "tmi_guard": _metric_mean_ms(text, family, name="guard.tenant-inference.kamiwaza.ai"),
+            "constant": _metric_mean_ms(text, family, name=f"pods.{CONSTANT_WEBHOOKS}"),
+            "constant_guard": _metric_mean_ms(text, family, name=f"guard.{CONSTANT_WEBHOOKS}"),
         },
         "webhook_handling_mean_ms": _metric_mean_ms(
-            own, "tmi_webhook_request_duration_seconds", 'endpoint="mutate"'
+            own, "tmi_webhook_request_duration_seconds", endpoint="mutate"
         ),
     }
 
@@ -320,7 +315,7 @@ class ConstantWebhook:
 
     def reviews(self) -> int:
         text = _metrics_text(self.url, self.plane.ca_file)
-        return int(float(text.split("constant_webhook_reviews_total ", 1)[1].split()[0]))
+        return int(metric(parse_metrics(text), "constant_webhook_reviews_total"))
 
     def install(self) -> None:
         kube = self.plane.kube("admin")

@@ -57,7 +57,9 @@ from inference_policy.profile import parse_envelope  # noqa: E402
 from inference_policy.schedconfig import render_scheduler_config  # noqa: E402
 from inference_policy.wire import ENGINE_LABEL as DEPLOYMENT_LABEL  # noqa: E402
 from localcluster import ApiError, ControlPlane, FakeNode, create_fake_nodes  # noqa: E402
+from localcluster.metrics import parse_metrics  # noqa: E402
 from localcluster.process import free_port, wait_until  # noqa: E402
+from tests.fleetkit import a100_mig, cpu_only, h100, l40s, no_gfd, t4  # noqa: E402
 from tests.integration.extenderkit import (  # noqa: E402
     block,
     fleet_envelope,
@@ -82,35 +84,15 @@ APISERVER_ARGS = ("--max-requests-inflight=1600", "--max-mutating-requests-infli
 
 
 def fleet() -> list[FakeNode]:
-    nodes = [FakeNode(f"h100-{i:02d}", gpus=8) for i in range(64)]
-    nodes += [
-        FakeNode(
-            f"a100-mig-{i:02d}",
-            gpu_product="NVIDIA-A100-SXM4-80GB",
-            compute_capability="8.0",
-            gpus=4,
-            mig={"3g.40gb": 8},
-            whole_gpus=0,
-        )
-        for i in range(24)
-    ]
-    nodes += [
-        FakeNode(
-            f"l40s-{i:02d}",
-            gpu_product="NVIDIA-L40S",
-            compute_capability="8.9",
-            cuda_driver_major=12,
-            vram_gb=48,
-            vram_budget=True,
-        )
-        for i in range(32)
-    ]
-    nodes += [FakeNode(f"cpu-{i:02d}", gpus=0) for i in range(8)]
+    nodes = [h100(f"h100-{i:02d}") for i in range(64)]
+    nodes += [a100_mig(f"a100-mig-{i:02d}", gpus=4, slices=8) for i in range(24)]
+    nodes += [l40s(f"l40s-{i:02d}") for i in range(32)]
+    nodes += [cpu_only(f"cpu-{i:02d}") for i in range(8)]
     # Nodes whose facts contradict the whole-GPU binding (cc 8.0, CUDA 13): a T4 (cc 7.5) and a
     # node with no GFD labels. Both advertise nvidia.com/gpu, so the scheduler alone would use
     # them.
-    nodes.append(FakeNode("t4-00", gpu_product="Tesla-T4", compute_capability="7.5", gpus=8))
-    nodes.append(FakeNode("no-gfd-00", gpus=0, extra_resources={"nvidia.com/gpu": "8"}))
+    nodes.append(t4("t4-00", vram_gb=80, gpus=8))
+    nodes.append(no_gfd("no-gfd-00"))
     return nodes
 
 
@@ -417,16 +399,12 @@ def _scheduler_cycle(plane: ControlPlane, label: str) -> dict[str, float]:
         text = response.read().decode()
     sums: dict[str, float] = {}
     counts: dict[str, float] = {}
-    for line in text.splitlines():
-        if line.startswith("#"):
-            continue
-        series, _, value = line.rpartition(" ")
-        name = series.split("{", 1)[0]
-        for short, metric in _CYCLE_METRICS.items():
-            if name == metric + "_sum":
-                sums[short] = sums.get(short, 0.0) + float(value)
-            elif name == metric + "_count":
-                counts[short] = counts.get(short, 0.0) + float(value)
+    for sample in parse_metrics(text):
+        for short, family in _CYCLE_METRICS.items():
+            if sample.name == family + "_sum":
+                sums[short] = sums.get(short, 0.0) + sample.value
+            elif sample.name == family + "_count":
+                counts[short] = counts.get(short, 0.0) + sample.value
     out = {
         f"{short}_ms": round(sums[short] / counts[short] * 1000, 3)
         for short in sums
@@ -443,28 +421,21 @@ def _apiserver_counters(kube: Any) -> dict[str, float]:
     pool = kube.api_client.rest_client.pool_manager
     text = pool.request("GET", kube._host + "/metrics").data.decode()
     out = {"terminated_pod_watchers": 0.0, "pod_lists": 0.0, "pod_watches": 0.0, "rejected": 0.0}
-    for line in text.splitlines():
-        if line.startswith("#"):
-            continue
-        series, _, value = line.rpartition(" ")
-        if (
-            series.startswith("apiserver_terminated_watchers_total{")
-            and 'resource="pods"' in series
-        ):
-            out["terminated_pod_watchers"] += float(value)
-        elif series.startswith("apiserver_request_total{") and 'resource="pods"' in series:
-            if 'subresource=""' in series or "subresource=" not in series:
-                if 'verb="LIST"' in series:
-                    out["pod_lists"] += float(value)
-                elif 'verb="WATCH"' in series:
-                    out["pod_watches"] += float(value)
-        elif series.startswith("apiserver_flowcontrol_rejected_requests_total{"):
-            out["rejected"] += float(value)
-            labels = dict(
-                part.split("=", 1) for part in series[series.index("{") + 1 : -1].split(",")
-            )
+    for sample in parse_metrics(text):
+        labels, value = sample.labels, sample.value
+        pods = labels.get("resource") == "pods"
+        if sample.name == "apiserver_terminated_watchers_total" and pods:
+            out["terminated_pod_watchers"] += value
+        elif sample.name == "apiserver_request_total" and pods:
+            if not labels.get("subresource"):
+                if labels.get("verb") == "LIST":
+                    out["pod_lists"] += value
+                elif labels.get("verb") == "WATCH":
+                    out["pod_watches"] += value
+        elif sample.name == "apiserver_flowcontrol_rejected_requests_total":
+            out["rejected"] += value
             who = f"rejected {labels.get('priority_level', '')}/{labels.get('flow_schema', '')}"
-            out[who.replace('"', "")] = out.get(who.replace('"', ""), 0.0) + float(value)
+            out[who] = out.get(who, 0.0) + value
     return out
 
 

@@ -99,7 +99,7 @@ def serve(kind: str, stats: str, argv: list[str]) -> int:
 
 
 def _fixture() -> dict[str, Any]:
-    from localcluster.nodes import FakeNode
+    from tests.fleetkit import A100_MIG, CPU, h100
     from tests.integration.extenderkit import (
         block,
         bound,
@@ -112,17 +112,7 @@ def _fixture() -> dict[str, Any]:
 
     owner = Owner()
     envelope = fleet_envelope(owner)
-    nodes = [FakeNode(f"h100-{i}", gpus=8) for i in range(6)] + [
-        FakeNode(
-            "a100-mig",
-            gpu_product="NVIDIA-A100-SXM4-80GB",
-            compute_capability="8.0",
-            gpus=2,
-            mig={"3g.40gb": 4},
-            whole_gpus=0,
-        ),
-        FakeNode("cpu-1", gpus=0, cpu="8", memory="32Gi"),
-    ]
+    nodes = [h100(f"h100-{i}") for i in range(6)] + [A100_MIG, CPU]
     whole = plan_for(owner, envelope, request(inferenceResources=block("nvidia-whole")))
     mig = plan_for(owner, envelope, request(inferenceResources=block("nvidia-mig-3g40gb")))
     pods = [bound(planned_pod(whole), f"h100-{i % 6}") for i in range(12)]

@@ -13,7 +13,6 @@ import copy
 import shutil
 import ssl
 import time
-import urllib.request
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
@@ -24,7 +23,7 @@ from typing import Any
 import yaml
 
 from localcluster.pki import CertificateAuthority, write_service_account_key
-from localcluster.process import ComponentError, ManagedProcess, free_port, wait_until
+from localcluster.process import ComponentError, ManagedProcess, free_port, http_ok, wait_until
 
 HOST = "127.0.0.1"
 KWOK_NODE_ANNOTATION = "kwok.x-k8s.io/node"
@@ -47,11 +46,6 @@ def default_scheduler_config() -> dict[str, Any]:
 def data_text(name: str) -> str:
     """One of the files shipped in localcluster/data (manifests, KWOK stages, audit policy)."""
     return resources.files("localcluster").joinpath("data", name).read_text()
-
-
-def _http_ok(url: str, context: ssl.SSLContext | None = None) -> bool:
-    with urllib.request.urlopen(url, timeout=5, context=context) as resp:  # noqa: S310 - fixed local URL
-        return bool(resp.status == 200)
 
 
 def _insecure_context() -> ssl.SSLContext:
@@ -149,7 +143,7 @@ class Components:
             proc = self._spawn(name, argv(port), env=env)
             try:
                 wait_until(
-                    partial(_http_ok, ready_url(port), context),
+                    partial(http_ok, ready_url(port), context),
                     timeout=START_TIMEOUT,
                     what=what,
                     proc=proc,

@@ -29,7 +29,6 @@ import socket
 import ssl
 import threading
 import time
-import urllib.request
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -37,7 +36,7 @@ from typing import Any
 
 from localcluster.controlplane import HOST, ControlPlane
 from localcluster.kube import JSON, Kube
-from localcluster.process import wait_until
+from localcluster.process import http_ok, wait_until
 
 ROOT = Path(__file__).resolve().parent.parent
 FIGURES = ROOT / ".artifacts" / "faults.json"
@@ -155,17 +154,12 @@ class RoundRobinProxy:
 # -- core components ------------------------------------------------------------------------------
 
 
-def _ok(url: str, context: ssl.SSLContext | None = None) -> bool:
-    with urllib.request.urlopen(url, timeout=5, context=context) as resp:  # noqa: S310 - fixed local URL
-        return bool(resp.status == 200)
-
-
 def wait_apiserver(plane: ControlPlane, timeout: float = RESTART_TIMEOUT) -> float:
     """Until kube-apiserver's /readyz answers 200 (its storage, RBAC and informers included);
     returns the monotonic time it did."""
     context = ssl.create_default_context(cafile=str(plane.ca_file))
     wait_until(
-        lambda: _ok(f"{plane.server}/readyz", context),
+        lambda: http_ok(f"{plane.server}/readyz", context),
         timeout=timeout,
         what="kube-apiserver /readyz",
     )
@@ -180,7 +174,7 @@ def restart_etcd(
     started = time.monotonic()
     proc = plane.respawn("etcd", kill=kill)
     wait_until(
-        lambda: _ok(f"{plane.etcd_url}/health"), timeout=timeout, what="etcd /health", proc=proc
+        lambda: http_ok(f"{plane.etcd_url}/health"), timeout=timeout, what="etcd /health", proc=proc
     )
     return wait_apiserver(plane, timeout) - started
 

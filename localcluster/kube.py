@@ -170,6 +170,7 @@ class Kube:
             timeout=urllib3.Timeout(connect=10.0, read=timeout + 10.0),
             retries=False,
         )
+        ended = False
         try:
             if not 200 <= response.status < 300:
                 raise ApiError("GET", path, response.status, response.read().decode())
@@ -180,7 +181,12 @@ class Kube:
                 for line in lines:
                     if line.strip():
                         yield json.loads(line)
+            ended = True
         finally:
+            # A stream the caller left early still has the server's bytes coming: only a
+            # stream that ended may go back to the pool; the rest is closed, not leaked.
+            if not ended:
+                response.close()
             response.release_conn()
 
     # -- discovery -------------------------------------------------------------

@@ -17,10 +17,13 @@ import errno
 import os
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import threading
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from types import FrameType
@@ -36,6 +39,34 @@ _HANDLERS_INSTALLED = False
 
 class ComponentError(RuntimeError):
     """A component failed to start or become ready; the message carries its log tail."""
+
+
+def http_fetch(url: str, context: ssl.SSLContext | None = None) -> tuple[int, str]:
+    """The status and body of a GET on a local server's fixed URL, an error status included.
+
+    urllib raises an error status as an HTTPError that holds the open response; one dropped
+    unclosed (a readiness probe's 503 while a server starts) leaks its socket, so every answer is
+    read and closed here.
+    """
+    try:
+        with urllib.request.urlopen(url, timeout=5, context=context) as resp:  # noqa: S310 - fixed local URL
+            return int(resp.status), resp.read().decode("utf-8", "replace")
+    except urllib.error.HTTPError as err:
+        with err:
+            return int(err.code), err.read().decode("utf-8", "replace")
+
+
+def http_ok(url: str, context: ssl.SSLContext | None = None) -> bool:
+    """Does a GET on the URL answer 200 (a readiness probe)?"""
+    return http_fetch(url, context)[0] == 200
+
+
+def http_get(url: str, context: ssl.SSLContext | None = None) -> str:
+    """The body of a GET that must answer 2xx."""
+    status, body = http_fetch(url, context)
+    if not 200 <= status < 300:
+        raise ComponentError(f"GET {url} answered {status}: {body[:200]}")
+    return body
 
 
 def free_port() -> int:

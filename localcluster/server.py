@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import os
 import ssl
-import urllib.request
 from dataclasses import KW_ONLY, dataclass
 from pathlib import Path
 from typing import ClassVar
@@ -20,7 +19,14 @@ from typing import ClassVar
 from localcluster.components import HOST
 from localcluster.controlplane import ControlPlane
 from localcluster.metrics import Sample, parse_metrics
-from localcluster.process import ComponentError, ManagedProcess, free_port, wait_until
+from localcluster.process import (
+    ComponentError,
+    ManagedProcess,
+    free_port,
+    http_get,
+    http_ok,
+    wait_until,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 START_TIMEOUT = 60.0
@@ -34,16 +40,6 @@ def blank_tmi() -> dict[str, str]:
     settings the harness gives it (flags, or the chart's environment) are in force.
     """
     return {name: "" for name in os.environ if name.startswith("TMI_")}
-
-
-def http_get(url: str, context: ssl.SSLContext | None = None) -> str:
-    with urllib.request.urlopen(url, timeout=5, context=context) as resp:  # noqa: S310 - fixed local URL
-        return str(resp.read().decode())
-
-
-def http_ok(url: str, context: ssl.SSLContext | None = None) -> bool:
-    with urllib.request.urlopen(url, timeout=5, context=context) as resp:  # noqa: S310 - fixed local URL
-        return bool(resp.status == 200)
 
 
 @dataclass

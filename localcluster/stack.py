@@ -29,7 +29,6 @@ from __future__ import annotations
 import copy
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 from types import TracebackType
 from typing import Any
 
@@ -75,7 +74,6 @@ from localcluster.webhook import (
     set_opt_in,
 )
 
-ROOT = Path(__file__).resolve().parent.parent
 SCHEDULER_IDENTITY = "scheduler"
 FIELD_MANAGER = "tmi-localcluster-stack"
 RBAC_TIMEOUT = 30.0

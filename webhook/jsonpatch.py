@@ -25,10 +25,6 @@ def escape(token: str) -> str:
     return token.replace("~", "~0").replace("/", "~1")
 
 
-def pointer(*tokens: str | int) -> str:
-    return "".join("/" + escape(str(token)) for token in tokens)
-
-
 def edits_patch(document: Mapping[str, Any], edits: Sequence[Any]) -> list[Operation]:
     """The operations that make each edit (an object with `path`, `value` and `remove`) hold in
     `document`; parents that do not exist yet are added whole."""
@@ -84,13 +80,6 @@ def _pointers(tokens: tuple[str | int, ...]) -> tuple[str, ...]:
     return keep(_POINTERS, tokens, tuple(prefixes), _MAX_POINTERS)
 
 
-def diff(source: Any, target: Any) -> list[Operation]:
-    """The operations that turn `source` into `target`; `[]` when they are equal."""
-    ops: list[Operation] = []
-    _diff(source, target, "", ops)
-    return ops
-
-
 _MISSING: Any = object()
 _SCALARS = frozenset((str, int, float, bool, type(None)))
 
@@ -139,8 +128,7 @@ def _diff(source: Any, target: Any, path: str, ops: list[Operation]) -> None:
 def _diff_dicts(
     source: dict[str, Any], target: dict[str, Any], path: str, ops: list[Operation]
 ) -> None:
-    """`_diff` of two mappings, key by key. Typed as dicts (what a review decodes to) so the
-    compiled build makes each lookup a direct call rather than a method call by name."""
+    """`_diff` of two mappings, key by key."""
     for key in source:
         if key not in target:
             ops.append({"op": "remove", "path": path + "/" + _token(key)})
@@ -156,8 +144,7 @@ def _diff_dicts(
 
 
 def _child(parent: Any, token: str | int) -> Any:
-    """The value at `token` under `parent` (an object or a list), `_MISSING` if absent. The
-    dict test first: it narrows the compiled build's `get` to a direct dict lookup."""
+    """The value at `token` under `parent` (an object or a list), `_MISSING` if absent."""
     if isinstance(parent, dict):
         return parent.get(token, _MISSING)
     if type(parent) is list:

@@ -11,6 +11,8 @@ plus its binding model in `profile`.
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 from inference_policy.allocation.accounted_share import ACCOUNTED_SHARE
 from inference_policy.allocation.base import AllocationClass, Fit, Guarantee
 from inference_policy.allocation.mig import MIG
@@ -28,6 +30,8 @@ def class_of(allocator: str, resource: str) -> AllocationClass:
     raise ValueError(f"no allocation class for allocator {allocator} and resource {resource}")
 
 
+# Placement asks this for every node a Pod does not fit on now; resource names are few.
+@lru_cache(maxsize=1024)
 def class_of_resource(resource: str) -> AllocationClass | None:
     """The class whose devices a resource name counts, if any (`cpu` and `memory` have none)."""
     for cls in CLASSES:

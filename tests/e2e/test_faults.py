@@ -28,7 +28,6 @@ import json
 import ssl
 import threading
 import time
-import urllib.request
 import uuid
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -51,6 +50,7 @@ from localcluster.faults import (
     writes_of,
 )
 from localcluster.nodes import delete_fake_nodes
+from localcluster.process import http_get
 from localcluster.stack import (
     CONDITION,
     TenantStack,
@@ -173,8 +173,7 @@ def create(installer: Kube, stack: TenantStack, name: str) -> dict[str, Any]:
 
 def webhook_verifications(plane: ControlPlane, hook: LocalWebhook) -> float:
     context = ssl.create_default_context(cafile=str(plane.ca_file))
-    with urllib.request.urlopen(f"{hook.url}/metrics", timeout=5, context=context) as resp:
-        text = resp.read().decode()
+    text = http_get(f"{hook.url}/metrics", context)
     return metric(parse_metrics(text), "tmi_webhook_profile_verifications_total")
 
 

@@ -16,10 +16,10 @@ import os
 import shutil
 import ssl
 import subprocess
-import urllib.request
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -28,7 +28,7 @@ import yaml
 from localcluster import ControlPlane
 from localcluster.controlplane import HOST
 from localcluster.image import USER, Layout, app_layer, assemble, base_layer, debian_closure
-from localcluster.process import ManagedProcess, free_port, wait_until
+from localcluster.process import ManagedProcess, free_port, http_get, http_ok, wait_until
 from localcluster.webhook import IDENTITY, WebhookSettings, apply_webhook_rbac, publish_profile
 from tests.e2e.stackkit import dated
 from tests.profilekit import CLUSTER, Owner
@@ -205,17 +205,13 @@ def test_the_webhook_serves_from_the_image_against_the_api_server(
         "tmi-webhook-image", argv, control_plane.logs_dir / "tmi-webhook-image.log", cwd=ROOT
     )
     try:
-
-        def ready() -> bool:
-            with urllib.request.urlopen(
-                f"https://{HOST}:{port}/readyz", timeout=5, context=context
-            ) as resp:
-                return bool(resp.status == 200)
-
-        wait_until(ready, timeout=60, what="the webhook in the image /readyz", proc=process)
-        with urllib.request.urlopen(
-            f"https://{HOST}:{port}/metrics", timeout=5, context=context
-        ) as resp:
-            assert "tmi_webhook_profile_valid 1.0" in resp.read().decode()
+        wait_until(
+            partial(http_ok, f"https://{HOST}:{port}/readyz", context),
+            timeout=60,
+            what="the webhook in the image /readyz",
+            proc=process,
+        )
+        metrics = http_get(f"https://{HOST}:{port}/metrics", context)
+        assert "tmi_webhook_profile_valid 1.0" in metrics
     finally:
         process.stop()

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from prometheus_client.parser import text_string_to_metric_families
 
 from localcluster import ApiError, ControlPlane
 from localcluster.stack import CONDITION, TenantStack, condition, engine_pod
@@ -44,12 +45,10 @@ def stack(control_plane: ControlPlane) -> Iterator[TenantStack]:
 def exported(text: str) -> set[str]:
     """Every series name the exposition declares or carries."""
     names: set[str] = set()
-    for line in text.splitlines():
-        if line.startswith("# TYPE "):
-            _, _, family, kind = line.split(" ", 3)
-            names.update(family + suffix for suffix in SUFFIXES.get(kind, ("",)))
-        elif line and not line.startswith("#"):
-            names.add(line.split("{", 1)[0].split(" ", 1)[0])
+    for family in text_string_to_metric_families(text):
+        # A family is declared even with no series yet (a histogram nothing has observed).
+        names.update(family.name + suffix for suffix in SUFFIXES.get(family.type, ("",)))
+        names.update(sample.name for sample in family.samples)
     return names
 
 

@@ -28,6 +28,7 @@ from localcluster import ControlPlane, FakeNode, Kube, create_fake_nodes
 from localcluster.nodes import delete_fake_nodes
 from localcluster.stack import CONDITION, TenantStack, condition, engine_pod, metric
 from tests.e2e.stackkit import LARGE, WHOLE, dated, pod_names, tenant_stack, whole_h100_profile
+from tests.fleetkit import a100_mig, h100
 from tests.profilekit import Owner, gpu_binding, gpu_profile, request, with_profiles
 
 pytestmark = pytest.mark.e2e
@@ -39,22 +40,6 @@ MIG_RESOURCE = "nvidia.com/mig-3g.40gb"
 SMALL = request("llamacpp")
 # LARGE, a 72B GGUF at Q4 (47 GB), needs more than a 38Gi slice: a whole GPU.
 TENSOR_PARALLEL = request("vllm", config__tensor_parallel_size=2)
-
-
-def h100(name: str, gpus: int = 1, **changes: Any) -> FakeNode:
-    return FakeNode(name, gpu_product="NVIDIA-H100-80GB-HBM3", gpus=gpus, vram_gb=80, **changes)
-
-
-def a100_mig(name: str) -> FakeNode:
-    return FakeNode(
-        name,
-        gpu_product="NVIDIA-A100-SXM4-80GB",
-        gpus=1,
-        whole_gpus=0,
-        mig={"3g.40gb": 2},
-        vram_gb=80,
-        compute_capability="8.0",
-    )
 
 
 def fleet_envelope(owner: Owner, namespace: str) -> dict[str, Any]:
@@ -170,7 +155,7 @@ def filter_calls(stack: TenantStack) -> float:
 def test_mig_sized_model_lands_on_the_mig_slice_and_a_large_one_on_a_whole_gpu(
     kube: Kube, stack: TenantStack, nodes: Callable[..., list[str]], pods: Callable[..., str]
 ) -> None:
-    mig_node, whole_node = nodes(a100_mig("a100-mig"), h100("h100"))
+    mig_node, whole_node = nodes(a100_mig("a100-mig", gpus=1, slices=2), h100("h100", gpus=1))
     before = filter_calls(stack)
     small, large = pods(SMALL, "small"), pods(LARGE, "large")
 
@@ -191,7 +176,7 @@ def test_mig_sized_model_lands_on_the_mig_slice_and_a_large_one_on_a_whole_gpu(
 def test_tensor_parallel_pod_gets_two_gpus_on_one_node(
     kube: Kube, stack: TenantStack, nodes: Callable[..., list[str]], pods: Callable[..., str]
 ) -> None:
-    _, _, pair = nodes(h100("single-a"), h100("single-b"), h100("pair", gpus=2))
+    _, _, pair = nodes(h100("single-a", gpus=1), h100("single-b", gpus=1), h100("pair", gpus=2))
     name = pods(TENSOR_PARALLEL, "tp")
 
     pod = bound(kube, stack, name)
@@ -235,7 +220,13 @@ def test_node_whose_labels_contradict_the_binding_is_filtered_with_the_reason(
         FakeNode(
             "a100-whole", gpu_product="NVIDIA-A100-SXM4-80GB", vram_gb=80, compute_capability="8.0"
         ),
-        h100("h100-r570", cuda_driver_major=12, cuda_driver_minor=8, driver_version="570.86.15"),
+        h100(
+            "h100-r570",
+            gpus=1,
+            cuda_driver_major=12,
+            cuda_driver_minor=8,
+            driver_version="570.86.15",
+        ),
     )
     assert stack.extender is not None
     verdicts_before = stack.extender.metrics()
@@ -270,7 +261,7 @@ def test_node_whose_labels_contradict_the_binding_is_filtered_with_the_reason(
         assert metric(after, name_, code=code) > metric(verdicts_before, name_, code=code)
 
     # The same Pod lands as soon as a node that matches the attestation appears, and on it.
-    (matching,) = nodes(h100("h100-r580"))
+    (matching,) = nodes(h100("h100-r580", gpus=1))
     placed = bound(kube, stack, name)
     assert placed["spec"]["nodeName"] == matching
     assert placed["spec"]["nodeName"] not in (older_card, older_driver)
@@ -279,7 +270,7 @@ def test_node_whose_labels_contradict_the_binding_is_filtered_with_the_reason(
 def test_full_cluster_leaves_the_pod_pending_with_reasons_then_reports_the_deadline(
     kube: Kube, stack: TenantStack, nodes: Callable[..., list[str]], pods: Callable[..., str]
 ) -> None:
-    (node,) = nodes(h100("full"))
+    (node,) = nodes(h100("full", gpus=1))
     holder = pods(LARGE, "holder")
     bound(kube, stack, holder)
     waiting = pods(LARGE, "waiting")
@@ -374,7 +365,7 @@ def test_cpu_engine_lands_on_the_cpu_node_and_on_a_gpu_node_only_once_that_is_fu
     room for one such engine; the second goes to the GPU node, because steering is a score,
     not a filter."""
     gpu_node, cpu_node = nodes(
-        h100("steer-gpu", cpu="8", memory="20Gi"),
+        h100("steer-gpu", gpus=1, cpu="8", memory="20Gi"),
         FakeNode("steer-cpu", gpus=0, vram_gb=None, cpu="6", memory="256Gi"),
     )
     extender = stack.extender

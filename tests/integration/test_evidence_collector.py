@@ -5,6 +5,7 @@ controller's app serving the route only when a token is configured. The reports 
 from __future__ import annotations
 
 import asyncio
+import io
 import json
 from typing import Any
 
@@ -23,10 +24,11 @@ from allocation_controller.evidence import (
     EvidenceBoard,
     add_evidence_routes,
 )
-from allocation_controller.memory import MemoryKube
 from inference_policy.evidence import judge
+from localcluster.metrics import parse_metrics
 from policy_io.state import PolicySettings
 from serving.app import READ_TIMEOUT
+from tests.controllerkit import MemoryKube
 from tests.evidencekit import GIB, H200_UUID, MIG, SHARED, nvml_observation, owners, pods
 from tmi_cli.evidence import post_report
 
@@ -58,11 +60,10 @@ async def client_for(
 
 
 def sample(text: str, name: str, **labels: str) -> float | None:
-    for line in text.splitlines():
-        if not line.startswith(name + "{"):
-            continue
-        if all(f'{k}="{v}"' in line for k, v in labels.items()):
-            return float(line.rsplit(" ", 1)[1])
+    """The first sample called `name` with all of `labels`; None when there is none."""
+    for found in parse_metrics(text):
+        if found.name == name and labels.items() <= dict(found.labels).items():
+            return found.value
     return None
 
 
@@ -122,7 +123,8 @@ async def test_posts_without_the_token_or_not_reports_are_refused() -> None:
         forged = dict(good, allocations=[{"pod": "x"}])
         answer = await client.put(EVIDENCE_PATH, json=forged, headers=AUTH)
         assert answer.status == 400 and "allocations[0]" in (await answer.json())["detail"]
-        huge = b"[" + b"0," * (3 * 1024 * 1024) + b"0]"
+        # A file-like body: aiohttp warns that sending megabytes of bytes at once blocks the loop.
+        huge = io.BytesIO(b"[" + b"0," * (3 * 1024 * 1024) + b"0]")
         assert (await client.put(EVIDENCE_PATH, data=huge, headers=AUTH)).status == 413
         text = generate_latest(registry).decode()
         assert sample(text, "tmi_evidence_reports_total", result="refused") == 2
@@ -206,7 +208,7 @@ async def test_a_report_is_read_in_time_and_within_the_limit() -> None:
                 yield b" " * (1024 * 1024)
             yield b"{}"
 
-        for body in (b" " * MAX_REPORT_BYTES + b"{}", chunks()):
+        for body in (io.BytesIO(b" " * MAX_REPORT_BYTES + b"{}"), chunks()):
             answer = await client.put(EVIDENCE_PATH, data=body, headers=AUTH)
             assert answer.status == 413
             assert await answer.json() == {

@@ -24,7 +24,7 @@ Every wait is on a condition with a deadline, never a fixed sleep.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +36,7 @@ from serving import apiserver
 from serving.apiserver import ApiClient, from_kubeconfig
 from serving.informer import Collection, Delta, Informer
 from tests.integration.fakeapi import FakeCluster
+from tests.polling import eventually
 
 NODES = Collection("nodes", "Node")
 
@@ -53,15 +54,6 @@ async def client(cluster: FakeCluster, tmp_path: Path) -> AsyncIterator[ApiClien
     api = from_kubeconfig(str(cluster.kubeconfig(tmp_path / "kubeconfig")))
     yield api
     await api.close()
-
-
-async def until(predicate: Callable[[], bool], timeout: float = 10.0) -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while not predicate():
-        if loop.time() > deadline:
-            raise AssertionError("condition not reached in time")
-        await asyncio.sleep(0.01)
 
 
 def node(name: str, **labels: str) -> dict[str, Any]:
@@ -136,7 +128,9 @@ async def test_managed_fields_are_neither_stored_nor_delivered(
         watched = node("n1", zone="a")
         watched["metadata"]["managedFields"] = fields
         cluster.put("nodes", watched)
-        await until(lambda: "n1" in recorder.seen("ADDED"))
+        await eventually(
+            lambda: "n1" in recorder.seen("ADDED"), what="'n1' in recorder.seen('ADDED')"
+        )
         for name in ("n0", "n1"):
             stored = subject.store.get(name)
             assert stored is not None and "managedFields" not in stored["metadata"]
@@ -166,7 +160,9 @@ async def test_a_transform_decides_what_is_stored_and_delivered(
         cluster.put("nodes", node("n1", zone="b"))
         cluster.put("nodes", node("n0", zone="c"))
         cluster.delete("nodes", "/n1")
-        await until(lambda: "n1" in recorder.seen("DELETED"))
+        await eventually(
+            lambda: "n1" in recorder.seen("DELETED"), what="'n1' in recorder.seen('DELETED')"
+        )
         assert [(d.type, d.object["metadata"]["name"]) for d in recorder.deltas] == [
             ("ADDED", "n0"),
             ("ADDED", "n1"),
@@ -212,21 +208,23 @@ async def test_the_watch_resumes_from_bookmarks_and_never_delivers_them(
     subject = informer(client, recorder, watch_timeout=30)
     subject.start()
     try:
-        await until(lambda: len(cluster.watchers) == 1)
+        await eventually(lambda: len(cluster.watchers) == 1, what="len(cluster.watchers) == 1")
         first = cluster.watch_requests[0]
         assert first["allowWatchBookmarks"] == "true"
         assert first["resourceVersion"] == subject.version
         # Jittered, so that replicas do not all reconnect at once.
         assert 15 <= int(first["timeoutSeconds"]) <= 30
         marked = cluster.bookmark("nodes")
-        await until(lambda: subject.version == marked)
+        await eventually(lambda: subject.version == marked, what="subject.version == marked")
         assert len(recorder.deltas) == 1  # the listed n1, nothing for the bookmark
         cluster.close_watches()
-        await until(lambda: len(cluster.watch_requests) == 2)
+        await eventually(
+            lambda: len(cluster.watch_requests) == 2, what="len(cluster.watch_requests) == 2"
+        )
         assert cluster.watch_requests[1]["resourceVersion"] == marked
         # A resumed watch is not a list, and what changes after it is delivered as it happens.
         cluster.put("nodes", node("n2"))
-        await until(lambda: "n2" in subject.store)
+        await eventually(lambda: "n2" in subject.store, what="'n2' in subject.store")
         assert subject.lists == 1
         assert recorder.deltas[-1].type == "ADDED" and not recorder.deltas[-1].listed
     finally:
@@ -243,7 +241,7 @@ async def test_gone_relists_and_delivers_the_difference(
     subject = informer(client, recorder)
     subject.start()
     try:
-        await until(lambda: len(cluster.watchers) == 1)
+        await eventually(lambda: len(cluster.watchers) == 1, what="len(cluster.watchers) == 1")
         assert recorder.listed == [["change", "keep", "vanish"]]
         # While the watch is away, its version is compacted and the collection changes.
         cluster.quiet = True
@@ -253,7 +251,7 @@ async def test_gone_relists_and_delivers_the_difference(
         cluster.put("nodes", node("change", colour="blue"))
         cluster.put("nodes", node("new"))
         cluster.close_watches()
-        await until(lambda: len(recorder.listed) == 2)
+        await eventually(lambda: len(recorder.listed) == 2, what="len(recorder.listed) == 2")
         cluster.quiet = False
         after = recorder.deltas[3:]
         assert all(d.listed for d in after)
@@ -268,7 +266,7 @@ async def test_gone_relists_and_delivers_the_difference(
         assert subject.lists == 2 and subject.errors == 0
         # The watch goes on from the fresh list.
         cluster.delete("nodes", "/keep")
-        await until(lambda: "keep" not in subject.store)
+        await eventually(lambda: "keep" not in subject.store, what="'keep' not in subject.store")
         assert recorder.deltas[-1].type == "DELETED" and not recorder.deltas[-1].listed
     finally:
         await subject.stop()
@@ -284,14 +282,14 @@ async def test_duplicates_are_skipped_and_a_recreated_name_is_two_objects(
     subject.start()
     try:
         # relist_seconds=0: every watch that ends is followed by a list of unchanged objects.
-        await until(lambda: subject.lists >= 3)
+        await eventually(lambda: subject.lists >= 3, what="subject.lists >= 3")
         assert sorted(recorder.seen("ADDED")) == ["a", "b"] and len(recorder.deltas) == 2
         old_uid = subject.store.get("a")["metadata"]["uid"]  # type: ignore[index]
         cluster.quiet = True
         cluster.delete("nodes", "/a")
         cluster.put("nodes", node("a"))
         lists = subject.lists
-        await until(lambda: subject.lists > lists)
+        await eventually(lambda: subject.lists > lists, what="subject.lists > lists")
         cluster.quiet = False
         assert [(d.type, d.object["metadata"]["uid"]) for d in recorder.deltas[2:]] == [
             ("DELETED", old_uid),
@@ -331,20 +329,26 @@ async def test_failures_back_off_with_jitter_and_start_over_after_success(
             assert 0.5 * base <= wait <= 1.5 * base
         # The list succeeded, so the backoff starts over: a watch closed at once with nothing
         # said waits the base delay (rather than spinning), then two failures double it.
-        await until(lambda: len(cluster.watchers) == 1)
+        await eventually(lambda: len(cluster.watchers) == 1, what="len(cluster.watchers) == 1")
         cluster.fail_next["nodes"] = 2
         cluster.close_watches()
-        await until(lambda: len(waits) >= 6 and len(cluster.watchers) == 1)
+        await eventually(
+            lambda: len(waits) >= 6 and len(cluster.watchers) == 1,
+            what="len(waits) >= 6 and len(cluster.watchers) == 1",
+        )
         for wait, base in zip(waits[3:], (1.0, 2.0, 4.0), strict=True):
             assert 0.5 * base <= wait <= 1.5 * base
         # Watch failures resume the watch; they do not list again.
         assert subject.lists == 1 and subject.errors == 5
         # A watch that delivered something was healthy: after it, the delay starts over.
         cluster.put("nodes", node("n1"))
-        await until(lambda: "n1" in subject.store)
+        await eventually(lambda: "n1" in subject.store, what="'n1' in subject.store")
         cluster.fail_next["nodes"] = 1
         cluster.close_watches()
-        await until(lambda: len(waits) >= 7 and len(cluster.watchers) == 1)
+        await eventually(
+            lambda: len(waits) >= 7 and len(cluster.watchers) == 1,
+            what="len(waits) >= 7 and len(cluster.watchers) == 1",
+        )
         assert len(waits) == 7 and 0.5 <= waits[6] <= 1.5
     finally:
         await subject.stop()
@@ -365,13 +369,13 @@ async def test_a_refused_watch_lists_again_once_the_read_is_allowed(
     subject.start()
     try:
         await asyncio.wait_for(subject.synced.wait(), 10)
-        await until(lambda: len(cluster.watchers) == 1)
+        await eventually(lambda: len(cluster.watchers) == 1, what="len(cluster.watchers) == 1")
         cluster.forbidden.add("nodes")
         cluster.close_watches()
-        await until(lambda: len(refusals) >= 2)
+        await eventually(lambda: len(refusals) >= 2, what="len(refusals) >= 2")
         assert set(refusals) == {403}
         cluster.forbidden.discard("nodes")
-        await until(lambda: len(recorder.listed) == 2)
+        await eventually(lambda: len(recorder.listed) == 2, what="len(recorder.listed) == 2")
         assert recorder.listed == [["n1"], ["n1"]] and subject.lists == 2
     finally:
         await subject.stop()
@@ -391,11 +395,14 @@ async def test_namespace_and_cluster_scope_with_a_label_selector(
     for subject in subjects:
         subject.start()
     try:
-        await until(lambda: all(s.synced.is_set() for s in subjects))
+        await eventually(
+            lambda: all(s.synced.is_set() for s in subjects),
+            what="all(s.synced.is_set() for s in subjects)",
+        )
         assert recorder_all.listed == [["a/p", "b/p"]]
         assert in_a.listed == [["p"]]
         cluster.put("pods", pod("b", "q", app="x"))
-        await until(lambda: "b/q" in subjects[0].store)
+        await eventually(lambda: "b/q" in subjects[0].store, what="'b/q' in subjects[0].store")
         assert recorder_all.deltas[-1].object["metadata"]["namespace"] == "b"
         assert [d.object["metadata"]["name"] for d in in_a.deltas] == ["p"]
     finally:
@@ -418,7 +425,7 @@ async def test_a_failing_handler_does_not_stop_the_informer(
     try:
         await asyncio.wait_for(subject.synced.wait(), 10)
         cluster.put("nodes", node("n2"))
-        await until(lambda: seen == ["n1", "n2"])
+        await eventually(lambda: seen == ["n1", "n2"], what="seen == ['n1', 'n2']")
         assert subject.store.names() == ["n1", "n2"] and subject.errors == 0
     finally:
         await subject.stop()
@@ -429,11 +436,11 @@ async def test_stop_cancels_a_blocked_watch_and_closes_its_connection(
 ) -> None:
     subject = informer(client, Recorder(), watch_timeout=3600)
     task = subject.start()
-    await until(lambda: len(cluster.watchers) == 1)
+    await eventually(lambda: len(cluster.watchers) == 1, what="len(cluster.watchers) == 1")
     await asyncio.wait_for(subject.stop(), 2)
     assert task.done() and task.cancelled()
     # The server sees the connection go: its watch handler is cancelled and deregistered.
-    await until(lambda: not cluster.watchers, timeout=5)
+    await eventually(lambda: not cluster.watchers, timeout=5, what="not cluster.watchers")
     assert len(cluster.watch_requests) == 1
 
 

@@ -17,12 +17,13 @@ import orjson
 import pytest
 from pytest_aiohttp import AiohttpClient
 
-from allocation_controller.memory import MemoryKube, bind, planned_pod
 from allocation_controller.reconciler import Reconciler, ReconcileSettings
 from allocation_controller.revisions import PolicyView
 from serving.logs import JsonFormatter
+from tests.controllerkit import MemoryKube, bind, planned_pod
+from tests.fleetkit import FLEET
 from tests.integration import extenderkit
-from tests.integration.test_extender import ALL, FLEET
+from tests.integration.test_extender import ALL
 from tests.integration.webhookkit import engine_pod, plain_pod, review, webhook_app
 from tests.profilekit import NAMESPACE, NOW, Owner, request
 from webhook.app import RUNTIME

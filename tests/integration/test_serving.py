@@ -29,6 +29,7 @@ from serving.kube import ClientConfigError
 from serving.probes import add_probes
 from serving.settings import ConfigError, ServingSettings
 from serving.tls import CertificateError, CertificateReloader, reloading
+from tests.polling import eventually
 
 log = logging.getLogger("serving-test")
 
@@ -153,11 +154,7 @@ async def test_sigterm_drains_unready_then_stops(caplog: pytest.LogCaptureFixtur
         process.serve_draining(_app(phase), SETTINGS, phase, log, started=started)
     )
     # The unready window must outlast a loaded machine's delay before the client connects.
-    for _ in range(500):
-        if phase.draining:
-            break
-        await asyncio.sleep(0.01)
-    assert phase.draining
+    await eventually(lambda: phase.draining, what="the server to start draining", timeout=5)
     async with aiohttp.ClientSession() as session:
         async with session.get(f"http://127.0.0.1:{ports[0]}/readyz") as resp:
             assert resp.status == 503
@@ -188,16 +185,16 @@ async def test_the_certificate_is_watched_only_while_serving(tmp_path: Path) -> 
     reloader = CertificateReloader(str(cert), str(key), on_reload=results.append)
     async with reloading(reloader, 0.02):
         serial = _issue(ca, cert, key)
-        for _ in range(200):
-            if reloader.reloads:
-                break
-            await asyncio.sleep(0.01)
+        await eventually(
+            lambda: reloader.reloads, what="the new certificate to be loaded", timeout=2
+        )
     assert (reloader.reloads, reloader.serial, results) == (1, serial, ["loaded"])
     _issue(ca, cert, key)
+    # Time passes with no watch: five of the intervals a watch would have checked in.
     await asyncio.sleep(0.1)
     assert reloader.reloads == 1
     async with reloading(reloader, 0):
-        await asyncio.sleep(0.05)
+        await asyncio.sleep(0.05)  # an interval of 0 watches nothing, however long it runs
     async with reloading(None, 0.02):
         pass
     assert reloader.reloads == 1

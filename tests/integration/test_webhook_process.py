@@ -24,6 +24,7 @@ from cryptography import x509
 from localcluster.process import python_module
 from tests.integration.fakeapi import FakeApiServer
 from tests.integration.webhookkit import engine_pod, review
+from tests.polling import eventually_async
 from tests.profilekit import CLUSTER, NAMESPACE, Owner, request
 
 
@@ -99,16 +100,18 @@ async def test_process_serves_rotates_and_stops(api: FakeApiServer, tmp_path: Pa
     try:
         connector = aiohttp.TCPConnector(ssl=context, force_close=True)
         async with aiohttp.ClientSession(connector=connector) as session:
-            for _ in range(200):
-                try:
-                    async with session.get(base + "/readyz") as resp:
-                        if resp.status == 200:
-                            break
-                except aiohttp.ClientConnectionError:
-                    pass
-                await asyncio.sleep(0.1)
-            else:
-                raise AssertionError("the webhook never became ready")
+
+            async def readyz_is(status: int) -> bool:
+                async with session.get(base + "/readyz") as resp:
+                    return resp.status == status
+
+            await eventually_async(
+                lambda: readyz_is(200),
+                what="the webhook to become ready",
+                timeout=20,
+                interval=0.1,
+                ignoring=(aiohttp.ClientConnectionError,),
+            )
 
             async with session.post(
                 base + "/mutate?timeout=5s", json=review(engine_pod(request()))
@@ -120,20 +123,24 @@ async def test_process_serves_rotates_and_stops(api: FakeApiServer, tmp_path: Pa
 
             new_serial = _issue(ca, tmp_path)
             assert new_serial != first_serial
-            for _ in range(100):
+
+            async def serving_the_new_certificate() -> bool:
                 _, writer = await asyncio.open_connection("127.0.0.1", port, ssl=context)
                 der = writer.get_extra_info("ssl_object").getpeercert(binary_form=True)
                 writer.close()
-                if x509.load_der_x509_certificate(der).serial_number == new_serial:
-                    break
-                await asyncio.sleep(0.05)
-            else:
-                raise AssertionError("the new certificate was never served")
+                return bool(x509.load_der_x509_certificate(der).serial_number == new_serial)
+
+            await eventually_async(
+                serving_the_new_certificate,
+                what="the new certificate to be served",
+                interval=0.05,
+            )
 
             proc.send_signal(signal.SIGTERM)
-            await asyncio.sleep(0.3)
-            async with session.get(base + "/readyz") as resp:
-                assert resp.status == 503  # draining: unready while still answering
+            # Draining: unready while still answering, for the drain window (1 s).
+            await eventually_async(
+                lambda: readyz_is(503), what="the webhook to turn unready", interval=0.02
+            )
             async with session.get(base + "/healthz") as resp:
                 assert resp.status == 200
         assert await asyncio.wait_for(proc.wait(), 15) == 0

@@ -24,6 +24,7 @@ from cryptography import x509
 
 from serving.tls import CertificateError, CertificateReloader
 from tests.integration.webhookkit import engine_pod, review, webhook_app
+from tests.polling import eventually
 from tests.profilekit import Owner, request
 from webhook.app import RUNTIME
 
@@ -138,24 +139,33 @@ async def test_certificate_rotates_without_a_failed_request(
                 except Exception as exc:
                     results.append(exc)
 
+    outcomes: list[str] = []
+    counted = server.reloader.on_reload
+
+    def record(result: str) -> None:
+        outcomes.append(result)
+        counted(result)
+
+    server.reloader.on_reload = record
     workers = [asyncio.create_task(hammer()) for _ in range(4)]
-    await asyncio.sleep(0.3)
+    await eventually(lambda: len(results) >= 20, what="requests on the first certificate")
     before = len(results)
 
     # A half-written pair first: the new key with the old certificate must not be served.
     leaf = ca.issue_cert("127.0.0.1", "localhost")
     _write(tmp_path / "tls.key", leaf.private_key_pem.bytes())
-    await asyncio.sleep(0.2)
+    await eventually(lambda: "failed" in outcomes, what="the half-written pair to be refused")
     assert server.reloader.serial == old_serial
     _write(tmp_path / "tls.crt", b"".join(pem.bytes() for pem in leaf.cert_chain_pems))
     new_serial = x509.load_pem_x509_certificate(leaf.cert_chain_pems[0].bytes()).serial_number
 
-    for _ in range(100):
-        if server.reloader.serial == new_serial:
-            break
-        await asyncio.sleep(0.05)
-    assert server.reloader.serial == new_serial
-    await asyncio.sleep(0.3)
+    await eventually(
+        lambda: server.reloader.serial == new_serial, what="the new certificate to be loaded"
+    )
+    rotated = len(results)
+    await eventually(
+        lambda: len(results) >= rotated + 20, what="requests on the rotated certificate"
+    )
     stop.set()
     await asyncio.gather(*workers)
 

@@ -16,6 +16,7 @@ from inference_policy.nodes import NodeFacts, node_facts
 from inference_policy.placement import demand_for, has_accelerator, score_nodes
 from inference_policy.plan import parse_plan
 from localcluster.nodes import FakeNode
+from tests.fleetkit import l40s
 from tests.unit.test_placement import GI, cpu_plan, plan, vram, whole
 
 GPU = "nvidia.com/gpu"
@@ -120,17 +121,7 @@ def test_fragmentation_score_falls_back_to_best_fit_when_every_node_changes_alik
 def test_fragmentation_score_ranks_worse_nodes_below_the_best_and_refuses_full_ones() -> None:
     binding = vram()
     demand = demand_for(parse_plan(plan(binding, 12)), binding)
-    specs = [
-        FakeNode(
-            f"l40s-{i}",
-            gpu_product="NVIDIA-L40S",
-            compute_capability="8.9",
-            cuda_driver_major=12,
-            vram_gb=48,
-            vram_budget=True,
-        )
-        for i in range(4)
-    ]
+    specs = [l40s(f"l40s-{i}") for i in range(4)]
     nodes: list[NodeFacts | None] = [_facts(s) for s in specs]
     # Free: 48, 24, 12 (exactly fits), 6 (does not fit).
     used = {"l40s-0": {}, "l40s-1": {VRAM: 24}, "l40s-2": {VRAM: 36}, "l40s-3": {VRAM: 42}}

@@ -36,6 +36,8 @@ from inference_policy.profile import CpuBinding, ExtendedResourceBinding, VramPl
 from inference_policy.quantity import QuantityError, resource_units
 from inference_policy.verdict_codes import NodeVerdictCode
 from localcluster.nodes import FakeNode
+from tests.fleetkit import A100_MIG, gh200, h100, l40s, no_gfd, t4
+from tests.fleetkit import r570 as fleet_r570
 from tests.profilekit import NOW, Owner, gpu_binding, gpu_profile, request, with_profiles
 
 GI = 1024**3
@@ -145,25 +147,8 @@ def verdict(plan_doc: Any, binding: Any, node_doc: Any, used: dict[str, int] | N
     return fits(plan_doc, binding, node_doc, used or {})
 
 
-H100 = FakeNode("h100-a", gpus=8)
-A100_MIG = FakeNode(
-    "a100-mig",
-    gpu_product="NVIDIA-A100-SXM4-80GB",
-    compute_capability="8.0",
-    gpus=2,
-    mig={"3g.40gb": 4},
-    whole_gpus=0,
-)
-L40S = FakeNode(
-    "l40s-a",
-    gpu_product="NVIDIA-L40S",
-    compute_capability="8.9",
-    cuda_driver_major=12,
-    cuda_driver_minor=8,
-    driver_version="570.86.15",
-    vram_gb=48,
-    vram_budget=True,
-)
+H100 = h100("h100-a")
+L40S = l40s("l40s-a")
 
 
 # -- fits ---------------------------------------------------------------------------------------
@@ -211,7 +196,7 @@ def test_a_real_plan_from_the_planner_places_on_a_real_looking_node() -> None:
 
 
 def test_wrong_architecture_is_unresolvable() -> None:
-    arm = FakeNode("gh200", arch="arm64", gpus=1)
+    arm = gh200("gh200")
     assert verdict(plan(whole()), whole(), node(arm)) == (
         False,
         "node architecture is arm64; binding whole-amd64 runs on amd64 nodes only",
@@ -263,7 +248,7 @@ def test_request_above_whole_allocatable_is_unresolvable() -> None:
 
 
 def test_node_without_gfd_labels_is_refused_fail_closed() -> None:
-    bare = FakeNode("no-gfd", gpus=0, extra_resources={"nvidia.com/gpu": "4"})
+    bare = no_gfd("no-gfd", gpus=4)
     result = verdict(plan(whole()), whole(), node(bare))
     assert result == (
         False,
@@ -274,7 +259,7 @@ def test_node_without_gfd_labels_is_refused_fail_closed() -> None:
 
 
 def test_lower_compute_capability_contradicts_the_attestation() -> None:
-    turing = FakeNode("t4", gpu_product="Tesla-T4", compute_capability="7.5", vram_gb=16)
+    turing = t4("t4")
     binding = whole(memory="15Gi")
     result = verdict(plan(binding), binding, node(turing))
     assert result == (
@@ -305,7 +290,7 @@ def test_missing_compute_capability_labels_cannot_confirm() -> None:
 
 
 def test_older_cuda_driver_contradicts_the_attestation() -> None:
-    r570 = FakeNode("r570", cuda_driver_major=12, cuda_driver_minor=8, driver_version="570.1.2")
+    r570 = fleet_r570("r570")
     result = verdict(plan(whole(cuda=13)), whole(cuda=13), node(r570))
     assert result == (
         False,
@@ -895,7 +880,7 @@ def test_batch_forms_agree_with_the_single_node_forms(kind: str) -> None:
         cpu_plan("3", "20Gi") if binding is None else plan(binding, 8 if kind == "share" else 1)
     )
     demand = demand_for(parse_plan(document), binding)
-    specs = [H100, A100_MIG, L40S, FakeNode("h100-2", gpus=2), FakeNode("arm", arch="arm64")]
+    specs = [H100, A100_MIG, L40S, h100("h100-2", gpus=2), gh200("arm")]
     facts: list[NodeFacts | None] = [_facts(spec) for spec in specs] + [None]
     names = [spec.name for spec in specs] + ["unknown"]
     for load in range(0, 50, 7):

@@ -11,7 +11,6 @@ from __future__ import annotations
 import io
 import logging
 import sys
-from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
 
@@ -150,16 +149,7 @@ def test_a_surrogate_in_the_message_is_escaped_not_fatal() -> None:
     assert line(record("odd \udcff byte"))["msg"] == "odd \\udcff byte"
 
 
-@pytest.fixture
-def root_restored() -> Iterator[None]:
-    root = logging.getLogger()
-    handlers, level = root.handlers[:], root.level
-    yield
-    root.handlers[:] = handlers
-    root.setLevel(level)
-
-
-@pytest.mark.usefixtures("root_restored")
+# The root logger is restored after each test (tests/conftest.py).
 def test_install_replaces_the_root_handlers_and_sets_the_level() -> None:
     first = io.StringIO()
     install("WARNING", first)

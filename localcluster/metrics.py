@@ -29,7 +29,7 @@ def parse_metrics(text: str) -> list[Sample]:
     ]
 
 
-def metric(samples: Iterable[Sample], name: str, **labels: str) -> float:
+def metric(samples: Iterable[Sample], name: str, /, **labels: str) -> float:
     """The sum of the samples called ``name`` whose labels include ``labels``."""
     return sum(
         s.value

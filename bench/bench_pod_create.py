@@ -27,8 +27,12 @@ Cases, each `--creates` real (stored) creates per mode, spread over `--rounds` r
   call from the API server to the webhook and a JSON Patch back;
 * the same, `--concurrency` at once (a Deployment scaled by that many): each burst's creates are
   of one mode, sent together, and the next burst waits for all of them;
-* tenant Pods without accelerator fields, one after another: sent to the webhook only to be
-  shielded (`NVIDIA_VISIBLE_DEVICES=void` added to each container), a small patch back.
+* tenant Pods without accelerator fields, one after another. In `tmi`'s namespace the owner's
+  admission policies shield them (`NVIDIA_VISIBLE_DEVICES=void` on each container) and check
+  them inside the API server, and no webhook is called; the constant webhook's copy is the
+  chart's fallback for clusters without admission policies, whose guard entry is sent such
+  Pods to shield them, a small patch back. Against "without" (a namespace not opted in) this is
+  what opting a namespace in costs the Pods that are not engine Pods.
 
 Pods are created as cluster admin through one keep-alive connection pool, timed from request
 to response. Each is checked to have been admitted as its mode says (planned or shielded with a
@@ -93,6 +97,8 @@ from tests.profilekit import CLUSTER, NAMESPACE, Owner, request  # noqa: E402
 RESULTS = ROOT / "bench" / "results" / "pod_create.json"
 TARGET_P99_VS_CONSTANT = 1.15
 TARGET_P99_VS_NONE = 1.2
+# Tenant Pods in the opted-in namespace against a namespace that is not opted in.
+TARGET_TENANT_P99_VS_NONE = 1.05
 WARMUP = 20
 MODES = ("without_webhook", "constant_webhook", "with_webhook")
 BOOTSTRAP = 2000
@@ -214,7 +220,9 @@ def _interleaved(
                     )
                 walls[mode] += time.perf_counter() - started
                 times[mode] += elapsed
-                sent[mode] += len(pods)
+                # tmi's webhook is sent engine Pods only; the policies answer for the others.
+                if engine or mode != "with_webhook":
+                    sent[mode] += len(pods)
     return times, walls
 
 
@@ -261,8 +269,9 @@ CONSTANT_WEBHOOKS = "constant-answer.bench.local"
 
 
 def constant_configuration(url: str, ca_bundle: str) -> dict[str, Any]:
-    """The chart's configuration, renamed and selecting the constant webhook's namespace."""
-    doc = webhook_configuration(url, ca_bundle)
+    """The chart's fallback configuration (its guard entry shields and refuses where there are
+    no admission policies), renamed and selecting the constant webhook's namespace."""
+    doc = webhook_configuration(url, ca_bundle, admission_policies=False)
     doc["metadata"]["name"] = CONSTANT_CONFIGURATION
     for webhook in doc["webhooks"]:
         webhook["name"] = webhook["name"].replace("tenant-inference.kamiwaza.ai", CONSTANT_WEBHOOKS)
@@ -472,6 +481,7 @@ def main() -> None:
         "targets": {
             "p99 with tmi / p99 with the constant webhook": TARGET_P99_VS_CONSTANT,
             "p99 with tmi / p99 without a webhook": TARGET_P99_VS_NONE,
+            "tenant Pods, p99 opted in / p99 not opted in": TARGET_TENANT_P99_VS_NONE,
         },
         "creates_per_case_and_mode": per_round * args.rounds,
         "rounds": args.rounds,
@@ -512,8 +522,12 @@ def main() -> None:
                 by_mode["with_webhook"], by_mode["without_webhook"]
             ),
             "p99_ratio_constant_vs_none": ratio(constant_, without),
-            "meets_targets": ratio(with_, constant_) <= TARGET_P99_VS_CONSTANT
-            and ratio(with_, without) <= TARGET_P99_VS_NONE,
+            "meets_targets": (
+                ratio(with_, without) <= TARGET_TENANT_P99_VS_NONE
+                if case.startswith("tenant")
+                else ratio(with_, constant_) <= TARGET_P99_VS_CONSTANT
+                and ratio(with_, without) <= TARGET_P99_VS_NONE
+            ),
         }
     text = json.dumps(results, indent=2)
     print(text)

@@ -22,11 +22,14 @@ ledger here sees planned Pods only once they are bound; it is a second, independ
 gives the precise reason (which bucket, how much is free) and that still holds if a node's
 plugin stops advertising a resource the scheduler would otherwise have to trust.
 
-Answers, on purpose: a Pod without a plan passes every node untouched; a plan that cannot be
-read, or names a binding the profile no longer grants, or a refused profile, puts every node in
-`FailedAndUnresolvableNodes` with the reason (fail closed, visible in the Pod's events); `Error`
-is kept for the extender's own trouble (caches not yet synced), which fails the cycle so the
-scheduler retries.
+Answers, on purpose: a Pod without a plan that asks for no accelerator passes every node
+untouched. A Pod that asks for one without a plan, a plan that cannot be read, or names a
+binding the profile no longer grants, a refused profile, or a Pod that is not what its verified
+revision plans for it (`inference_policy.grant.check_grant`, the controller's own check: the
+tenant's webhook is the tenant's software, so the owner's extender checks the grant itself, not
+only the fit) puts every node in `FailedAndUnresolvableNodes` with the reason (fail closed,
+visible in the Pod's events); `Error` is kept for the extender's own trouble (caches not yet
+synced), which fails the cycle so the scheduler retries.
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ from typing import Any, Generic, TypeVar
 import orjson
 
 from extender.args import Candidates, candidates, has_plan, pod_of
+from extender.pod_demand import Unplaceable, pod_demand
 from extender.wire import ExtenderArgs, ExtenderFilterResult, HostPriorityList
 from inference_policy.fragmentation import RequestMix
 from inference_policy.ledger import UsageLedger
@@ -47,16 +51,11 @@ from inference_policy.nodes import FITS, NodeFacts, Verdict
 from inference_policy.placement import (
     Demand,
     check_nodes,
-    demand_for,
     free_of,
     score_nodes,
     scores_from,
 )
-from inference_policy.plan import PlanError, parse_plan
-from inference_policy.planner import PROFILE_PREFIX
-from inference_policy.signing import ProfileRefused, VerifiedProfile
 from inference_policy.verdict_codes import NodeVerdictCode
-from inference_policy.wire import PLAN_ANNOTATION
 from policy_io.feed import PolicyFeed
 from policy_io.state import PolicySettings, PolicyState
 
@@ -65,15 +64,6 @@ PROFILE = "profile"
 # Pods whose request is already in the histogram: a Pending Pod is prioritized on every retry,
 # and counting each retry would weigh the workload towards the requests that do not fit.
 SEEN_PODS = 10_000
-
-
-class Unplaceable(Exception):
-    """The Pod cannot be placed on any node; the reason goes to every node."""
-
-    def __init__(self, reason: str, code: NodeVerdictCode) -> None:
-        super().__init__(reason)
-        self.reason = reason
-        self.code = code
 
 
 Body = TypeVar("Body", ExtenderFilterResult, HostPriorityList)
@@ -302,44 +292,7 @@ class ClusterView:
 
     def demand(self, pod: Mapping[str, Any]) -> Demand | None:
         """The Pod's demand; None for a Pod without a plan. Raises Unplaceable."""
-        meta = pod.get("metadata") or {}
-        annotations = meta.get("annotations") if isinstance(meta, Mapping) else None
-        text = annotations.get(PLAN_ANNOTATION) if isinstance(annotations, Mapping) else None
-        if text is None:
-            return None
-        if not isinstance(text, str):
-            raise Unplaceable(
-                f"the {PLAN_ANNOTATION} annotation is not a string", NodeVerdictCode.PLAN_INVALID
-            )
-        try:
-            plan = parse_plan(text)
-            if plan.path == "external":
-                return None
-            if plan.path == "cpu":
-                return demand_for(plan, None, pod)
-            profile = self._profile()
-            found = profile.envelope.binding(plan.bindingId or "")
-            return demand_for(plan, found[1] if found else None, pod, profile.sha256)
-        except PlanError as exc:
-            raise Unplaceable(str(exc), NodeVerdictCode.PLAN_INVALID) from None
-
-    def _profile(self) -> VerifiedProfile:
-        snapshot = self.feed.snapshot
-        profile, refusal = snapshot.profile, snapshot.profile_refusal
-        if profile is None or refusal is not None:
-            message = (
-                refusal.authorization_message
-                if refusal is not None
-                else "invalid inference profile authorization: no profile has been read"
-            )
-            raise Unplaceable(PROFILE_PREFIX + message, NodeVerdictCode.PROFILE_REFUSED)
-        try:
-            profile.check_window(self.clock())
-        except ProfileRefused as exc:
-            raise Unplaceable(
-                PROFILE_PREFIX + exc.authorization_message, NodeVerdictCode.PROFILE_REFUSED
-            ) from None
-        return profile
+        return pod_demand(pod, self.feed.snapshot, self.clock())
 
 
 def _unknown(name: str) -> Verdict:

@@ -3,19 +3,25 @@
 Three places need the answer and must never disagree: the admission webhook refuses a Pod that
 reaches for an accelerator outside a plan, the allocation controller flags a running Pod that
 does, and the API server decides from the MutatingWebhookConfiguration's CEL matchConditions
-which Pods to send to the webhook at all. If the CEL missed a field the webhook checks, a Pod
-using that field would never be reviewed, and that is exactly where a hole would hide, so the
-CEL is generated here from the same tables (`cel_condition`) and a test pins the shipped
-manifest to it.
+which Pods to shield and refuse itself (the owner's admission policies). If the CEL missed a field
+the webhook checks, that is exactly where a hole would hide, so the CEL is generated from these
+same tables (`inference_policy.access_cel`) and tests pin the shipped manifests to it and hold
+the policies to this predicate through a real API server.
 
 A Pod reaches for an accelerator through any of:
 
-* an accelerator extended resource (a name under one of `RESOURCE_PREFIXES`, whatever the
-  quantity) in the requests or limits of any container, init container, ephemeral container,
-  or the Pod-level `spec.resources`;
+* an extended resource, whatever the quantity, in the requests or limits of any container, init
+  container, ephemeral container, or the Pod-level `spec.resources`. This is default-deny: every
+  name but the standard ones (`STANDARD_RESOURCES`, `hugepages-*`) counts, so a device plugin
+  or a DRA-backed extended resource (`deviceclass.resource.kubernetes.io/<class>`) nobody listed
+  is as refused as `nvidia.com/gpu`;
 * a dynamic resource claim: `spec.resourceClaims` or a container's `resources.claims`;
 * a device-selecting environment variable (`DEVICE_ENV`) the container runtime obeys, unless it
   explicitly selects no device (`NVIDIA_VISIBLE_DEVICES=void`);
+* on the engine container that holds the grant, an `envFrom` source that could set a
+  device-selecting variable (no `prefix`, or one that a device variable starts with): the Pod's
+  own variables come after the device plugin's, so `NVIDIA_VISIBLE_DEVICES=all` from a
+  ConfigMap would widen the grant to every GPU on the node;
 * a RuntimeClass (which may be the NVIDIA runtime that honours such variables);
 * a `kamiwaza.ai/plan` annotation it was not given by the webhook.
 
@@ -40,6 +46,11 @@ from typing import Any, Literal
 
 from inference_policy.wire import PLAN_ANNOTATION, VRAM_RESOURCE_PREFIX
 
+# The resources that hand out no device: what the kubelet itself accounts. `pods` is a node's
+# allocatable, never a container's ask, and is here so a node's plain capacity is not a device.
+STANDARD_RESOURCES = frozenset(("cpu", "memory", "ephemeral-storage", "pods"))
+STANDARD_PREFIXES = ("hugepages-",)
+# The device vendors' names, for the messages and the docs; the rule itself is default-deny.
 RESOURCE_PREFIXES = (
     "nvidia.com/",
     "amd.com/",
@@ -72,7 +83,8 @@ class Reach:
 
 
 def is_accelerator_resource(name: str) -> bool:
-    return name.startswith(RESOURCE_PREFIXES)
+    """Any resource but the kubelet's own: default-deny, so a new device is refused unlisted."""
+    return name not in STANDARD_RESOURCES and not name.startswith(STANDARD_PREFIXES)
 
 
 def selects_devices(entry: Mapping[str, Any]) -> bool:
@@ -82,6 +94,15 @@ def selects_devices(entry: Mapping[str, Any]) -> bool:
         return False
     switched_off = entry.get("value") == NO_DEVICE and "valueFrom" not in entry
     return not (name == NVIDIA_DEVICE_ENV and switched_off)
+
+
+def can_set_device_env(source: Mapping[str, Any]) -> bool:
+    """An `envFrom` entry whose keys could land on a device-selecting variable: one with no
+    prefix, or a prefix some such variable starts with (`NVIDIA_` and a key `VISIBLE_DEVICES`)."""
+    prefix = source.get("prefix")
+    if not isinstance(prefix, str) or not prefix:
+        return True
+    return any(name.startswith(prefix) for name in DEVICE_ENV)
 
 
 def is_map(value: Any) -> bool:
@@ -121,6 +142,12 @@ def _container_reaches(
             claims = own.get("claims")
             if isinstance(claims, list) and claims:
                 found.append(Reach(f"{at}.resources.claims", str(len(claims)), "claim"))
+    if not resources:
+        sources = container.get("envFrom")
+        for source in sources if isinstance(sources, list) else ():
+            if is_map(source) and can_set_device_env(source):
+                at = f"spec.{kind}[{container.get('name')}]"
+                found.append(Reach(f"{at}.envFrom", str(source.get("prefix", "")), "env"))
     env = container.get("env")
     if isinstance(env, list):
         for entry in env:
@@ -208,90 +235,18 @@ def new_reaches(pod: Mapping[str, Any], old: Mapping[str, Any]) -> list[Reach]:
     return sorted(r for r in reaches(pod, plan_annotation=False) if r not in before)
 
 
-# -- the same predicate as CEL, for the webhook configuration's matchConditions -----------------
-
-
-def _cel_string(text: str) -> str:
-    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
-
-
-def _cel_resource_map(expr: str) -> str:
-    prefixes = " || ".join(f"k.startsWith({_cel_string(p)})" for p in RESOURCE_PREFIXES)
-    return f"{expr}.exists(k, {prefixes})"
-
-
-def _cel_resources(holder: str) -> str:
-    parts = [
-        f"(has({holder}.resources) && has({holder}.resources.{part}) && "
-        f"{_cel_resource_map(f'{holder}.resources.{part}')})"
-        for part in RESOURCE_PARTS
-    ]
-    return " ||\n    ".join(parts)
-
-
-def _cel_env(var: str) -> str:
-    names = " || ".join(f"e.name == {_cel_string(n)}" for n in DEVICE_ENV if n != NVIDIA_DEVICE_ENV)
-    nvidia = (
-        f"(e.name == {_cel_string(NVIDIA_DEVICE_ENV)} && !(has(e.value) && "
-        f"e.value == {_cel_string(NO_DEVICE)} && !has(e.valueFrom)))"
-    )
-    return f"(has({var}.env) && {var}.env.exists(e, {nvidia} || {names}))"
-
-
-def _cel_container() -> str:
-    return (
-        _cel_resources("c")
-        + " ||\n    (has(c.resources) && has(c.resources.claims) && size(c.resources.claims) > 0)"
-        + " ||\n    "
-        + _cel_env("c")
-    )
-
-
-def _cel_unshielded(kinds: tuple[str, ...]) -> str:
-    lists = [
-        f"(has(object.spec.{kind}) && object.spec.{kind}.exists(c, !has(c.env) ||\n"
-        f"    !c.env.exists(e, e.name == {_cel_string(NVIDIA_DEVICE_ENV)})))"
-        for kind in kinds
-    ]
-    return " ||\n".join(lists)
-
-
-def cel_condition() -> str:
-    """The matchCondition expression that sends the guard entry exactly the Pods the webhook has
-    something to do for: those for which `reaches(pod)` (or, on UPDATE, the old Pod's plan
-    annotation) is non-empty, and those with a container to shield (`unshielded`: on CREATE any
-    container, on UPDATE an ephemeral container, the only kind an UPDATE can add)."""
-    container = _cel_container()
-    lists = [
-        f"(has(object.spec.{kind}) && object.spec.{kind}.exists(c,\n    {container}))"
-        for kind in CONTAINER_LISTS
-    ]
-    plan = _cel_string(PLAN_ANNOTATION)
-    clauses = [
-        "has(object.spec.runtimeClassName)",
-        "(has(object.spec.resourceClaims) && size(object.spec.resourceClaims) > 0)",
-        f"(has(object.metadata.annotations) && {plan} in object.metadata.annotations)",
-        "(request.operation == 'UPDATE' && has(oldObject.metadata.annotations) &&\n  "
-        f"{plan} in oldObject.metadata.annotations)",
-        _cel_resources("object.spec"),
-        *lists,
-        "(request.operation == 'CREATE' && (\n"
-        + _cel_unshielded(("containers", "initContainers", "ephemeralContainers"))
-        + "))",
-        "(request.operation == 'UPDATE' && (\n" + _cel_unshielded(("ephemeralContainers",)) + "))",
-    ]
-    return " ||\n".join(clauses)
-
-
 __all__ = [
     "CONTAINER_LISTS",
     "DEVICE_ENV",
     "NO_DEVICE",
     "RESOURCE_PREFIXES",
+    "STANDARD_PREFIXES",
+    "STANDARD_RESOURCES",
     "Reach",
-    "cel_condition",
+    "can_set_device_env",
     "container_reaches",
     "is_accelerator_resource",
+    "is_map",
     "new_reaches",
     "reaches",
     "selects_devices",

@@ -35,6 +35,8 @@ class NodeVerdictCode(StrEnum):
     UNKNOWN_NODE = "unknown-node"
     PLAN_INVALID = "plan-invalid"
     PROFILE_REFUSED = "profile-refused"
+    GRANT_MISMATCH = "grant-mismatch"
+    UNPLANNED_DEVICE = "unplanned-device"
 
 
 DESCRIPTIONS: dict[NodeVerdictCode, str] = {
@@ -54,6 +56,8 @@ DESCRIPTIONS: dict[NodeVerdictCode, str] = {
     NodeVerdictCode.UNKNOWN_NODE: "the scheduler named a node the extender has not listed",
     NodeVerdictCode.PLAN_INVALID: "the Pod's plan cannot be read or disagrees with the Pod",
     NodeVerdictCode.PROFILE_REFUSED: "the extender holds no verified profile for the plan",
+    NodeVerdictCode.GRANT_MISMATCH: "the Pod is not what its verified revision plans for it",
+    NodeVerdictCode.UNPLANNED_DEVICE: "the Pod asks for an accelerator without a plan",
 }
 
 

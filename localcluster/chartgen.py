@@ -2,9 +2,10 @@
 
 Two things must not be edited by hand, because a hand edit is exactly how they would drift:
 
-* the guard webhook's ``reaches-for-an-accelerator`` CEL expression in the chart
-  (charts/tmi/files/reaches-for-an-accelerator.cel), which is the core's
-  ``inference_policy.access.cel_condition()``, the predicate the webhook itself checks;
+* the CEL in the chart: the owner's admission policies (charts/tmi/files/admission-policies.yaml,
+  the core's ``inference_policy.access_cel.policy_parts()``) and the fallback guard webhook's
+  ``reaches-for-an-accelerator`` matchCondition (charts/tmi/files/reaches-for-an-accelerator.cel,
+  ``inference_policy.access_cel.cel_condition()``), both the predicate the webhook checks;
 * the kustomize bases under manifests/ (webhook/, controller/, owner/, scheduler/, tenant/),
   which are the chart rendered with charts/tmi/ci/kustomize-base-values.yaml, one file per
   chart template, so `kubectl apply -k` installs the same objects `helm install` does.
@@ -23,12 +24,13 @@ from typing import Any
 
 import yaml
 
-from inference_policy.access import cel_condition
+from inference_policy.access_cel import cel_condition, policy_parts
 from localcluster.chart import CHART, OWNER, TENANT, by_source, part_values, template_text
 
 ROOT = Path(__file__).resolve().parent.parent
 MANIFESTS = ROOT / "manifests"
 CEL_FILE = CHART / "files" / "reaches-for-an-accelerator.cel"
+POLICY_FILE = CHART / "files" / "admission-policies.yaml"
 BASE_VALUES = CHART / "ci" / "kustomize-base-values.yaml"
 SCHEDULER_CONFIG_EXAMPLE = CHART / "ci" / "scheduler-config.example.yaml"
 TENANT_NAMESPACE = "kamiwaza"
@@ -62,6 +64,27 @@ def base_values() -> dict[str, Any]:
     return values
 
 
+class _BlockDumper(yaml.SafeDumper):
+    """Multi-line CEL as literal blocks, so the generated file reads like the expression."""
+
+
+def _block(dumper: yaml.SafeDumper, text: str) -> yaml.ScalarNode:
+    style = "|" if "\n" in text else None
+    return dumper.represent_scalar("tag:yaml.org,2002:str", text, style=style)
+
+
+_BlockDumper.add_representer(str, _block)
+
+
+def _policy_text() -> str:
+    header = (
+        "# Generated from inference_policy.access_cel by `python -m localcluster.chartgen`;\n"
+        "# templates/owner/admission-policies.yaml reads it. Edit the core, not this file.\n"
+    )
+    body = yaml.dump(policy_parts(), Dumper=_BlockDumper, sort_keys=False, width=100)
+    return header + body
+
+
 def _kustomization(comment: str, resources: list[str]) -> str:
     doc = {
         "apiVersion": "kustomize.config.k8s.io/v1beta1",
@@ -71,9 +94,15 @@ def _kustomization(comment: str, resources: list[str]) -> str:
     return comment + yaml.safe_dump(doc, sort_keys=False)
 
 
+def core_files() -> dict[Path, str]:
+    """The chart files generated from the core, which the chart's templates read."""
+    return {CEL_FILE: cel_condition() + "\n", POLICY_FILE: _policy_text()}
+
+
 def expected_files() -> dict[Path, str]:
-    """Every generated file and its content."""
-    files: dict[Path, str] = {CEL_FILE: cel_condition() + "\n"}
+    """Every generated file and its content (the manifests as rendered from the chart files
+    now on disk: `main` writes the core's first)."""
+    files = core_files()
     values = base_values()
     rendered: dict[str, list[str]] = {}
     for part, namespace in ((TENANT, TENANT_NAMESPACE), (OWNER, OWNER_NAMESPACE)):
@@ -125,6 +154,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m localcluster.chartgen", description=__doc__)
     parser.add_argument("--check", action="store_true", help="change nothing; exit 1 if stale")
     args = parser.parse_args(argv)
+    if not args.check:
+        for path, text in core_files().items():
+            if not path.is_file() or path.read_text() != text:
+                path.write_text(text)
     files = expected_files()
     outdated = stale(files)
     if args.check:

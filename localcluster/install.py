@@ -51,8 +51,10 @@ def chart_values(
     ca_bundle: str | None = None,
     scheduler_config: str | None = None,
     follow_revisions: bool = False,
+    admission_policies: bool = True,
 ) -> dict[str, Any]:
-    """The values file a test installs with: the seed's names, plus the local addresses."""
+    """The values file a test installs with: the seed's names, plus the local addresses
+    (``admission_policies`` False: the fallback for clusters without admission policies)."""
     resources: dict[str, Any] = {
         "enabled": enabled,
         "bundleConfigMap": bundle_configmap,
@@ -70,6 +72,7 @@ def chart_values(
         "extender": {"certManager": False, "logLevel": log_level},
         "scheduler": {"enabled": scheduler_config is not None, "config": scheduler_config or ""},
         "webhook": {"url": webhook_url or "", "caBundle": ca_bundle or ""},
+        "admissionPolicies": {"enabled": admission_policies},
     }
     return {
         "core": {"inferenceResources": resources},

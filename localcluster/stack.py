@@ -38,6 +38,7 @@ from inference_policy.schedconfig import (
     render_scheduler_config,
 )
 from inference_policy.signing import VerifiedProfile
+from localcluster.admission_policies import is_policy_object, policy_docs
 from localcluster.controller_process import (
     CONTROLLER_DEPLOYMENT,
     CONTROLLER_LEASE,
@@ -81,6 +82,14 @@ WEBHOOK_DEPLOYMENT = "tmi-webhook"
 # Installed by their own step: the webhook configuration once the webhook answers (and removed
 # first at teardown); the namespaces, which outlive a stack.
 _OWNED_ELSEWHERE = ("MutatingWebhookConfiguration", "Namespace")
+
+
+def _owner_applied(owner: Rendered) -> list[JSON]:
+    """The owner part applied as is: the webhook configuration, the namespace and the admission
+    policies are the LocalWebhook's to install and remove (localcluster.webhook)."""
+    return [
+        d for d in owner.applied() if d["kind"] not in _OWNED_ELSEWHERE and not is_policy_object(d)
+    ]
 
 
 # -- the whole stack ------------------------------------------------------------------------------
@@ -192,7 +201,7 @@ class TenantStack:
         tenant = render_tenant(values, settings.namespace)
         owner = render_owner(values, settings.scheduler_namespace)
         _apply(self, tenant.applied(), identity=INSTALLER)
-        _apply(self, [d for d in owner.applied() if d["kind"] not in _OWNED_ELSEWHERE])
+        _apply(self, _owner_applied(owner))
         _wait_rbac(self.plane, settings)
         rolled = [
             name
@@ -323,7 +332,7 @@ def deploy_stack(
         stack.tenant = render_tenant(values, ns)
         stack.owner = render_owner(values, owner_ns)
         _apply(stack, stack.tenant.applied(), identity=INSTALLER)
-        _apply(stack, [d for d in stack.owner.applied() if d["kind"] not in _OWNED_ELSEWHERE])
+        _apply(stack, _owner_applied(stack.owner))
         # The owner publishes the signed profile (seed step 5) and the RuntimeClasses.
         publish_profile(plane, configmap)
         for runtime_class in settings.runtime_classes:
@@ -356,7 +365,8 @@ def deploy_stack(
         set_opt_in(plane, ns, True)
         stack.webhook.opted_in = True
         stack.webhook.install_configuration(
-            stack.owner.get("MutatingWebhookConfiguration", CONFIGURATION_NAME)
+            stack.owner.get("MutatingWebhookConfiguration", CONFIGURATION_NAME),
+            policies=policy_docs(stack.owner),
         )
         # The Python servers start in parallel (their imports dominate on a small machine); the
         # scheduler waits for the extender, since its first calls would fail otherwise.

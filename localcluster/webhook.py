@@ -10,7 +10,8 @@ stand-ins. There is no kubelet or Service here, so two things are adapted and no
 * the chart's MutatingWebhookConfiguration is rendered with the values for a webhook outside
   the cluster (``owner.webhook.url`` pointing at that process, ``owner.webhook.caBundle`` the
   plane's CA, what cert-manager's cainjector would fill in); every rule, selector, match
-  condition and policy stays as rendered.
+  condition and policy stays as rendered. The owner's admission policies
+  (``localcluster.admission_policies``) are installed and removed with it.
 
 Every step that the API server completes asynchronously (RBAC from its informer cache, a new
 webhook configuration, a deleted one) is waited for by polling what it changes, so a
@@ -28,6 +29,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from localcluster.admission_policies import install_policies, remove_policies, render_policies
 from localcluster.components import HOST
 from localcluster.controlplane import ControlPlane
 from localcluster.kube import JSON, ApiError
@@ -64,6 +66,8 @@ class LocalWebhook(LocalServer):
     settings: WebhookSettings
     directory: Path
     configuration: JSON | None = None
+    # The owner's admission policy objects installed with the configuration.
+    policies: list[JSON] = field(default_factory=list)
     probe_request: Mapping[str, Any] | None = None
     opted_in: bool = False
     # The ServiceAccount identity (``ControlPlane.service_account_identity``) it runs as.
@@ -178,13 +182,26 @@ class LocalWebhook(LocalServer):
         self,
         rendered: JSON | None = None,
         *,
+        policies: Sequence[JSON] | None = None,
         wait: bool = True,
         require_plan: bool = True,
         timeout: float = 60.0,
     ) -> JSON:
-        """Apply the owner's configuration for this process (``rendered`` by the chart for its
-        URL, or rendered here); by default wait until the API server plans engine Pods with it
-        (or, without ``require_plan``, until the webhook answers, a refusal included)."""
+        """Apply the owner's admission for this process: its admission policies (``policies``
+        as the chart rendered them, or rendered here for the settings' namespace and
+        scheduler), then the webhook configuration (``rendered`` by the chart for its URL, or
+        rendered here). By default wait until the policies act (in an opted-in namespace) and
+        the API server plans engine Pods with the webhook (or, without ``require_plan``, until
+        the webhook answers, a refusal included)."""
+        docs = (
+            list(policies)
+            if policies is not None
+            else render_policies(self.settings.namespace, self.settings.scheduler_name)
+        )
+        install_policies(
+            self.plane, docs, self.settings.namespace, wait=wait and self.opted_in, timeout=timeout
+        )
+        self.policies = docs
         doc = rendered or webhook_configuration(f"{self.url}/mutate", self.plane.ca_bundle)
         self.configuration = self.plane.kube("admin").apply(doc)
         if wait:
@@ -197,7 +214,12 @@ class LocalWebhook(LocalServer):
         return self.configuration
 
     def remove_configuration(self, *, wait: bool = True, timeout: float = 60.0) -> None:
-        """Delete the configuration; by default wait until engine Pods are no longer sent."""
+        """Delete the configuration and the policies; by default wait until engine Pods are no
+        longer sent and the policies no longer act."""
+        if self.policies:
+            acting_in = self.settings.namespace if wait and self.opted_in else None
+            remove_policies(self.plane, self.policies, acting_in, timeout=timeout)
+            self.policies = []
         if self.configuration is None:
             return
         kube = self.plane.kube("admin")

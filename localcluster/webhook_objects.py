@@ -205,9 +205,10 @@ def apply_webhook_rbac(
     return applied
 
 
-def webhook_configuration(url: str, ca_bundle: str) -> JSON:
+def webhook_configuration(url: str, ca_bundle: str, *, admission_policies: bool = True) -> JSON:
     """The chart's MutatingWebhookConfiguration with every entry calling ``url`` and trusting
-    ``ca_bundle`` (the owner.webhook.url and caBundle values)."""
+    ``ca_bundle`` (the owner.webhook.url and caBundle values); ``admission_policies`` False
+    renders the fallback with the guard entry, for clusters without admission policies."""
     values = chart_values(
         owner_public_keys=(_WELL_FORMED_KEY,),
         cluster_binding_id="any",
@@ -216,6 +217,7 @@ def webhook_configuration(url: str, ca_bundle: str) -> JSON:
         tenant_namespace="kamiwaza",
         webhook_url=url,
         ca_bundle=ca_bundle,
+        admission_policies=admission_policies,
     )
     return render_owner(values, DEFAULT_SCHEDULER_NAMESPACE).get(
         "MutatingWebhookConfiguration", CONFIGURATION_NAME

@@ -1,9 +1,10 @@
 """A shared corpus of non-engine Pods, each with whether it reaches for an accelerator.
 
 The unit tests hold `inference_policy.access.reaches` to these expectations, and the end-to-end
-test sends every Pod through the real API server, whose CEL matchConditions (generated from the
-same predicate) must send exactly the reaching ones to the webhook. Every way of reaching the
-predicate knows is here, together with near misses that must not count.
+tests send every Pod through the real API server, whose CEL (the owner's guard policy, and the
+fallback guard webhook's matchConditions, both generated from the same predicate) must refuse,
+or send to the webhook, exactly the reaching ones. Every way of reaching the predicate knows is
+here, together with near misses that must not count.
 """
 
 from __future__ import annotations
@@ -54,7 +55,25 @@ def _annotated(key: str, value: str) -> dict[str, Any]:
 CORPUS: dict[str, tuple[dict[str, Any], bool]] = {
     "plain": (plain_pod(), False),
     "cpu-and-memory": (_resources("containers", "requests", "memory", "1Gi"), False),
-    "lookalike-resource": (_resources("containers", "limits", "example.com/nvidia-gpu"), False),
+    "ephemeral-storage": (_resources("containers", "limits", "ephemeral-storage", "1Gi"), False),
+    "hugepages": (
+        _with_container(
+            "containers",
+            resources={
+                "requests": {"hugepages-2Mi": "2Mi", "memory": "64Mi"},
+                "limits": {"hugepages-2Mi": "2Mi", "memory": "64Mi"},
+            },
+        ),
+        False,
+    ),
+    # Default-deny: an extended resource nobody listed reaches as surely as a GPU.
+    "unlisted-resource": (_resources("containers", "limits", "example.com/nvidia-gpu"), True),
+    "neuron-core": (_resources("containers", "limits", "aws.amazon.com/neuroncore"), True),
+    "tpu": (_resources("containers", "limits", "google.com/tpu"), True),
+    "dra-extended-resource": (
+        _resources("containers", "limits", "deviceclass.resource.kubernetes.io/gpu.nvidia.com"),
+        True,
+    ),
     "nvidia-gpu-limit": (_resources("containers", "limits", "nvidia.com/gpu"), True),
     "nvidia-mig-request": (_resources("containers", "requests", "nvidia.com/mig-3g.40gb"), True),
     "amd-gpu": (_resources("containers", "limits", "amd.com/gpu"), True),

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 import yaml
 
-from inference_policy.access import cel_condition
+from inference_policy.access_cel import cel_condition, policy_parts
 from localcluster import chartgen
 from localcluster.chart import (
     CHART,
@@ -39,8 +39,14 @@ OWNER_NS = chartgen.OWNER_NAMESPACE
 CLUSTER_SCOPED = {
     "ClusterRole",
     "ClusterRoleBinding",
+    "CustomResourceDefinition",
+    "MutatingAdmissionPolicy",
+    "MutatingAdmissionPolicyBinding",
     "MutatingWebhookConfiguration",
     "Namespace",
+    "TenantAdmission",
+    "ValidatingAdmissionPolicy",
+    "ValidatingAdmissionPolicyBinding",
 }
 
 
@@ -131,13 +137,64 @@ def test_the_owner_part_touches_the_tenant_namespace_only_to_read_the_profile(
     assert {d["kind"] for d in docs} >= {"MutatingWebhookConfiguration", "ClusterRole"}
 
 
-def test_the_guard_expression_is_the_cores(values: dict[str, Any]) -> None:
-    configuration = find(
-        rendered(values, OWNER), "MutatingWebhookConfiguration", "kamiwaza-tenant-inference"
-    )
+def test_the_fallback_guard_expression_is_the_cores(values: dict[str, Any]) -> None:
+    fallback = merged(values, {"owner": {"admissionPolicies": {"enabled": False}}})
+    docs = rendered(fallback, OWNER)
+    configuration = find(docs, "MutatingWebhookConfiguration", "kamiwaza-tenant-inference")
     guard = next(w for w in configuration["webhooks"] if w["name"].startswith("guard."))
     expressions = {c["name"]: c["expression"] for c in guard["matchConditions"]}
     assert expressions["reaches-for-an-accelerator"] == cel_condition()
+    assert not {d["kind"] for d in docs} & {"MutatingAdmissionPolicy", "ValidatingAdmissionPolicy"}
+
+
+def test_the_tenant_webhook_is_sent_engine_pods_only(values: dict[str, Any]) -> None:
+    configuration = find(
+        rendered(values, OWNER), "MutatingWebhookConfiguration", "kamiwaza-tenant-inference"
+    )
+    (entry,) = configuration["webhooks"]
+    assert entry["name"] == "pods.tenant-inference.kamiwaza.ai"
+    assert entry["objectSelector"] == {
+        "matchExpressions": [{"key": "kamiwaza.ai/deployment-id", "operator": "Exists"}]
+    }
+
+
+def test_the_admission_policies_are_the_cores_with_the_owners_parameters(
+    values: dict[str, Any],
+) -> None:
+    docs = rendered(values, OWNER)
+    tenant = f"kamiwaza-tmi-guard-{TENANT_NS}"
+    parts = policy_parts()
+    shield = find(docs, "MutatingAdmissionPolicy", f"kamiwaza-tmi-shield-{TENANT_NS}")["spec"]
+    assert (
+        shield["mutations"][0]["applyConfiguration"]["expression"]
+        == (parts["shield"]["expression"])
+    )
+    assert shield["matchConditions"] == parts["shield"]["matchConditions"]
+    guard = find(docs, "ValidatingAdmissionPolicy", tenant)["spec"]
+    assert guard["variables"] == parts["guard"]["variables"]
+    assert guard["validations"] == parts["guard"]["validations"]
+    assert guard["failurePolicy"] == "Fail"
+    assert guard["paramKind"] == {
+        "apiVersion": "tmi.kamiwaza.ai/v1alpha1",
+        "kind": "TenantAdmission",
+    }
+    binding = find(docs, "ValidatingAdmissionPolicyBinding", tenant)["spec"]
+    # The parameters are cluster-scoped, which no namespace admin can write.
+    assert binding["paramRef"] == {"name": TENANT_NS, "parameterNotFoundAction": "Deny"}
+    params = find(docs, "TenantAdmission", TENANT_NS)
+    assert "namespace" not in params["metadata"]
+    scheduler = values["core"]["inferenceResources"].get("schedulerName")
+    assert params["spec"] == {
+        "namespace": TENANT_NS,
+        "schedulerName": scheduler or "kamiwaza-inference-scheduler",
+    }
+    definition = find(docs, "CustomResourceDefinition", "tenantadmissions.tmi.kamiwaza.ai")
+    assert definition["spec"]["scope"] == "Cluster"
+    assert definition["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
+    selector = binding["matchResources"]["namespaceSelector"]["matchExpressions"]
+    assert {"key": "kubernetes.io/metadata.name", "operator": "In", "values": [TENANT_NS]} in (
+        selector
+    )
 
 
 def test_the_webhook_can_be_called_by_url_with_a_given_ca(values: dict[str, Any]) -> None:

@@ -15,6 +15,7 @@ and removes them, so the module's tests do not depend on one another's leftovers
 
 from __future__ import annotations
 
+import copy
 import json
 import time
 import uuid
@@ -24,9 +25,10 @@ from typing import Any
 
 import pytest
 
-from localcluster import ControlPlane, FakeNode, Kube, create_fake_nodes
+from localcluster import ControlPlane, FakeNode, Kube, create_fake_nodes, wait_until
 from localcluster.nodes import delete_fake_nodes
 from localcluster.stack import CONDITION, TenantStack, condition, engine_pod, metric
+from localcluster.webhook import CONFIGURATION_NAME
 from tests.e2e.stackkit import LARGE, WHOLE, dated, pod_names, tenant_stack, whole_h100_profile
 from tests.fleetkit import a100_mig, h100
 from tests.profilekit import Owner, gpu_binding, gpu_profile, request, with_profiles
@@ -381,3 +383,77 @@ def test_cpu_engine_lands_on_the_cpu_node_and_on_a_gpu_node_only_once_that_is_fu
 
     second = pods(CPU_ENGINE, "cpu-second")
     assert bound(kube, stack, second)["spec"]["nodeName"] == gpu_node
+
+
+def _as_submitted(stored: dict[str, Any]) -> dict[str, Any]:
+    """A Pod the API server returned, as a client would send it again."""
+    pod = copy.deepcopy(stored)
+    for key in ("uid", "resourceVersion", "creationTimestamp", "managedFields", "generation"):
+        pod["metadata"].pop(key, None)
+    pod.pop("status", None)
+    return pod
+
+
+def test_a_replaced_webhook_granting_eight_gpus_gets_no_pod_bound(
+    control_plane: ControlPlane,
+    kube: Kube,
+    stack: TenantStack,
+    nodes: Callable[..., list[str]],
+) -> None:
+    """The tenant's namespace admin swaps its webhook for one that writes a plan of 8 GPUs for a
+    request the signed profile plans 1 for, plan annotation, scheduler and shields all in the
+    planned shape: the guard cannot tell it from a plan, so the owner's extender, which checks
+    the Pod against the verified revision, passes no node, and the Pod stays unbound with the
+    reason in its events. An 8-GPU node is free throughout."""
+    nodes(h100("h100-8", gpus=8))
+    installer = control_plane.kube("tmi-installer")
+    namespace = _ns(stack)
+    honest = installer.create(engine_pod(namespace, LARGE, name="honest"), dry_run=True)
+    assert limits(honest) == {"nvidia.com/gpu": "1"}
+    forged = _as_submitted(honest)
+    forged["metadata"]["name"] = f"forged-{uuid.uuid4().hex[:6]}"
+    plan = plan_of(forged)
+    eight = {"requests": {"nvidia.com/gpu": "8"}, "limits": {"nvidia.com/gpu": "8"}}
+    plan["resources"] = eight
+    forged["metadata"]["annotations"]["kamiwaza.ai/plan"] = json.dumps(plan)
+    forged["spec"]["containers"][0]["resources"] = eight
+    admin = control_plane.kube("admin")
+    assert stack.owner is not None
+    configuration = stack.owner.get("MutatingWebhookConfiguration", CONFIGURATION_NAME)
+    admin.delete(
+        "admissionregistration.k8s.io/v1", "MutatingWebhookConfiguration", CONFIGURATION_NAME
+    )
+    try:
+        wait_until(
+            lambda: (
+                installer.create(_as_submitted(forged), dry_run=True)["metadata"]["annotations"][
+                    "kamiwaza.ai/plan"
+                ]
+                == json.dumps(plan)
+            ),
+            timeout=60,
+            what="engine Pods to stop being planned by the tenant webhook",
+        )
+        installer.create(forged)
+        pod = kube.wait_for(
+            "v1",
+            "Pod",
+            forged["metadata"]["name"],
+            namespace,
+            lambda p: "plans for the Pod's deployment request" in scheduled_message(p),
+            timeout=60,
+            what="the scheduler to report the extender's grant check",
+        )
+        assert not pod["spec"].get("nodeName"), f"bound to {pod['spec'].get('nodeName')}"
+        assert limits(pod) == {"nvidia.com/gpu": "8"}
+    finally:
+        kube.delete("v1", "Pod", forged["metadata"]["name"], namespace)
+        admin.apply(configuration)
+        wait_until(
+            lambda: (
+                limits(installer.create(_as_submitted(forged), dry_run=True))
+                == {"nvidia.com/gpu": "1"}
+            ),
+            timeout=60,
+            what="the tenant webhook to plan engine Pods again",
+        )

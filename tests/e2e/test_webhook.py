@@ -10,12 +10,13 @@ install would see: the stored Pod after admission, or the API server's rendering
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -27,9 +28,11 @@ from localcluster.webhook import (
     DEFAULT_BUNDLE_CONFIGMAP,
     PLAN_ANNOTATION,
     REQUEST_ANNOTATION,
+    LocalWebhook,
     delete_profile,
     is_planned,
     publish_profile,
+    webhook_configuration,
 )
 from tests.integration.webhookkit import engine_pod, plain_pod
 from tests.profilekit import CLUSTER, EXAMPLES, NAMESPACE, Owner, request
@@ -200,27 +203,6 @@ def test_pods_of_a_namespace_not_opted_in_are_stored_as_sent(
     assert webhook.hook.reviews() == before, "the API server called the webhook"
 
 
-def test_tenant_pods_are_shielded_and_shielded_pods_are_not_sent(
-    webhook: Deployed, installer: Kube
-) -> None:
-    void = {"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"}
-    before = webhook.hook.reviews()
-    sent = _named(plain_pod(), _name("tenant"))
-    stored = installer.create(sent, dry_run=True)
-    assert stored["spec"]["containers"][0]["image"] == sent["spec"]["containers"][0]["image"]
-    assert PLAN_ANNOTATION not in (stored["metadata"].get("annotations") or {})
-    # Shielded from a CUDA image's own NVIDIA_VISIBLE_DEVICES=all: the explicit entry wins.
-    assert stored["spec"]["containers"][0]["env"] == [void]
-    assert webhook.hook.reviews() == before + 1
-    # A Pod that sets the variable itself (as the webhook's own do) is not sent at all, so it
-    # never depends on the webhook being up.
-    sent = _named(plain_pod(), _name("tenant"))
-    sent["spec"]["containers"][0]["env"] = [void]
-    stored = installer.create(sent, dry_run=True)
-    assert stored["spec"]["containers"][0]["env"] == [void]
-    assert webhook.hook.reviews() == before + 1
-
-
 # -- refusals reach the client with the plan's status and the seed's words -----------------------
 
 
@@ -286,7 +268,7 @@ def test_profile_refusals_reach_the_client_as_503(
         )
 
 
-# -- forgeries are refused 403, naming the field ----------------------------------------------
+# -- an engine Pod reaches only through its plan ------------------------------------------------
 
 
 def _with(kind: str, container: dict[str, Any]) -> dict[str, Any]:
@@ -297,65 +279,6 @@ def _with(kind: str, container: dict[str, Any]) -> dict[str, Any]:
 
 def _limits(name: str, resource: str, quantity: str = "1") -> dict[str, Any]:
     return {"name": name, "resources": {"limits": {resource: quantity}}}
-
-
-def _plan_annotated() -> dict[str, Any]:
-    pod = plain_pod()
-    pod["metadata"]["annotations"][PLAN_ANNOTATION] = json.dumps({"status": 200, "path": "gpu"})
-    return pod
-
-
-FORGERIES: dict[str, tuple[dict[str, Any], str]] = {
-    "nvidia-gpu": (
-        _with("containers", _limits("miner", "nvidia.com/gpu")),
-        "spec.containers[miner].resources.limits[nvidia.com/gpu]",
-    ),
-    "mig-slice": (
-        _with("containers", _limits("miner", "nvidia.com/mig-3g.40gb")),
-        "spec.containers[miner].resources.limits[nvidia.com/mig-3g.40gb]",
-    ),
-    "vram-share": (
-        _with("containers", _limits("miner", "kamiwaza.ai/vram-gb-gpu-0", "8")),
-        "spec.containers[miner].resources.limits[kamiwaza.ai/vram-gb-gpu-0]",
-    ),
-    "amd-gpu": (
-        _with("containers", _limits("miner", "amd.com/gpu")),
-        "spec.containers[miner].resources.limits[amd.com/gpu]",
-    ),
-    "init-nvidia-gpu": (
-        _with("initContainers", _limits("warm", "nvidia.com/gpu")),
-        "spec.initContainers[warm].resources.limits[nvidia.com/gpu]",
-    ),
-    "init-mig-slice": (
-        _with("initContainers", _limits("warm", "nvidia.com/mig-3g.40gb")),
-        "spec.initContainers[warm].resources.limits[nvidia.com/mig-3g.40gb]",
-    ),
-    "init-vram-share": (
-        _with("initContainers", _limits("warm", "kamiwaza.ai/vram-gb-gpu-0", "8")),
-        "spec.initContainers[warm].resources.limits[kamiwaza.ai/vram-gb-gpu-0]",
-    ),
-    "init-amd-gpu": (
-        _with("initContainers", _limits("warm", "amd.com/gpu")),
-        "spec.initContainers[warm].resources.limits[amd.com/gpu]",
-    ),
-    "device-env": (
-        _with(
-            "containers",
-            {"name": "env", "env": [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}]},
-        ),
-        "spec.containers[env].env[NVIDIA_VISIBLE_DEVICES]",
-    ),
-    "runtime-class": (plain_pod(runtimeClassName="nvidia"), "spec.runtimeClassName (nvidia)"),
-    "plan-annotation": (_plan_annotated(), f"metadata.annotations[{PLAN_ANNOTATION}]"),
-}
-
-
-@pytest.mark.parametrize(("pod", "field"), FORGERIES.values(), ids=FORGERIES.keys())
-def test_forgery_is_refused_403(installer: Kube, pod: dict[str, Any], field: str) -> None:
-    err = refusal(installer, _named(pod, _name("forged")))
-    assert err.status == 403, err
-    assert err.message.startswith(denied_by(GUARD_HOOK) + FORGERY_PREFIX), err.message
-    assert field in err.message, err.message
 
 
 def test_engine_pod_sidecar_asking_for_a_gpu_is_refused_403(installer: Kube) -> None:
@@ -401,49 +324,6 @@ def test_plan_annotation_cannot_change_on_update(
     )
     assert updated["metadata"]["labels"]["rollout"] == "2"
     assert updated["metadata"]["annotations"][PLAN_ANNOTATION] == admitted
-
-
-def test_debug_container_with_devices_is_refused_403(
-    control_plane: ControlPlane, installer: Kube, kamiwaza_pods: Callable[[str], str]
-) -> None:
-    name = kamiwaza_pods("tenant")
-    installer.create(_named(plain_pod(), name))
-    # The namespace admin may not add debug containers at all (the admin ClusterRole leaves
-    # pods/ephemeralcontainers out); a cluster admin may, and is still refused the devices.
-    with pytest.raises(ApiError) as forbidden:
-        installer.request(
-            "PATCH",
-            pod_path(name) + "/ephemeralcontainers",
-            body={"spec": {"ephemeralContainers": [{"name": "x", "image": "busybox:1.37"}]}},
-            content_type="application/strategic-merge-patch+json",
-        )
-    assert forbidden.value.status == 403 and "admission webhook" not in forbidden.value.message
-    admin = control_plane.kube("admin")
-    path = pod_path(name) + "/ephemeralcontainers"
-    debug = {"name": "dbg", "image": "busybox:1.37", "stdin": True, "tty": True}
-    forged = {
-        **debug,
-        "name": "dbg-gpu",
-        "env": [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}],
-    }
-    with pytest.raises(ApiError) as denied:
-        admin.request(
-            "PATCH",
-            path,
-            body={"spec": {"ephemeralContainers": [forged]}},
-            content_type="application/strategic-merge-patch+json",
-        )
-    assert denied.value.status == 403, denied.value
-    assert denied.value.message.startswith(denied_by(GUARD_HOOK) + FORGERY_PREFIX)
-    assert "spec.ephemeralContainers[dbg-gpu].env[NVIDIA_VISIBLE_DEVICES]" in denied.value.message
-    # An ordinary debug container is not the webhook's business.
-    patched = admin.request(
-        "PATCH",
-        path,
-        body={"spec": {"ephemeralContainers": [debug]}},
-        content_type="application/strategic-merge-patch+json",
-    )
-    assert [c["name"] for c in patched["spec"]["ephemeralContainers"]] == ["dbg"]
 
 
 # -- a certificate rotated under load -----------------------------------------------------------
@@ -565,14 +445,36 @@ def test_planned_pod_is_not_ready_until_allocation_verified(
 # -- the CEL and the predicate agree ----------------------------------------------------------
 
 
-def test_the_api_server_sends_exactly_the_pods_the_predicate_refuses(
+@contextlib.contextmanager
+def fallback_guard(hook: LocalWebhook) -> Iterator[None]:
+    """The chart as installed on a cluster without admission policies: no policies, and the
+    webhook configuration's guard entry in their place."""
+    policies = list(hook.policies)
+    hook.remove_configuration()
+    hook.install_configuration(
+        webhook_configuration(f"{hook.url}/mutate", hook.plane.ca_bundle, admission_policies=False),
+        policies=[],
+    )
+    try:
+        yield
+    finally:
+        hook.remove_configuration()
+        hook.install_configuration(policies=policies)
+
+
+def test_without_admission_policies_the_guard_entry_is_sent_exactly_what_the_predicate_refuses(
     webhook: Deployed, installer: Kube
 ) -> None:
-    """Every Pod of the shared corpus through the real API server's CEL matchConditions (the
-    shipped configuration, generated from `inference_policy.access`), as sent and again with
-    every container shielded: a Pod that reaches for an accelerator is sent to the webhook and
-    refused; one with a container to shield is sent and stored shielded; any other is not sent
-    at all."""
+    """The fallback for clusters older than 1.36: every Pod of the shared corpus through the real
+    API server's CEL matchConditions (generated from `inference_policy.access`), as sent and
+    again with every container shielded. A Pod that reaches for an accelerator is sent to the
+    webhook and refused; one with a container to shield is sent and stored shielded; any other
+    is not sent at all."""
+    with fallback_guard(webhook.hook):
+        _the_guard_entry_agrees_with_the_predicate(webhook, installer)
+
+
+def _the_guard_entry_agrees_with_the_predicate(webhook: Deployed, installer: Kube) -> None:
     from inference_policy.access import reaches as reaching
     from inference_policy.engine_pod import to_shield
     from tests.podcorpus import CORPUS, shielded

@@ -17,8 +17,10 @@ from typing import Any
 from aiohttp import web
 
 from extender.app import create_app
+from inference_policy.engine_pod import planned_pod as core_planned_pod
+from inference_policy.plan import parse_plan
 from inference_policy.wire import ENGINE_LABEL as DEPLOYMENT_LABEL
-from inference_policy.wire import PLAN_ANNOTATION
+from inference_policy.wire import PLAN_ANNOTATION, REQUEST_ANNOTATION
 from localcluster.nodes import FakeNode
 from tests.integration.memory_sources import ExtenderMemorySource as MemorySource
 from tests.profilekit import NAMESPACE, NOW, Owner, gpu_binding, gpu_profile, request, with_profiles
@@ -82,10 +84,19 @@ def block(profile: str, memory: str = "8Gi") -> dict[str, Any]:
     }
 
 
-def plan_for(owner: Owner, envelope: dict[str, Any], document: dict[str, Any]) -> dict[str, Any]:
+class PlanBody(dict[str, Any]):
+    """A plan as the webhook answers it, remembering the deployment request it was made for, so
+    that `planned_pod` writes the Pod the webhook would (the extender checks the grant)."""
+
+    request: dict[str, Any]
+
+
+def plan_for(owner: Owner, envelope: dict[str, Any], document: dict[str, Any]) -> PlanBody:
     decision = owner.state(envelope).decide(document, NOW)
     assert decision.allowed, decision.body
-    return decision.body
+    body = PlanBody(decision.body)
+    body.request = copy.deepcopy(document)
+    return body
 
 
 def planned_pod(
@@ -97,8 +108,12 @@ def planned_pod(
     phase: str = "Pending",
     resources: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """An engine Pod as the webhook leaves it (plan annotation, label, resources, scheduler)."""
+    """An engine Pod as the webhook leaves it (plan annotation, label, resources, scheduler):
+    exactly, by the core's own rewrite, for a plan from `plan_for` without other `resources`;
+    otherwise a Pod made by hand, as a replaced webhook would make it."""
     name = name or f"tmi-{uuid.uuid4().hex[:8]}"
+    if isinstance(plan, PlanBody) and resources is None:
+        return _as_the_webhook_leaves_it(name, namespace, plan, node, phase)
     annotations: dict[str, str] = {}
     if plan is not None:
         annotations[PLAN_ANNOTATION] = (
@@ -123,6 +138,31 @@ def planned_pod(
         "spec": spec,
         "status": {"phase": phase},
     }
+
+
+def _as_the_webhook_leaves_it(
+    name: str, namespace: str, plan: PlanBody, node: str | None, phase: str
+) -> dict[str, Any]:
+    """The core's own rewrite of an engine Pod that asks for nothing itself, so that what the
+    ledger holds is exactly the plan's."""
+    parsed = parse_plan(plan)
+    pod: dict[str, Any] = {
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "uid": str(uuid.uuid4()),
+            "labels": {DEPLOYMENT_LABEL: name},
+            "annotations": {REQUEST_ANNOTATION: json.dumps(plan.request, separators=(",", ":"))},
+        },
+        "spec": {"containers": [{"name": "engine", "image": "placeholder.invalid/engine:1"}]},
+    }
+    pod = core_planned_pod(
+        pod, 0, parsed, parsed.text(), scheduler_name=SCHEDULER, pull_secret=None
+    )
+    pod["status"] = {"phase": phase}
+    if node is not None:
+        pod["spec"]["nodeName"] = node
+    return pod
 
 
 def bound(pod: Mapping[str, Any], node: str, phase: str = "Running") -> dict[str, Any]:
@@ -182,6 +222,7 @@ __all__ = [
     "SHARE",
     "VRAM",
     "WHOLE",
+    "PlanBody",
     "block",
     "bound",
     "cache_args",

@@ -9,6 +9,7 @@ refusals, and accounting rebuilt from the Pod list after a restart.
 
 from __future__ import annotations
 
+import copy
 import json
 from datetime import timedelta
 from typing import Any
@@ -17,6 +18,7 @@ import pytest
 from aiohttp.test_utils import TestClient
 from pytest_aiohttp import AiohttpClient
 
+from inference_policy.wire import PLAN_ANNOTATION
 from tests.fleetkit import (
     FLEET,
     H100_2,
@@ -242,7 +244,7 @@ async def test_pod_without_a_plan_passes_every_node_unchanged(
     aiohttp_client: AiohttpClient, owner: Owner
 ) -> None:
     client, _ = await client_for(aiohttp_client, owner)
-    pod = planned_pod(None, resources={"limits": {"nvidia.com/gpu": "1"}})
+    pod = planned_pod(None, resources={"requests": {"cpu": "1"}})
     result = await filter_names(client, pod, ALL)
     assert result["NodeNames"] == ALL
     assert result["FailedNodes"] == {} and result["FailedAndUnresolvableNodes"] == {}
@@ -250,6 +252,77 @@ async def test_pod_without_a_plan_passes_every_node_unchanged(
     assert scores == [{"Host": n, "Score": 0} for n in ALL]
     full = await post(client, "filter", full_args(pod, [n.manifest() for n in FLEET]))
     assert len(full["Nodes"]["items"]) == len(FLEET)
+
+
+async def test_pod_asking_for_an_accelerator_without_a_plan_passes_no_node(
+    aiohttp_client: AiohttpClient, owner: Owner
+) -> None:
+    client, _ = await client_for(aiohttp_client, owner)
+    pod = planned_pod(None, resources={"limits": {"nvidia.com/gpu": "1"}})
+    result = await filter_names(client, pod, ALL)
+    assert result["NodeNames"] == [] and result["FailedNodes"] == {}
+    assert set(result["FailedAndUnresolvableNodes"]) == set(ALL)
+    (reason,) = set(result["FailedAndUnresolvableNodes"].values())
+    assert reason == (
+        "the Pod asks for an accelerator without a plan "
+        "(spec.containers[engine].resources.limits[nvidia.com/gpu]); only an engine Pod planned "
+        "by the tenant webhook may"
+    )
+
+
+def _forged(pod: dict[str, Any], change: Any) -> dict[str, Any]:
+    pod = copy.deepcopy(pod)
+    change(pod)
+    return pod
+
+
+def _raise_gpus(pod: dict[str, Any]) -> None:
+    # A replaced webhook granting 8 GPUs, plan annotation and all, to a 1-GPU request.
+    plan = json.loads(pod["metadata"]["annotations"][PLAN_ANNOTATION])
+    plan["resources"] = {"requests": {"nvidia.com/gpu": "8"}, "limits": {"nvidia.com/gpu": "8"}}
+    pod["metadata"]["annotations"][PLAN_ANNOTATION] = json.dumps(plan)
+    pod["spec"]["containers"][0]["resources"] = plan["resources"]
+
+
+def _other_image(pod: dict[str, Any]) -> None:
+    pod["spec"]["containers"][0]["image"] = "registry.invalid/miner:1"
+
+
+def _unshielded_sidecar(pod: dict[str, Any]) -> None:
+    pod["spec"]["containers"].append({"name": "helper", "image": "registry.invalid/tool:1"})
+
+
+def _device_env(pod: dict[str, Any]) -> None:
+    pod["spec"]["containers"][0]["env"] = [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}]
+
+
+GRANT_FORGERIES = {
+    "eight-gpus": (_raise_gpus, "plans for the Pod's deployment request"),
+    "other-image": (_other_image, "registry.invalid/miner:1"),
+    "unshielded-sidecar": (_unshielded_sidecar, "helper"),
+    "device-env": (_device_env, "NVIDIA_VISIBLE_DEVICES"),
+}
+
+
+@pytest.mark.parametrize(("change", "words"), GRANT_FORGERIES.values(), ids=GRANT_FORGERIES)
+async def test_a_pod_that_is_not_its_plan_passes_no_node(
+    aiohttp_client: AiohttpClient,
+    owner: Owner,
+    plans: dict[str, Any],
+    change: Any,
+    words: str,
+) -> None:
+    """The owner's extender holds the Pod to the signed profile, as the controller does: a
+    tenant webhook that was replaced or misconfigured gets no node, and says why."""
+    client, _ = await client_for(aiohttp_client, owner)
+    honest = planned_pod(plans["whole"])
+    assert (await filter_names(client, honest, ["h100-8a"]))["NodeNames"] == ["h100-8a"]
+    result = await filter_names(client, _forged(honest, change), ALL)
+    assert result["NodeNames"] == [] and result["FailedNodes"] == {}
+    (reason,) = set(result["FailedAndUnresolvableNodes"].values())
+    assert words in reason, reason
+    scores = await post(client, "prioritize", cache_args(_forged(honest, change), ALL))
+    assert {s["Score"] for s in scores} == {0}
 
 
 async def test_external_plan_passes_every_node(aiohttp_client: AiohttpClient, owner: Owner) -> None:

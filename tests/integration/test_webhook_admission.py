@@ -791,14 +791,17 @@ async def test_a_posted_review_cannot_lend_its_answer_to_another_pod(
     client: TestClient[Any, Any], compact: bool
 ) -> None:
     # Cutting the uid's text out of a body would make these two reviews one key: the first
-    # (posted by anyone, uid "XYZ") asks for "nvidiaXYZ.com/gpu", which is harmless, and the
-    # second, from the API server, asks for nvidia.com/gpu.
+    # (posted by anyone, uid "hugepages-") asks for "hugepages-nvidia.com/gpu", which is a
+    # standard resource's name and harmless, and the second, from the API server, asks for
+    # nvidia.com/gpu.
     def forged(key: str) -> dict[str, Any]:
         pod = plain_pod()
         pod["spec"]["containers"][0]["resources"] = {"limits": {key: "1"}}
         return pod
 
-    harmless = await admit(client, review(forged("nvidiaXYZ.com/gpu"), uid="XYZ"), compact)
+    harmless = await admit(
+        client, review(forged("hugepages-nvidia.com/gpu"), uid="hugepages-"), compact
+    )
     assert harmless["response"]["allowed"] is True
     code, _, message = denial(await admit(client, review(forged("nvidia.com/gpu")), compact))
     assert code == 403 and "nvidia.com/gpu" in message

@@ -15,7 +15,15 @@ from typing import Any
 import pytest
 import yaml
 
-from inference_policy.access import Reach, cel_condition, new_reaches, reaches
+from inference_policy.access import Reach, is_accelerator_resource, new_reaches, reaches
+from inference_policy.access_cel import (
+    cel_condition,
+    guard_validations,
+    guard_variables,
+    has_unshielded,
+    not_an_engine_pod,
+    shield_mutation,
+)
 from inference_policy.engine_pod import admission_refusal, update_refusal
 from inference_policy.refusals import RefusalCode
 from tests.integration.webhookkit import plain_pod
@@ -37,18 +45,32 @@ def test_the_corpus(pod: dict[str, Any], expected: bool) -> None:
             assert reach.field in refusal.message
 
 
-def test_the_shipped_match_condition_is_the_generated_one() -> None:
-    manifest = yaml.safe_load((ROOT / "manifests/owner/mutating-webhook.yaml").read_text())
-    guard = next(w for w in manifest["webhooks"] if w["name"].startswith("guard."))
-    conditions = {c["name"]: c["expression"] for c in guard["matchConditions"]}
-    assert conditions["reaches-for-an-accelerator"] == cel_condition()
+def test_the_shipped_policies_are_the_generated_ones() -> None:
+    docs = list(yaml.safe_load_all((ROOT / "manifests/owner/admission-policies.yaml").read_text()))
+    by_kind = {d["kind"]: d for d in docs}
+    shield = by_kind["MutatingAdmissionPolicy"]["spec"]
+    assert shield["mutations"][0]["applyConfiguration"]["expression"] == shield_mutation()
+    conditions = {c["name"]: c["expression"] for c in shield["matchConditions"]}
+    assert conditions == {
+        "not-an-engine-pod": not_an_engine_pod(),
+        "has-a-container-to-shield": has_unshielded(),
+    }
+    (guard,) = [
+        d["spec"]
+        for d in docs
+        if d["kind"] == "ValidatingAdmissionPolicy" and "paramKind" in d["spec"]
+    ]
+    assert guard["variables"] == guard_variables()
+    assert guard["validations"] == guard_validations()
 
 
-def test_the_cel_names_every_resource_prefix_and_variable() -> None:
-    from inference_policy.access import DEVICE_ENV, RESOURCE_PREFIXES
+def test_the_cel_names_every_standard_resource_and_variable() -> None:
+    from inference_policy.access import DEVICE_ENV, STANDARD_PREFIXES, STANDARD_RESOURCES
 
     text = cel_condition()
-    for token in (*RESOURCE_PREFIXES, *DEVICE_ENV, "runtimeClassName", "resourceClaims", "claims"):
+    for token in (*STANDARD_RESOURCES, *STANDARD_PREFIXES, *DEVICE_ENV, "runtimeClassName"):
+        assert token in text
+    for token in ("resourceClaims", "claims"):
         assert token in text
     for kind in ("containers", "initContainers", "ephemeralContainers"):
         assert f"object.spec.{kind}.exists" in text
@@ -64,6 +86,49 @@ def test_the_engine_containers_own_asks_belong_to_the_plan() -> None:
     assert reaches(pod, "engine") == [
         Reach("spec.containers[engine].env[NVIDIA_VISIBLE_DEVICES]", "all", "env")
     ]
+
+
+@pytest.mark.parametrize(
+    ("name", "reaches_"),
+    [
+        ("cpu", False),
+        ("memory", False),
+        ("ephemeral-storage", False),
+        ("hugepages-1Gi", False),
+        ("nvidia.com/gpu", True),
+        ("kamiwaza.ai/vram-gb-gpu-0", True),
+        ("aws.amazon.com/neuroncore", True),
+        ("google.com/tpu", True),
+        ("deviceclass.resource.kubernetes.io/gpu.nvidia.com", True),
+        ("example.com/anything", True),
+        ("cpus", True),
+    ],
+)
+def test_accelerator_resources_are_default_deny(name: str, reaches_: bool) -> None:
+    assert is_accelerator_resource(name) is reaches_
+
+
+@pytest.mark.parametrize(
+    ("source", "refused"),
+    [
+        ({"configMapRef": {"name": "gpus"}}, True),
+        ({"prefix": "", "secretRef": {"name": "gpus"}}, True),
+        ({"prefix": "NVIDIA_", "configMapRef": {"name": "gpus"}}, True),
+        ({"prefix": "AMD_VISIBLE", "configMapRef": {"name": "gpus"}}, True),
+        ({"prefix": "APP_", "configMapRef": {"name": "settings"}}, False),
+    ],
+)
+def test_the_granted_container_may_not_take_device_variables_from_env_from(
+    source: dict[str, Any], refused: bool
+) -> None:
+    pod = plain_pod()
+    pod["spec"]["containers"][0]["envFrom"] = [source]
+    found = reaches(pod, "engine")
+    assert bool(found) is refused, found
+    if refused:
+        assert found == [Reach("spec.containers[engine].envFrom", source.get("prefix", ""), "env")]
+    # Another container is shielded by an explicit value, which wins over envFrom.
+    assert reaches(pod, "someone-else") == []
 
 
 def test_an_engine_pod_may_not_name_its_node() -> None:

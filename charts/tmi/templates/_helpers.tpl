@@ -114,3 +114,15 @@ namespaceSelector:
       operator: NotIn
       values: ["kube-system", "kube-public", "kube-node-lease"]
 {{- end }}
+
+{{/* One tenant namespace, and only while it is opted in: the owner's admission policies. */}}
+{{- define "tmi.tenantNamespaceSelector" -}}
+namespaceSelector:
+  matchExpressions:
+    - key: {{ .o.optInLabel }}
+      operator: In
+      values: ["enabled"]
+    - key: kubernetes.io/metadata.name
+      operator: In
+      values: [{{ .ns | quote }}]
+{{- end }}

@@ -1,0 +1,122 @@
+"""What a Pod asks the extender to place, once the owner's side has checked it is its plan.
+
+The tenant's webhook writes the plan, and the tenant can replace that webhook, so a plan on a
+Pod proves nothing by itself. Before any node is judged, the Pod is held to the signed profile
+exactly as the allocation controller holds a running one (`inference_policy.grant.check_grant`:
+the plan is what the verified revision it names plans for the Pod's deployment request, and the
+Pod's accelerator asks, image, RuntimeClass and shields are the plan's); a Pod that asks for an
+accelerator with no plan at all is refused too. Either refusal is `Unplaceable`: every node
+fails with the reason, which the scheduler writes into the Pod's events.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any
+
+from inference_policy.access import reaches
+from inference_policy.grant import check_grant
+from inference_policy.grant_findings import pod_findings
+from inference_policy.placement import Demand, demand_for
+from inference_policy.plan import Plan, PlanError, parse_plan
+from inference_policy.planner import PROFILE_PREFIX
+from inference_policy.signing import ProfileRefused, VerifiedProfile
+from inference_policy.verdict_codes import NodeVerdictCode
+from inference_policy.wire import PLAN_ANNOTATION
+from policy_io.snapshot import PolicySnapshot
+
+
+class Unplaceable(Exception):
+    """The Pod cannot be placed on any node; the reason goes to every node."""
+
+    def __init__(self, reason: str, code: NodeVerdictCode) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.code = code
+
+
+def pod_demand(pod: Mapping[str, Any], snapshot: PolicySnapshot, now: datetime) -> Demand | None:
+    """The Pod's demand; None for a Pod without a plan that asks for no accelerator (or an
+    external plan, which places nothing). Raises Unplaceable."""
+    meta = pod.get("metadata") or {}
+    annotations = meta.get("annotations") if isinstance(meta, Mapping) else None
+    text = annotations.get(PLAN_ANNOTATION) if isinstance(annotations, Mapping) else None
+    if text is None:
+        unplanned = reaches(pod)
+        if unplanned:
+            raise Unplaceable(
+                "the Pod asks for an accelerator without a plan ("
+                + ", ".join(reach.field for reach in unplanned)
+                + "); only an engine Pod planned by the tenant webhook may",
+                NodeVerdictCode.UNPLANNED_DEVICE,
+            )
+        return None
+    if not isinstance(text, str):
+        raise Unplaceable(
+            f"the {PLAN_ANNOTATION} annotation is not a string", NodeVerdictCode.PLAN_INVALID
+        )
+    try:
+        plan = parse_plan(text)
+    except PlanError as exc:
+        raise Unplaceable(str(exc), NodeVerdictCode.PLAN_INVALID) from None
+    if plan.path == "external":
+        return None
+    profile = current_profile(snapshot, now) if plan.path == "gpu" else None
+    try:
+        if profile is None:
+            demand = demand_for(plan, None, pod)
+        else:
+            found = profile.envelope.binding(plan.bindingId or "")
+            demand = demand_for(plan, found[1] if found else None, pod, profile.sha256)
+    except PlanError as exc:
+        raise Unplaceable(str(exc), NodeVerdictCode.PLAN_INVALID) from None
+    check_plan_is_granted(pod, plan, snapshot, now)
+    return demand
+
+
+def check_plan_is_granted(
+    pod: Mapping[str, Any], plan: Plan, snapshot: PolicySnapshot, now: datetime
+) -> None:
+    """The Pod is exactly what the verified revision its plan names plans for its deployment
+    request, or Unplaceable says how it is not. A CPU plan grants no device, so it is held to
+    the plan itself (no accelerator, every container shielded) and placed without a profile,
+    as it always was."""
+    if plan.path == "cpu":
+        findings = pod_findings(pod, plan)
+        if findings:
+            raise Unplaceable(
+                f"{findings[0][0]}: " + "; ".join(text for _, text in findings),
+                NodeVerdictCode.GRANT_MISMATCH,
+            )
+        return
+    digest = plan.bundle_sha256
+    known = snapshot.revisions.get(digest) if digest is not None else None
+    profile = known if isinstance(known, VerifiedProfile) else None
+    if profile is None and snapshot.profile is not None and snapshot.profile.sha256 == digest:
+        profile = snapshot.profile
+    verdict = check_grant(pod, profile, snapshot.context(now), now, plan=plan)
+    if not verdict.verified:
+        raise Unplaceable(f"{verdict.reason}: {verdict.message}", NodeVerdictCode.GRANT_MISMATCH)
+
+
+def current_profile(snapshot: PolicySnapshot, now: datetime) -> VerifiedProfile:
+    """The verified profile GPU plans are placed under, or Unplaceable with the refusal."""
+    profile, refusal = snapshot.profile, snapshot.profile_refusal
+    if profile is None or refusal is not None:
+        message = (
+            refusal.authorization_message
+            if refusal is not None
+            else "invalid inference profile authorization: no profile has been read"
+        )
+        raise Unplaceable(PROFILE_PREFIX + message, NodeVerdictCode.PROFILE_REFUSED)
+    try:
+        profile.check_window(now)
+    except ProfileRefused as exc:
+        raise Unplaceable(
+            PROFILE_PREFIX + exc.authorization_message, NodeVerdictCode.PROFILE_REFUSED
+        ) from None
+    return profile
+
+
+__all__ = ["Unplaceable", "check_plan_is_granted", "current_profile", "pod_demand"]

@@ -1,0 +1,161 @@
+"""The owner's admission policies on the local control plane, as the chart renders them.
+
+The shield (MutatingAdmissionPolicy) and the guard (ValidatingAdmissionPolicy) run inside
+kube-apiserver, so nothing of tmi's serves them; what the harness must do is apply exactly the
+chart's objects (rendered for a tenant namespace and the owner's scheduler), wait until the API
+server enforces them (it loads policies asynchronously, like webhook configurations), and take
+them away again so that later test modules meet the cluster as it was.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from inference_policy.schedconfig import DEFAULT_SCHEDULER_NAME, DEFAULT_SCHEDULER_NAMESPACE
+from localcluster.controlplane import ControlPlane
+from localcluster.install import Rendered, chart_values, render_owner
+from localcluster.kube import JSON, ApiError
+from localcluster.process import wait_until
+
+POLICY_LABEL = ("app.kubernetes.io/name", "tmi-admission")
+# The parameters' CustomResourceDefinition: installed with the policies, never removed (the
+# chart keeps it too), since deleting it deletes every tenant's parameters.
+DEFINITION_LABEL = ("app.kubernetes.io/name", "tmi-admission-parameters")
+_WELL_FORMED_KEY = "A" * 43 + "="
+_PROBE_IMAGE = "placeholder.invalid/tmi-policy-probe:1"
+
+
+def _labelled(doc: Mapping[str, Any], label: tuple[str, str]) -> bool:
+    labels = (doc.get("metadata") or {}).get("labels") or {}
+    return bool(labels.get(label[0]) == label[1])
+
+
+def is_policy_object(doc: Mapping[str, Any]) -> bool:
+    return _labelled(doc, POLICY_LABEL) or _labelled(doc, DEFINITION_LABEL)
+
+
+def policy_docs(owner: Rendered) -> list[JSON]:
+    """The owner part's admission-policy objects: the parameters' definition first, then the
+    parameters, the policies and their bindings."""
+    docs = [doc for doc in owner.docs if is_policy_object(doc)]
+    return sorted(docs, key=lambda d: not _labelled(d, DEFINITION_LABEL))
+
+
+def render_policies(
+    tenant_namespace: str,
+    scheduler_name: str | None = None,
+    owner_namespace: str = DEFAULT_SCHEDULER_NAMESPACE,
+) -> list[JSON]:
+    """The chart's policy objects for one tenant namespace (the trust values do not reach them,
+    but the chart requires well-formed ones)."""
+    values = chart_values(
+        owner_public_keys=(_WELL_FORMED_KEY,),
+        cluster_binding_id="any",
+        bundle_configmap="kamiwaza-inference-profiles-r1",
+        scheduler_name=scheduler_name or DEFAULT_SCHEDULER_NAME,
+        tenant_namespace=tenant_namespace,
+    )
+    return policy_docs(render_owner(values, owner_namespace))
+
+
+def guard_name(docs: Sequence[Mapping[str, Any]]) -> str:
+    (name,) = [
+        d["metadata"]["name"]
+        for d in docs
+        if d["kind"] == "ValidatingAdmissionPolicy" and d.get("spec", {}).get("paramKind")
+    ]
+    return str(name)
+
+
+def denied_by_guard(message: str, docs: Sequence[Mapping[str, Any]]) -> bool:
+    return f"ValidatingAdmissionPolicy '{guard_name(docs)}'" in message
+
+
+def _probe(namespace: str, **container: Any) -> JSON:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"generateName": "tmi-policy-probe-", "namespace": namespace},
+        "spec": {"containers": [{"name": "probe", "image": _PROBE_IMAGE, **container}]},
+    }
+
+
+def enforced(plane: ControlPlane, namespace: str, docs: Sequence[Mapping[str, Any]]) -> bool:
+    """Do both policies act in ``namespace`` now: a plain Pod comes back shielded, and one that
+    asks for a GPU is refused by the guard? (Server-side dry runs: nothing is stored.)"""
+    kube = plane.kube("admin")
+    stored = kube.create(_probe(namespace), dry_run=True)
+    env = stored["spec"]["containers"][0].get("env") or []
+    if {"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"} not in env:
+        return False
+    try:
+        kube.create(_probe(namespace, resources={"limits": {"nvidia.com/gpu": "1"}}), dry_run=True)
+    except ApiError as exc:
+        return denied_by_guard(exc.message, docs)
+    return False
+
+
+def withdrawn(plane: ControlPlane, namespace: str) -> bool:
+    """Has the API server stopped shielding plain Pods in ``namespace``?"""
+    stored = plane.kube("admin").create(_probe(namespace), dry_run=True)
+    return not stored["spec"]["containers"][0].get("env")
+
+
+def install_policies(
+    plane: ControlPlane,
+    docs: Sequence[JSON],
+    namespace: str,
+    *,
+    wait: bool = True,
+    timeout: float = 60.0,
+) -> list[JSON]:
+    """Apply the policy objects; with ``wait``, until they act in the opted-in ``namespace``.
+    (Applying a parameter waits for its kind to be served, so the definition comes first.)"""
+    kube = plane.kube("admin")
+    applied = [kube.apply(doc) for doc in docs]
+    if wait and docs:
+        wait_until(
+            lambda: enforced(plane, namespace, docs),
+            timeout=timeout,
+            what=f"the owner's admission policies to act in {namespace}",
+        )
+    return applied
+
+
+def remove_policies(
+    plane: ControlPlane,
+    docs: Sequence[Mapping[str, Any]],
+    namespace: str | None = None,
+    *,
+    timeout: float = 60.0,
+) -> None:
+    """Delete the policy objects (the parameters' definition stays); with ``namespace`` (still
+    opted in), wait until they stop acting there."""
+    kube = plane.kube("admin")
+    for doc in reversed(docs):
+        if _labelled(doc, DEFINITION_LABEL):
+            continue
+        metadata = doc["metadata"]
+        kube.delete(doc["apiVersion"], doc["kind"], metadata["name"], metadata.get("namespace"))
+    if namespace is not None and docs:
+        wait_until(
+            lambda: withdrawn(plane, namespace),
+            timeout=timeout,
+            what=f"the owner's admission policies to stop acting in {namespace}",
+        )
+
+
+__all__ = [
+    "DEFINITION_LABEL",
+    "POLICY_LABEL",
+    "denied_by_guard",
+    "enforced",
+    "guard_name",
+    "install_policies",
+    "is_policy_object",
+    "policy_docs",
+    "remove_policies",
+    "render_policies",
+    "withdrawn",
+]

@@ -1,0 +1,508 @@
+"""The owner's admission policies in a real 1.36 API server, acting as the tenant's admin.
+
+The shield (MutatingAdmissionPolicy) and the guard (ValidatingAdmissionPolicy) are the chart's
+own objects (``localcluster.admission_policies``), installed with the webhook configuration;
+the webhook is a local process (``localcluster.webhook``) so that a test can stop it or take
+its configuration away precisely. Pods are created as ``tmi-installer``, the namespace's admin,
+which is the identity every attack here is made as: what it can change must not widen a grant,
+and what it breaks must refuse engine Pods only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import json
+import uuid
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from inference_policy.access_cel import FORGERY_PREFIX
+from inference_policy.engine_pod import admission_refusal
+from localcluster import ApiError, ControlPlane, FakeNode, Kube, create_fake_nodes, wait_until
+from localcluster.admission_policies import denied_by_guard, guard_name
+from localcluster.nodes import delete_fake_nodes
+from localcluster.webhook import (
+    PLAN_ANNOTATION,
+    LocalWebhook,
+    is_planned,
+    webhook_configuration,
+)
+from localcluster.webhook_objects import CONFIGURATION_NAME
+from tests.integration.webhookkit import engine_pod, plain_pod
+from tests.profilekit import NAMESPACE, request
+
+if TYPE_CHECKING:
+    from tests.e2e.webhook_fixtures import Deployed
+
+pytest_plugins = ["tests.e2e.webhook_fixtures"]
+pytestmark = pytest.mark.e2e
+
+VOID = {"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"}
+SCHEDULER = "kamiwaza-inference-scheduler"
+
+
+def _named(pod: dict[str, Any], prefix: str) -> dict[str, Any]:
+    pod = copy.deepcopy(pod)
+    pod["metadata"]["name"] = f"{prefix}-{uuid.uuid4().hex[:8]}"
+    pod["metadata"]["namespace"] = NAMESPACE
+    return pod
+
+
+def guard_prefix(hook: LocalWebhook) -> str:
+    name = guard_name(hook.policies)
+    return f"ValidatingAdmissionPolicy '{name}' with binding '{name}' denied request: "
+
+
+def refused(kube: Kube, pod: dict[str, Any]) -> ApiError:
+    try:
+        kube.create(pod, dry_run=True)
+    except ApiError as exc:
+        return exc
+    raise AssertionError(f"the API server admitted Pod {pod['metadata']['name']}")
+
+
+def _with(kind: str, container: dict[str, Any]) -> dict[str, Any]:
+    pod = plain_pod()
+    pod["spec"].setdefault(kind, []).append({"image": "busybox:1.37", **container})
+    return pod
+
+
+def _limits(name: str, resource: str, quantity: str = "1") -> dict[str, Any]:
+    # The API server defaults an extended resource's request to its limit.
+    return {"name": name, "resources": {"limits": {resource: quantity}}}
+
+
+def _plan_annotated() -> dict[str, Any]:
+    pod = plain_pod()
+    pod["metadata"]["annotations"][PLAN_ANNOTATION] = json.dumps({"status": 200, "path": "gpu"})
+    return pod
+
+
+@contextlib.contextmanager
+def webhook_down(hook: LocalWebhook) -> Iterator[None]:
+    """Every replica of the tenant's webhook gone; its configuration stays (failurePolicy
+    Fail), as after a scale to zero or a crash loop."""
+    hook.stop_process()
+    try:
+        yield
+    finally:
+        hook.start()
+
+
+@contextlib.contextmanager
+def webhook_that_plans_nothing(control_plane: ControlPlane, hook: LocalWebhook) -> Iterator[None]:
+    """The tenant replaced its webhook with one that admits every engine Pod unchanged: the
+    owner's configuration is gone, so engine Pods reach the guard exactly as the tenant wrote
+    them. The policies stay."""
+    admin = control_plane.kube("admin")
+    configuration = hook.configuration
+    assert configuration is not None
+    admin.delete(
+        "admissionregistration.k8s.io/v1", "MutatingWebhookConfiguration", CONFIGURATION_NAME
+    )
+    wait_until(
+        lambda: not _plans(hook),
+        timeout=60,
+        what="engine Pods to stop being sent to the webhook",
+    )
+    try:
+        yield
+    finally:
+        admin.apply(webhook_configuration(f"{hook.url}/mutate", control_plane.ca_bundle))
+        wait_until(lambda: _plans(hook), timeout=60, what="the webhook to plan engine Pods again")
+
+
+def _plans(hook: LocalWebhook) -> bool:
+    try:
+        return is_planned(hook.probe())
+    except ApiError:
+        # The guard refuses the probe unplanned (it asks for nothing, but is not shielded).
+        return False
+
+
+def _granted_engine_pod(**spec: Any) -> dict[str, Any]:
+    """An engine Pod as a webhook that grants two GPUs would leave it: labelled, a plan of its
+    own making, its engine container asking for the devices."""
+    pod = engine_pod(request(), name="engine")
+    pod["metadata"]["annotations"][PLAN_ANNOTATION] = json.dumps({"status": 200, "path": "gpu"})
+    pod["spec"].update({"schedulerName": SCHEDULER, "runtimeClassName": "nvidia", **spec})
+    pod["spec"]["containers"][0]["resources"] = {
+        "requests": {"nvidia.com/gpu": "2"},
+        "limits": {"nvidia.com/gpu": "2"},
+    }
+    return pod
+
+
+# -- plain Pods never depend on a tmi server ------------------------------------------------------
+
+
+def test_plain_pods_are_shielded_by_the_api_server_without_the_webhook(
+    webhook: Deployed, installer: Kube
+) -> None:
+    before = webhook.hook.reviews()
+    sent = _with("initContainers", {"name": "init"})
+    stored = installer.create(_named(sent, "tenant"), dry_run=True)
+    for kind in ("containers", "initContainers"):
+        assert [c.get("env") for c in stored["spec"][kind]] == [[VOID]], kind
+    assert webhook.hook.reviews() == before, "the API server called the webhook for a plain Pod"
+
+
+def test_with_the_webhook_down_plain_pods_are_created_shielded_and_engine_pods_refused(
+    webhook: Deployed, installer: Kube, kamiwaza_pods: Any
+) -> None:
+    with webhook_down(webhook.hook):
+        pod = _named(plain_pod(), "tenant")
+        pod["metadata"]["name"] = kamiwaza_pods("tenant")
+        stored = installer.create(pod)
+        assert stored["spec"]["containers"][0]["env"] == [VOID]
+        err = refused(installer, engine_pod(request(), name=f"engine-{uuid.uuid4().hex[:6]}"))
+        assert err.status == 500 and "failed calling webhook" in err.message, err
+        forged = refused(
+            installer, _named(_with("containers", _limits("x", "nvidia.com/gpu")), "f")
+        )
+        assert forged.status == 403 and denied_by_guard(forged.message, webhook.hook.policies)
+
+
+# -- the guard refuses what the tenant forges ----------------------------------------------------
+
+
+FORGERIES: dict[str, tuple[dict[str, Any], str]] = {
+    "nvidia-gpu": (
+        _with("containers", _limits("miner", "nvidia.com/gpu")),
+        "spec.containers[miner].resources.limits[nvidia.com/gpu]",
+    ),
+    "mig-slice": (
+        _with("containers", _limits("miner", "nvidia.com/mig-3g.40gb")),
+        "spec.containers[miner].resources.limits[nvidia.com/mig-3g.40gb]",
+    ),
+    "vram-share": (
+        _with("containers", _limits("miner", "kamiwaza.ai/vram-gb-gpu-0", "8")),
+        "spec.containers[miner].resources.limits[kamiwaza.ai/vram-gb-gpu-0]",
+    ),
+    "amd-gpu": (
+        _with("containers", _limits("miner", "amd.com/gpu")),
+        "spec.containers[miner].resources.limits[amd.com/gpu]",
+    ),
+    "init-nvidia-gpu": (
+        _with("initContainers", _limits("warm", "nvidia.com/gpu")),
+        "spec.initContainers[warm].resources.limits[nvidia.com/gpu]",
+    ),
+    "init-mig-slice": (
+        _with("initContainers", _limits("warm", "nvidia.com/mig-3g.40gb")),
+        "spec.initContainers[warm].resources.limits[nvidia.com/mig-3g.40gb]",
+    ),
+    "init-vram-share": (
+        _with("initContainers", _limits("warm", "kamiwaza.ai/vram-gb-gpu-0", "8")),
+        "spec.initContainers[warm].resources.limits[kamiwaza.ai/vram-gb-gpu-0]",
+    ),
+    "init-amd-gpu": (
+        _with("initContainers", _limits("warm", "amd.com/gpu")),
+        "spec.initContainers[warm].resources.limits[amd.com/gpu]",
+    ),
+    "device-env": (
+        _with(
+            "containers",
+            {"name": "env", "env": [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}]},
+        ),
+        "spec.containers[env].env[NVIDIA_VISIBLE_DEVICES]",
+    ),
+    "runtime-class": (plain_pod(runtimeClassName="nvidia"), "spec.runtimeClassName (nvidia)"),
+    # Default-deny: whatever the device, whoever made the plugin.
+    "dra-extended-resource": (
+        _with("containers", _limits("miner", "deviceclass.resource.kubernetes.io/gpu.nvidia.com")),
+        "spec.containers[miner].resources.limits[deviceclass.resource.kubernetes.io/gpu.nvidia.com]",
+    ),
+    "neuron-core": (
+        _with("initContainers", _limits("warm", "aws.amazon.com/neuroncore")),
+        "spec.initContainers[warm].resources.limits[aws.amazon.com/neuroncore]",
+    ),
+    "unlisted-device-plugin": (
+        _with("containers", _limits("miner", "example.com/fpga")),
+        "spec.containers[miner].resources.limits[example.com/fpga]",
+    ),
+    "resource-claim": (
+        plain_pod(resourceClaims=[{"name": "gpu", "resourceClaimName": "tenant-claim"}]),
+        "spec.resourceClaims",
+    ),
+    "plan-annotation": (_plan_annotated(), f"metadata.annotations[{PLAN_ANNOTATION}]"),
+}
+
+
+@pytest.mark.parametrize(("pod", "field"), FORGERIES.values(), ids=FORGERIES.keys())
+def test_forgeries_are_refused_by_the_guard(
+    webhook: Deployed, installer: Kube, pod: dict[str, Any], field: str
+) -> None:
+    err = refused(installer, _named(pod, "forged"))
+    assert err.status == 403, err
+    assert guard_prefix(webhook.hook) + FORGERY_PREFIX in err.message, err.message
+    assert field in err.message, err.message
+
+
+def test_a_webhook_that_plans_nothing_grants_nothing_the_guard_can_see(
+    control_plane: ControlPlane, webhook: Deployed, installer: Kube
+) -> None:
+    prefix = guard_prefix(webhook.hook)
+    with webhook_that_plans_nothing(control_plane, webhook.hook):
+        cases = {
+            "default scheduler": (
+                _granted_engine_pod(schedulerName="default-scheduler"),
+                f"scheduled by {SCHEDULER}, not default-scheduler",
+            ),
+            "preset node": (_granted_engine_pod(nodeName="gpu-1"), "spec.nodeName (gpu-1) is set"),
+            "envFrom on the granted container": (
+                _granted_engine_pod(),
+                "spec.containers[engine].envFrom",
+            ),
+            "unshielded sidecar": (_granted_engine_pod(), "container(s) sidecar hold no"),
+            "no plan": (_granted_engine_pod(), f"carries the plan ({PLAN_ANNOTATION})"),
+        }
+        del cases["no plan"][0]["metadata"]["annotations"][PLAN_ANNOTATION]
+        cases["envFrom on the granted container"][0]["spec"]["containers"][0]["envFrom"] = [
+            {"configMapRef": {"name": "all-gpus"}}
+        ]
+        cases["unshielded sidecar"][0]["spec"]["containers"].append(
+            {"name": "sidecar", "image": "registry.invalid/tool:1"}
+        )
+        for case, (pod, words) in cases.items():
+            err = refused(installer, _named(pod, "engine"))
+            assert err.status == 403, (case, err)
+            assert prefix in err.message and words in err.message, (case, err.message)
+        # Shaped like a plan, the guard cannot tell it from one: the owner's extender checks
+        # the grant against the signed profile before any node passes (test_placement).
+        installer.create(_named(_granted_engine_pod(), "engine"), dry_run=True)
+
+
+def test_a_webhook_that_names_another_scheduler_gets_no_pod(
+    webhook: Deployed, installer: Kube
+) -> None:
+    hook = webhook.hook
+    hook.restart(scheduler_name="default-scheduler")
+    try:
+        err = refused(installer, engine_pod(request(), name=f"engine-{uuid.uuid4().hex[:6]}"))
+        assert err.status == 403, err
+        assert f"scheduled by {SCHEDULER}, not default-scheduler" in err.message, err.message
+    finally:
+        hook.restart(scheduler_name=SCHEDULER)
+
+
+def test_debug_containers_are_shielded_and_may_not_reach(
+    control_plane: ControlPlane, webhook: Deployed, installer: Kube, kamiwaza_pods: Any
+) -> None:
+    name = kamiwaza_pods("tenant")
+    pod = _named(plain_pod(), "tenant")
+    pod["metadata"]["name"] = name
+    installer.create(pod)
+    path = f"/api/v1/namespaces/{NAMESPACE}/pods/{name}/ephemeralcontainers"
+    # The namespace admin may not add debug containers at all (the admin ClusterRole leaves
+    # pods/ephemeralcontainers out); a cluster admin may, and is still refused the devices.
+    with pytest.raises(ApiError) as forbidden:
+        installer.request(
+            "PATCH",
+            path,
+            body={"spec": {"ephemeralContainers": [{"name": "x", "image": "busybox:1.37"}]}},
+            content_type="application/strategic-merge-patch+json",
+        )
+    assert forbidden.value.status == 403 and "denied request" not in forbidden.value.message
+    admin = control_plane.kube("admin")
+    forged = {
+        "name": "dbg-gpu",
+        "image": "busybox:1.37",
+        "env": [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}],
+    }
+    with pytest.raises(ApiError) as denied:
+        admin.request(
+            "PATCH",
+            path,
+            body={"spec": {"ephemeralContainers": [forged]}},
+            content_type="application/strategic-merge-patch+json",
+        )
+    assert denied.value.status == 403, denied.value
+    assert "spec.ephemeralContainers[dbg-gpu].env[NVIDIA_VISIBLE_DEVICES]" in denied.value.message
+    patched = admin.request(
+        "PATCH",
+        path,
+        body={"spec": {"ephemeralContainers": [{"name": "dbg", "image": "busybox:1.37"}]}},
+        content_type="application/strategic-merge-patch+json",
+    )
+    (debug,) = patched["spec"]["ephemeralContainers"]
+    assert debug["env"] == [VOID]
+
+
+# -- the CEL and the predicate agree ----------------------------------------------------------
+
+
+def test_the_policies_refuse_exactly_what_the_predicate_refuses(
+    webhook: Deployed, installer: Kube
+) -> None:
+    """Every Pod of the shared corpus through the real API server, as sent and with every
+    container shielded: the guard refuses exactly those `admission_refusal` refuses, naming the
+    same fields, and stores every other one with every container shielded, the webhook never
+    called."""
+    from tests.podcorpus import CORPUS, shielded
+
+    prefix = guard_prefix(webhook.hook) + FORGERY_PREFIX
+    disagreements = []
+    cases = {**CORPUS, **{f"{k}-shielded": (shielded(p), r) for k, (p, r) in CORPUS.items()}}
+    before = webhook.hook.reviews()
+    for case, (pod, _) in cases.items():
+        expected = admission_refusal(pod, None, SCHEDULER)
+        try:
+            stored = installer.create(_named(pod, case), dry_run=True)
+        except ApiError as exc:
+            fields_named = expected is not None and all(
+                field in exc.message for field in _fields(expected.message)
+            )
+            # A claim no Pod-level claim declares is invalid, refused before any admission
+            # policy runs; the Pod can never exist, which is all the predicate asks.
+            invalid = expected is not None and exc.status == 422 and "resourceClaims" in exc.message
+            if not (invalid or (exc.status == 403 and prefix in exc.message and fields_named)):
+                disagreements.append((case, expected and expected.message, exc.message))
+            continue
+        envs = [
+            c.get("env") or []
+            for k in ("containers", "initContainers")
+            for c in stored["spec"].get(k, [])
+        ]
+        if expected is not None or not all(VOID in env for env in envs):
+            disagreements.append((case, expected and expected.message, envs))
+    assert [case for case, *_ in disagreements] == [], disagreements
+    assert webhook.hook.reviews() == before
+
+
+def _fields(message: str) -> list[str]:
+    inside = message[len(FORGERY_PREFIX) : message.rindex(");")]
+    return inside.split(", ")
+
+
+# -- whatever makes the Pod, and claims made directly ---------------------------------------------
+
+
+def _workload(kind: str, name: str, pod_spec: dict[str, Any]) -> dict[str, Any]:
+    template = {"metadata": {"labels": {"app": name}}, "spec": pod_spec}
+    spec: dict[str, Any] = {"template": template}
+    api = "apps/v1"
+    if kind == "Job":
+        api = "batch/v1"
+        template["spec"] = {**pod_spec, "restartPolicy": "Never"}
+        spec["backoffLimit"] = 0
+    else:
+        spec["selector"] = {"matchLabels": {"app": name}}
+    if kind == "StatefulSet":
+        spec["serviceName"] = name
+    if kind in ("Deployment", "StatefulSet"):
+        spec["replicas"] = 1
+    return {
+        "apiVersion": api,
+        "kind": kind,
+        "metadata": {"name": name, "namespace": NAMESPACE},
+        "spec": spec,
+    }
+
+
+def _failed_create(kube: Kube, owner_prefix: str, words: str) -> bool:
+    events = kube.request("GET", f"/api/v1/namespaces/{NAMESPACE}/events")["items"]
+    return any(
+        e.get("reason") == "FailedCreate"
+        and str(e.get("involvedObject", {}).get("name", "")).startswith(owner_prefix)
+        and words in str(e.get("message", ""))
+        for e in events
+    )
+
+
+@pytest.mark.parametrize("kind", ["Deployment", "Job", "StatefulSet", "DaemonSet"])
+def test_pods_made_by_workload_controllers_are_guarded_and_shielded(
+    control_plane: ControlPlane, webhook: Deployed, installer: Kube, kind: str
+) -> None:
+    """The tenant's admin makes the Pod through a controller instead: the controller's create is
+    refused the same way, and a plain workload's Pod is created shielded."""
+    forged_name = f"forged-{kind.lower()}-{uuid.uuid4().hex[:6]}"
+    plain_name = f"plain-{kind.lower()}-{uuid.uuid4().hex[:6]}"
+    miner = {"name": "miner", "image": "busybox:1.37"}
+    forged = _workload(
+        kind,
+        forged_name,
+        {"containers": [{**miner, "resources": {"limits": {"nvidia.com/gpu": "1"}}}]},
+    )
+    plain = _workload(kind, plain_name, {"containers": [miner]})
+    admin = control_plane.kube("admin")
+    created = []
+    node = f"ds-{uuid.uuid4().hex[:6]}"
+    if kind == "DaemonSet":
+        # A DaemonSet makes a Pod per node; one KWOK node is enough.
+        create_fake_nodes(admin, [FakeNode(node, gpus=0)])
+    try:
+        for doc in (forged, plain):
+            installer.create(doc)
+            created.append(doc)
+        prefix = guard_prefix(webhook.hook) + FORGERY_PREFIX
+        wait_until(
+            lambda: _failed_create(admin, forged_name, prefix),
+            timeout=60,
+            what=f"the {kind} controller's create to be refused by the guard",
+        )
+
+        def plain_pods() -> list[dict[str, Any]]:
+            items: list[dict[str, Any]] = admin.request(
+                "GET",
+                f"/api/v1/namespaces/{NAMESPACE}/pods",
+                query={"labelSelector": f"app={plain_name}"},
+            )["items"]
+            return items
+
+        (pod, *_) = wait_until(plain_pods, timeout=60, what=f"the plain {kind}'s Pod")
+        assert pod["spec"]["containers"][0]["env"] == [VOID]
+        forged_pods = admin.request(
+            "GET",
+            f"/api/v1/namespaces/{NAMESPACE}/pods",
+            query={"labelSelector": f"app={forged_name}"},
+        )["items"]
+        assert forged_pods == []
+    finally:
+        for doc in created:
+            admin.delete(doc["apiVersion"], doc["kind"], doc["metadata"]["name"], NAMESPACE)
+        if kind == "DaemonSet":
+            delete_fake_nodes(admin, [node])
+
+
+CLAIMS: dict[str, dict[str, Any]] = {
+    "ResourceClaim": {
+        "spec": {
+            "devices": {
+                "requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu.nvidia.com"}}]
+            }
+        }
+    },
+    "ResourceClaimTemplate": {
+        "spec": {
+            "spec": {
+                "devices": {
+                    "requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu.nvidia.com"}}]
+                }
+            }
+        }
+    },
+}
+
+
+@pytest.mark.parametrize("kind", CLAIMS)
+def test_tenant_claims_are_refused(control_plane: ControlPlane, installer: Kube, kind: str) -> None:
+    claim = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": kind,
+        "metadata": {"name": f"tenant-{uuid.uuid4().hex[:6]}", "namespace": NAMESPACE},
+        **CLAIMS[kind],
+    }
+    # Refused to the namespace admin, whether by RBAC or by the policy, and by the policy to
+    # anyone RBAC lets through.
+    with pytest.raises(ApiError) as as_tenant:
+        installer.create(claim, dry_run=True)
+    assert as_tenant.value.status == 403, as_tenant.value
+    with pytest.raises(ApiError) as as_admin:
+        control_plane.kube("admin").create(claim, dry_run=True)
+    assert as_admin.value.status == 403, as_admin.value
+    assert f"tenant-mode inference: {kind} {claim['metadata']['name']} claims devices" in (
+        as_admin.value.message
+    )

@@ -59,6 +59,7 @@ from inference_policy.wire import ENGINE_LABEL as DEPLOYMENT_LABEL  # noqa: E402
 from localcluster import ApiError, ControlPlane, FakeNode, create_fake_nodes  # noqa: E402
 from localcluster.metrics import parse_metrics  # noqa: E402
 from localcluster.process import free_port, wait_until  # noqa: E402
+from localcluster.webhook import apply_runtime_class  # noqa: E402
 from tests.fleetkit import a100_mig, cpu_only, h100, l40s, no_gfd, t4  # noqa: E402
 from tests.integration.extenderkit import (  # noqa: E402
     block,
@@ -490,6 +491,8 @@ def main() -> None:
     try:
         plane.create_namespace(NAMESPACE)
         plane.create_namespace(OTHER_NAMESPACE)
+        # The planned Pods name the plan's RuntimeClass, which the API server must know.
+        apply_runtime_class(plane, "nvidia")
         plane.kube("admin").create({**configmap, "metadata": {**configmap["metadata"]}})
         _grant_extender(plane)
         create_fake_nodes(plane.kube("admin"), fleet())

@@ -23,6 +23,7 @@ from serving.settings import (
     add_follow_flag,
     add_options,
     new_parser,
+    parse_image_map,
     split_list,
 )
 
@@ -48,6 +49,9 @@ _OPTIONS: tuple[Option, ...] = (
     Option("--namespace", "TMI_NAMESPACE", "the tenant namespace holding the signed profile"),
     options.BUNDLE_CONFIGMAP,
     *options.TRUST,
+    # The extender re-derives each Pod's plan (the grant check), so it plans with what the
+    # webhook plans with.
+    *options.PLANNING,
     Option(
         "--pod-namespaces",
         "TMI_POD_NAMESPACES",
@@ -105,6 +109,7 @@ def settings_from_args(
     binding = get("--cluster-binding-id")
     if not binding:
         raise ConfigError("--cluster-binding-id (or TMI_CLUSTER_BINDING_ID) is required")
+    image_map = get("--engine-image-map")
     policy = PolicySettings(
         enabled=True,
         namespace=namespace,
@@ -113,6 +118,11 @@ def settings_from_args(
         owner_public_keys=keys,
         cluster_binding_id=binding,
         minimum_bundle_version=given.whole("--minimum-bundle-version", 1, 1, 2**53 - 1),
+        engine_image_map=parse_image_map(image_map) if image_map else None,
+        image_registry_prefix=get("--image-registry-prefix"),
+        airgap_registry=get("--airgap-registry"),
+        gpu_recipe_catalog_configmap=get("--gpu-recipe-catalog-configmap"),
+        cpu_recipe_catalog_configmap=get("--cpu-recipe-catalog-configmap"),
     )
     pod_namespaces = split_list(get("--pod-namespaces") or namespace)
     if ALL_NAMESPACES in pod_namespaces and len(pod_namespaces) > 1:

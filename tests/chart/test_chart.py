@@ -309,3 +309,34 @@ def test_the_alerts_and_the_dashboard_ship_as_files_say(values: dict[str, Any]) 
     assert json.loads(dashboard["data"]["tmi-gpu-sharing-evidence.json"]) == evidence
     off = {(d["kind"], d["metadata"]["name"]) for d in rendered(values, TENANT)}
     assert ("PrometheusRule", "tmi") not in off
+
+
+def test_the_owners_extender_plans_with_what_the_tenants_webhook_plans_with(
+    values: dict[str, Any],
+) -> None:
+    """The extender re-derives every Pod's plan, so every setting a plan depends on reaches it
+    from the owner release as it reaches the tenant's servers, and it may read the catalogs."""
+    planning = {
+        "core": {
+            "inferenceResources": {
+                "engineImageMap": {"llamacpp": "mirror.invalid/llama:1"},
+                "gpuRecipeCatalogConfigMap": "gpu-recipes",
+                "cpuRecipeCatalogConfigMap": "cpu-recipes",
+            }
+        },
+        "global": {"imageRegistryPrefix": "mirror.invalid/kamiwaza"},
+    }
+    changed = merged(values, planning)
+    tenant = find(rendered(changed, TENANT), "ConfigMap", "tmi-settings")["data"]
+    extender = find(rendered(changed, OWNER), "ConfigMap", "tmi-extender-settings")["data"]
+    keys = (
+        "TMI_ENGINE_IMAGE_MAP",
+        "TMI_IMAGE_REGISTRY_PREFIX",
+        "TMI_GPU_RECIPE_CATALOG_CONFIGMAP",
+        "TMI_CPU_RECIPE_CATALOG_CONFIGMAP",
+    )
+    for key in keys:
+        assert extender[key] == tenant[key], key
+    role = find(rendered(changed, OWNER), "Role", "tmi-extender-read-profiles")
+    (rule,) = role["rules"]
+    assert set(rule["resourceNames"]) >= {"gpu-recipes", "cpu-recipes"}

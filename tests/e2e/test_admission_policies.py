@@ -31,7 +31,7 @@ from localcluster.webhook import (
     webhook_configuration,
 )
 from localcluster.webhook_objects import CONFIGURATION_NAME
-from tests.integration.webhookkit import engine_pod, plain_pod
+from tests.integration.webhookkit import asking_for, engine_pod, plain_pod, plain_pod_with
 from tests.profilekit import NAMESPACE, request
 
 if TYPE_CHECKING:
@@ -62,17 +62,6 @@ def refused(kube: Kube, pod: dict[str, Any]) -> ApiError:
     except ApiError as exc:
         return exc
     raise AssertionError(f"the API server admitted Pod {pod['metadata']['name']}")
-
-
-def _with(kind: str, container: dict[str, Any]) -> dict[str, Any]:
-    pod = plain_pod()
-    pod["spec"].setdefault(kind, []).append({"image": "busybox:1.37", **container})
-    return pod
-
-
-def _limits(name: str, resource: str, quantity: str = "1") -> dict[str, Any]:
-    # The API server defaults an extended resource's request to its limit.
-    return {"name": name, "resources": {"limits": {resource: quantity}}}
 
 
 def _plan_annotated() -> dict[str, Any]:
@@ -143,7 +132,7 @@ def test_plain_pods_are_shielded_by_the_api_server_without_the_webhook(
     webhook: Deployed, installer: Kube
 ) -> None:
     before = webhook.hook.reviews()
-    sent = _with("initContainers", {"name": "init"})
+    sent = plain_pod_with("initContainers", {"name": "init"})
     stored = installer.create(_named(sent, "tenant"), dry_run=True)
     for kind in ("containers", "initContainers"):
         assert [c.get("env") for c in stored["spec"][kind]] == [[VOID]], kind
@@ -161,7 +150,7 @@ def test_with_the_webhook_down_plain_pods_are_created_shielded_and_engine_pods_r
         err = refused(installer, engine_pod(request(), name=f"engine-{uuid.uuid4().hex[:6]}"))
         assert err.status == 500 and "failed calling webhook" in err.message, err
         forged = refused(
-            installer, _named(_with("containers", _limits("x", "nvidia.com/gpu")), "f")
+            installer, _named(plain_pod_with("containers", asking_for("x", "nvidia.com/gpu")), "f")
         )
         assert forged.status == 403 and denied_by_guard(forged.message, webhook.hook.policies)
 
@@ -171,39 +160,39 @@ def test_with_the_webhook_down_plain_pods_are_created_shielded_and_engine_pods_r
 
 FORGERIES: dict[str, tuple[dict[str, Any], str]] = {
     "nvidia-gpu": (
-        _with("containers", _limits("miner", "nvidia.com/gpu")),
+        plain_pod_with("containers", asking_for("miner", "nvidia.com/gpu")),
         "spec.containers[miner].resources.limits[nvidia.com/gpu]",
     ),
     "mig-slice": (
-        _with("containers", _limits("miner", "nvidia.com/mig-3g.40gb")),
+        plain_pod_with("containers", asking_for("miner", "nvidia.com/mig-3g.40gb")),
         "spec.containers[miner].resources.limits[nvidia.com/mig-3g.40gb]",
     ),
     "vram-share": (
-        _with("containers", _limits("miner", "kamiwaza.ai/vram-gb-gpu-0", "8")),
+        plain_pod_with("containers", asking_for("miner", "kamiwaza.ai/vram-gb-gpu-0", "8")),
         "spec.containers[miner].resources.limits[kamiwaza.ai/vram-gb-gpu-0]",
     ),
     "amd-gpu": (
-        _with("containers", _limits("miner", "amd.com/gpu")),
+        plain_pod_with("containers", asking_for("miner", "amd.com/gpu")),
         "spec.containers[miner].resources.limits[amd.com/gpu]",
     ),
     "init-nvidia-gpu": (
-        _with("initContainers", _limits("warm", "nvidia.com/gpu")),
+        plain_pod_with("initContainers", asking_for("warm", "nvidia.com/gpu")),
         "spec.initContainers[warm].resources.limits[nvidia.com/gpu]",
     ),
     "init-mig-slice": (
-        _with("initContainers", _limits("warm", "nvidia.com/mig-3g.40gb")),
+        plain_pod_with("initContainers", asking_for("warm", "nvidia.com/mig-3g.40gb")),
         "spec.initContainers[warm].resources.limits[nvidia.com/mig-3g.40gb]",
     ),
     "init-vram-share": (
-        _with("initContainers", _limits("warm", "kamiwaza.ai/vram-gb-gpu-0", "8")),
+        plain_pod_with("initContainers", asking_for("warm", "kamiwaza.ai/vram-gb-gpu-0", "8")),
         "spec.initContainers[warm].resources.limits[kamiwaza.ai/vram-gb-gpu-0]",
     ),
     "init-amd-gpu": (
-        _with("initContainers", _limits("warm", "amd.com/gpu")),
+        plain_pod_with("initContainers", asking_for("warm", "amd.com/gpu")),
         "spec.initContainers[warm].resources.limits[amd.com/gpu]",
     ),
     "device-env": (
-        _with(
+        plain_pod_with(
             "containers",
             {"name": "env", "env": [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}]},
         ),
@@ -212,15 +201,17 @@ FORGERIES: dict[str, tuple[dict[str, Any], str]] = {
     "runtime-class": (plain_pod(runtimeClassName="nvidia"), "spec.runtimeClassName (nvidia)"),
     # Default-deny: whatever the device, whoever made the plugin.
     "dra-extended-resource": (
-        _with("containers", _limits("miner", "deviceclass.resource.kubernetes.io/gpu.nvidia.com")),
+        plain_pod_with(
+            "containers", asking_for("miner", "deviceclass.resource.kubernetes.io/gpu.nvidia.com")
+        ),
         "spec.containers[miner].resources.limits[deviceclass.resource.kubernetes.io/gpu.nvidia.com]",
     ),
     "neuron-core": (
-        _with("initContainers", _limits("warm", "aws.amazon.com/neuroncore")),
+        plain_pod_with("initContainers", asking_for("warm", "aws.amazon.com/neuroncore")),
         "spec.initContainers[warm].resources.limits[aws.amazon.com/neuroncore]",
     ),
     "unlisted-device-plugin": (
-        _with("containers", _limits("miner", "example.com/fpga")),
+        plain_pod_with("containers", asking_for("miner", "example.com/fpga")),
         "spec.containers[miner].resources.limits[example.com/fpga]",
     ),
     "resource-claim": (

@@ -34,7 +34,7 @@ from localcluster.webhook import (
     publish_profile,
     webhook_configuration,
 )
-from tests.integration.webhookkit import engine_pod, plain_pod
+from tests.integration.webhookkit import asking_for, engine_pod, plain_pod
 from tests.profilekit import CLUSTER, EXAMPLES, NAMESPACE, Owner, request
 from tmi_cli.main import main as tmi
 
@@ -271,20 +271,10 @@ def test_profile_refusals_reach_the_client_as_503(
 # -- an engine Pod reaches only through its plan ------------------------------------------------
 
 
-def _with(kind: str, container: dict[str, Any]) -> dict[str, Any]:
-    pod = plain_pod()
-    pod["spec"].setdefault(kind, []).append({"image": "busybox:1.37", **container})
-    return pod
-
-
-def _limits(name: str, resource: str, quantity: str = "1") -> dict[str, Any]:
-    return {"name": name, "resources": {"limits": {resource: quantity}}}
-
-
 def test_engine_pod_sidecar_asking_for_a_gpu_is_refused_403(installer: Kube) -> None:
     pod = engine_pod(request(), name=_name("engine"))
     pod["spec"]["containers"].append(
-        {"name": "miner", "image": "busybox:1.37", **_limits("miner", "nvidia.com/gpu")}
+        {"name": "miner", "image": "busybox:1.37", **asking_for("miner", "nvidia.com/gpu")}
     )
     err = refusal(installer, pod)
     assert err.status == 403, err

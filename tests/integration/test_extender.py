@@ -271,8 +271,11 @@ async def test_pod_asking_for_an_accelerator_without_a_plan_passes_no_node(
 
 
 def _forged(pod: dict[str, Any], change: Any) -> dict[str, Any]:
+    """The same Pod, changed as the API server would store the change: a new resourceVersion
+    (the extender remembers a verdict by uid and resourceVersion)."""
     pod = copy.deepcopy(pod)
     change(pod)
+    pod["metadata"]["resourceVersion"] = str(int(pod["metadata"].get("resourceVersion", "1")) + 1)
     return pod
 
 

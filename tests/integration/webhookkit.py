@@ -92,6 +92,19 @@ def plain_pod(**spec: Any) -> dict[str, Any]:
     return pod
 
 
+def plain_pod_with(kind: str, container: dict[str, Any]) -> dict[str, Any]:
+    """A tenant Pod with one more container of `kind` (containers, initContainers, ...)."""
+    pod = plain_pod()
+    pod["spec"].setdefault(kind, []).append({"image": "busybox:1.37", **container})
+    return pod
+
+
+def asking_for(name: str, resource: str, quantity: str = "1") -> dict[str, Any]:
+    """A container that asks for `quantity` of `resource` (the API server defaults an extended
+    resource's request to its limit)."""
+    return {"name": name, "resources": {"limits": {resource: quantity}}}
+
+
 def review(
     obj: dict[str, Any] | None,
     *,

@@ -46,6 +46,15 @@ TMI_FOLLOW_PROFILE_REVISIONS: "true"
 TMI_OWNER_PUBLIC_KEY: {{ required "core.inferenceResources.ownerPublicKey is required" $ir.ownerPublicKey | quote }}
 TMI_CLUSTER_BINDING_ID: {{ required "core.inferenceResources.clusterBindingId is required" $ir.clusterBindingId | quote }}
 TMI_MINIMUM_BUNDLE_VERSION: {{ $ir.minimumBundleVersion | int | toString | quote }}
+{{- include "tmi.planningSettings" . }}
+{{- end -}}
+
+{{/*
+What a plan depends on besides the profile: the webhook plans with these, and the controller and
+the owner's extender re-derive its plans with them.
+*/}}
+{{- define "tmi.planningSettings" -}}
+{{- $ir := .Values.core.inferenceResources -}}
 {{- with $ir.engineImageMap }}
 TMI_ENGINE_IMAGE_MAP: {{ toJson . | quote }}
 {{- end }}

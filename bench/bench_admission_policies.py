@@ -1,0 +1,175 @@
+"""What the owner's admission policies cost a Pod create, piece by piece, on the real API server.
+
+`bench_pod_create.py` measures what a tenant waits for; this says where the policies' part of it
+goes, so a change to their CEL can be judged by a figure. One kube-apiserver 1.36 from
+`localcluster` (no scheduler, no webhook), one namespace per variant, server-side dry-run creates
+of a one-container Pod, the variants interleaved create by create:
+
+* `none`: a namespace that is not opted in;
+* `trivial-validation`: a ValidatingAdmissionPolicy whose only validation is `true` (the
+  mechanism's own cost);
+* `guard`: the chart's guard policy and its parameters (Pods sent already shielded);
+* `shield-dispatched`: the chart's shield policy with a matchCondition that is false (dispatch,
+  no mutation);
+* `shield`: the chart's shield policy;
+* `both`: both, as the chart installs them.
+
+Run: `.venv/bin/python bench/bench_admission_policies.py [--creates 450]`. Writes
+bench/results/admission_policies.json. It measures; it asserts nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import platform
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.append(str(ROOT))  # the checkout, for a script run by path
+
+from localcluster import ControlPlane, Kube, versions, wait_until  # noqa: E402
+from localcluster.admission_policies import enforced, render_policies  # noqa: E402
+from localcluster.webhook_objects import set_opt_in  # noqa: E402
+
+RESULTS = ROOT / "bench" / "results" / "admission_policies.json"
+VOID = {"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"}
+WARMUP = 50
+VARIANTS = ("none", "trivial-validation", "guard", "shield-dispatched", "shield", "both")
+
+
+def _pod(namespace: str, shielded: bool) -> dict[str, Any]:
+    container: dict[str, Any] = {"name": "app", "image": "registry.invalid/app:1"}
+    if shielded:
+        container["env"] = [VOID]
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": f"p-{uuid.uuid4().hex[:10]}", "namespace": namespace},
+        "spec": {"containers": [container]},
+    }
+
+
+def _trivial(kube: Kube, namespace: str) -> None:
+    name = f"bench-trivial-{namespace}"
+    rules = [
+        {
+            "apiGroups": [""],
+            "apiVersions": ["v1"],
+            "operations": ["CREATE", "UPDATE"],
+            "resources": ["pods"],
+        }
+    ]
+    kube.apply(
+        {
+            "apiVersion": "admissionregistration.k8s.io/v1",
+            "kind": "ValidatingAdmissionPolicy",
+            "metadata": {"name": name},
+            "spec": {
+                "failurePolicy": "Fail",
+                "matchConstraints": {"resourceRules": rules},
+                "validations": [{"expression": "true"}],
+            },
+        }
+    )
+    kube.apply(
+        {
+            "apiVersion": "admissionregistration.k8s.io/v1",
+            "kind": "ValidatingAdmissionPolicyBinding",
+            "metadata": {"name": name},
+            "spec": {
+                "policyName": name,
+                "validationActions": ["Deny"],
+                "matchResources": {
+                    "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}}
+                },
+            },
+        }
+    )
+
+
+def _install(plane: ControlPlane, variant: str, namespace: str) -> None:
+    kube = plane.kube("admin")
+    if variant == "trivial-validation":
+        _trivial(kube, namespace)
+        return
+    set_opt_in(plane, namespace, True)
+    for doc in render_policies(namespace):
+        kind = doc["kind"]
+        mutating = kind.startswith("Mutating")
+        if variant == "guard" and mutating:
+            continue
+        if variant.startswith("shield") and kind.startswith("Validating"):
+            continue
+        applied = copy.deepcopy(doc)
+        if variant == "shield-dispatched" and kind == "MutatingAdmissionPolicy":
+            applied["spec"]["matchConditions"].append({"name": "never", "expression": "false"})
+        kube.apply(applied)
+    if variant == "both":
+        wait_until(
+            lambda: enforced(plane, namespace, render_policies(namespace)),
+            timeout=60,
+            what="the policies to act",
+        )
+
+
+def _summary(samples: list[float]) -> dict[str, float]:
+    ordered = sorted(samples)
+
+    def pct(p: float) -> float:
+        return round(ordered[min(len(ordered) - 1, int(p * len(ordered)))], 3)
+
+    return {"p50_ms": pct(0.5), "p90_ms": pct(0.9), "p99_ms": pct(0.99)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--creates", type=int, default=450, help="measured creates per variant")
+    args = parser.parse_args()
+    plane = ControlPlane.start(start_scheduler=False, start_kwok=False)
+    times: dict[str, list[float]] = {v: [] for v in VARIANTS}
+    try:
+        kube = plane.kube("admin")
+        namespaces = {v: f"bench-policy-{v}" for v in VARIANTS}
+        for variant, namespace in namespaces.items():
+            plane.create_namespace(namespace)
+            if variant != "none":
+                _install(plane, variant, namespace)
+        # Policies load asynchronously; the shielded variants prove themselves above, the rest
+        # get the same settling time before anything is measured.
+        time.sleep(5)
+        for index in range(WARMUP + args.creates):
+            for variant, namespace in namespaces.items():
+                pod = _pod(
+                    namespace,
+                    shielded=variant in ("trivial-validation", "guard", "shield-dispatched"),
+                )
+                started = time.perf_counter()
+                kube.create(pod, dry_run=True)
+                elapsed = (time.perf_counter() - started) * 1000
+                if index >= WARMUP:
+                    times[variant].append(elapsed)
+    finally:
+        plane.stop()
+    summaries = {v: _summary(s) for v, s in times.items()}
+    base = summaries["none"]["p50_ms"]
+    results = {
+        "machine": f"{platform.machine()}",
+        "python": platform.python_version(),
+        "kubernetes": versions().kubernetes,
+        "creates_per_variant": args.creates,
+        "variants": summaries,
+        "added_p50_ms": {v: round(s["p50_ms"] - base, 3) for v, s in summaries.items()},
+    }
+    text = json.dumps(results, indent=2)
+    print(text)
+    RESULTS.write_text(text + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -11,7 +11,14 @@ from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypedDict
 
-from localcluster import ApiError, ControlPlane, FakeNode, create_fake_nodes, delete_fake_nodes
+from localcluster import (
+    ApiError,
+    ControlPlane,
+    FakeNode,
+    Kube,
+    create_fake_nodes,
+    delete_fake_nodes,
+)
 from localcluster.stack import StackSettings, TenantStack, deploy_stack
 from tests.profilekit import CLUSTER, Owner, gpu_binding, gpu_profile, request, with_profiles
 
@@ -117,3 +124,12 @@ def pod_names(control_plane: ControlPlane, stack: TenantStack) -> Iterator[Calla
         for each in names:
             with contextlib.suppress(ApiError):
                 admin.delete("v1", "Pod", each, stack.settings.namespace, grace_period_seconds=0)
+
+
+def refusal(kube: Kube, pod: dict[str, Any]) -> ApiError:
+    """The API server's refusal of a dry-run create (fails the test if it was admitted)."""
+    try:
+        kube.create(pod, dry_run=True)
+    except ApiError as exc:
+        return exc
+    raise AssertionError(f"the API server admitted Pod {pod['metadata']['name']}")

@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import json
+import threading
 import uuid
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
@@ -23,6 +24,7 @@ from inference_policy.access_cel import FORGERY_PREFIX
 from inference_policy.engine_pod import admission_refusal
 from localcluster import ApiError, ControlPlane, FakeNode, Kube, create_fake_nodes, wait_until
 from localcluster.admission_policies import denied_by_guard, guard_name
+from localcluster.install import render_tenant
 from localcluster.nodes import delete_fake_nodes
 from localcluster.webhook import (
     PLAN_ANNOTATION,
@@ -30,7 +32,8 @@ from localcluster.webhook import (
     is_planned,
     webhook_configuration,
 )
-from localcluster.webhook_objects import CONFIGURATION_NAME
+from localcluster.webhook_objects import CONFIGURATION_NAME, apply_webhook_rbac, chart_values_for
+from tests.e2e.stackkit import refusal
 from tests.integration.webhookkit import asking_for, engine_pod, plain_pod, plain_pod_with
 from tests.profilekit import NAMESPACE, request
 
@@ -54,14 +57,6 @@ def _named(pod: dict[str, Any], prefix: str) -> dict[str, Any]:
 def guard_prefix(hook: LocalWebhook) -> str:
     name = guard_name(hook.policies)
     return f"ValidatingAdmissionPolicy '{name}' with binding '{name}' denied request: "
-
-
-def refused(kube: Kube, pod: dict[str, Any]) -> ApiError:
-    try:
-        kube.create(pod, dry_run=True)
-    except ApiError as exc:
-        return exc
-    raise AssertionError(f"the API server admitted Pod {pod['metadata']['name']}")
 
 
 def _plan_annotated() -> dict[str, Any]:
@@ -147,9 +142,9 @@ def test_with_the_webhook_down_plain_pods_are_created_shielded_and_engine_pods_r
         pod["metadata"]["name"] = kamiwaza_pods("tenant")
         stored = installer.create(pod)
         assert stored["spec"]["containers"][0]["env"] == [VOID]
-        err = refused(installer, engine_pod(request(), name=f"engine-{uuid.uuid4().hex[:6]}"))
+        err = refusal(installer, engine_pod(request(), name=f"engine-{uuid.uuid4().hex[:6]}"))
         assert err.status == 500 and "failed calling webhook" in err.message, err
-        forged = refused(
+        forged = refusal(
             installer, _named(plain_pod_with("containers", asking_for("x", "nvidia.com/gpu")), "f")
         )
         assert forged.status == 403 and denied_by_guard(forged.message, webhook.hook.policies)
@@ -226,7 +221,7 @@ FORGERIES: dict[str, tuple[dict[str, Any], str]] = {
 def test_forgeries_are_refused_by_the_guard(
     webhook: Deployed, installer: Kube, pod: dict[str, Any], field: str
 ) -> None:
-    err = refused(installer, _named(pod, "forged"))
+    err = refusal(installer, _named(pod, "forged"))
     assert err.status == 403, err
     assert guard_prefix(webhook.hook) + FORGERY_PREFIX in err.message, err.message
     assert field in err.message, err.message
@@ -258,7 +253,7 @@ def test_a_webhook_that_plans_nothing_grants_nothing_the_guard_can_see(
             {"name": "sidecar", "image": "registry.invalid/tool:1"}
         )
         for case, (pod, words) in cases.items():
-            err = refused(installer, _named(pod, "engine"))
+            err = refusal(installer, _named(pod, "engine"))
             assert err.status == 403, (case, err)
             assert prefix in err.message and words in err.message, (case, err.message)
         # Shaped like a plan, the guard cannot tell it from one: the owner's extender checks
@@ -272,7 +267,7 @@ def test_a_webhook_that_names_another_scheduler_gets_no_pod(
     hook = webhook.hook
     hook.restart(scheduler_name="default-scheduler")
     try:
-        err = refused(installer, engine_pod(request(), name=f"engine-{uuid.uuid4().hex[:6]}"))
+        err = refusal(installer, engine_pod(request(), name=f"engine-{uuid.uuid4().hex[:6]}"))
         assert err.status == 403, err
         assert f"scheduled by {SCHEDULER}, not default-scheduler" in err.message, err.message
     finally:
@@ -497,3 +492,77 @@ def test_tenant_claims_are_refused(control_plane: ControlPlane, installer: Kube,
     assert f"tenant-mode inference: {kind} {claim['metadata']['name']} claims devices" in (
         as_admin.value.message
     )
+
+
+# -- uninstall and upgrade never block the namespace ---------------------------------------------
+
+
+def test_with_the_tenant_part_uninstalled_plain_pods_are_created_and_engine_pods_refused(
+    control_plane: ControlPlane, webhook: Deployed, installer: Kube, kamiwaza_pods: Any
+) -> None:
+    """`helm uninstall` of the tenant release by its installer: the webhook's objects and its
+    server are gone, the owner's configuration and policies stay. Engine Pods are refused (the
+    owner's entry still fails closed) and every other Pod is created, shielded."""
+    hook = webhook.hook
+    tenant = render_tenant(chart_values_for(hook.settings), NAMESPACE)
+    hook.stop_process()
+    try:
+        for doc in tenant.applied():
+            meta = doc["metadata"]
+            installer.delete(doc["apiVersion"], doc["kind"], meta["name"], meta.get("namespace"))
+        pod = _named(plain_pod(), "tenant")
+        pod["metadata"]["name"] = kamiwaza_pods("tenant")
+        assert installer.create(pod)["spec"]["containers"][0]["env"] == [VOID]
+        err = refusal(installer, engine_pod(request(), name=f"engine-{uuid.uuid4().hex[:6]}"))
+        assert err.status == 500 and "failed calling webhook" in err.message, err
+    finally:
+        apply_webhook_rbac(control_plane, hook.settings)
+        hook.start()
+        wait_until(lambda: _plans(hook), timeout=60, what="the reinstalled webhook to plan")
+
+
+def test_an_owner_upgrade_under_a_stream_of_creates_fails_none(
+    control_plane: ControlPlane, webhook: Deployed, installer: Kube
+) -> None:
+    """`helm upgrade` of the owner release (every owner object applied again, here with a new
+    chart label, and each policy changed so that the API server compiles it again) while the
+    tenant creates plain Pods without pause: none is refused, every one is shielded."""
+    hook = webhook.hook
+    assert hook.configuration is not None
+    stop = threading.Event()
+    created: list[str] = []
+    failures: list[str] = []
+
+    def stream() -> None:
+        while not stop.is_set():
+            try:
+                stored = installer.create(_named(plain_pod(), "stream"), dry_run=True)
+            except ApiError as exc:
+                failures.append(exc.message)
+                continue
+            if stored["spec"]["containers"][0].get("env") != [VOID]:
+                failures.append(f"{stored['metadata']['name']} was not shielded")
+            created.append(stored["metadata"]["name"])
+
+    upgraded = [copy.deepcopy(doc) for doc in hook.policies]
+    configuration = webhook_configuration(f"{hook.url}/mutate", control_plane.ca_bundle)
+    for doc in [*upgraded, configuration]:
+        doc["metadata"].setdefault("labels", {})["helm.sh/chart"] = "tmi-upgraded"
+        if doc["kind"] in ("MutatingAdmissionPolicy", "ValidatingAdmissionPolicy"):
+            conditions = doc["spec"].setdefault("matchConditions", [])
+            conditions.append({"name": "upgraded", "expression": "true"})
+    admin = control_plane.kube("admin")
+    worker = threading.Thread(target=stream, daemon=True)
+    worker.start()
+    try:
+        wait_until(lambda: len(created) >= 20, timeout=60, what="the stream to run")
+        for doc in [*upgraded, configuration]:
+            admin.apply(doc)
+        applied_at = len(created)
+        wait_until(
+            lambda: len(created) >= applied_at + 100, timeout=120, what="creates after the upgrade"
+        )
+    finally:
+        stop.set()
+        worker.join(timeout=30)
+    assert failures == []

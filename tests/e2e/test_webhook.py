@@ -34,6 +34,7 @@ from localcluster.webhook import (
     publish_profile,
     webhook_configuration,
 )
+from tests.e2e.stackkit import refusal
 from tests.integration.webhookkit import asking_for, engine_pod, plain_pod
 from tests.profilekit import CLUSTER, EXAMPLES, NAMESPACE, Owner, request
 from tmi_cli.main import main as tmi
@@ -72,15 +73,6 @@ def _named(pod: dict[str, Any], name: str, namespace: str = NAMESPACE) -> dict[s
     pod["metadata"]["name"] = name
     pod["metadata"]["namespace"] = namespace
     return pod
-
-
-def refusal(kube: Kube, pod: dict[str, Any]) -> ApiError:
-    """The API server's refusal of a dry-run create (fails the test if it was admitted)."""
-    try:
-        kube.create(pod, dry_run=True)
-    except ApiError as exc:
-        return exc
-    raise AssertionError(f"the API server admitted Pod {pod['metadata']['name']}")
 
 
 def pod_path(name: str, namespace: str = NAMESPACE) -> str:

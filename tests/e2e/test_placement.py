@@ -457,3 +457,73 @@ def test_a_replaced_webhook_granting_eight_gpus_gets_no_pod_bound(
             timeout=60,
             what="the tenant webhook to plan engine Pods again",
         )
+
+
+def test_a_profile_signed_with_the_tenants_own_key_places_nothing(
+    control_plane: ControlPlane,
+    kube: Kube,
+    stack: TenantStack,
+    nodes: Callable[..., list[str]],
+) -> None:
+    """The tenant's namespace admin signs a profile of its own (its key, its bindings) over the
+    owner's ConfigMap and points its webhook's trust at its key. Its webhook plans under it; the
+    owner's extender trusts only the owner's key from the owner's release, refuses that profile,
+    and no node passes the Pod, with a free H100 waiting."""
+    nodes(h100("h100-own-key", gpus=1))
+    installer = control_plane.kube("tmi-installer")
+    namespace = _ns(stack)
+    webhook = stack.webhook
+    assert webhook is not None
+    name = stack.settings.bundle_configmap
+    owners = installer.get("v1", "ConfigMap", name, namespace)
+    tenant = Owner()
+    forged = tenant.sign(fleet_envelope(tenant, namespace), name=name)
+    honest_environment = webhook.settings.environment
+    trusting_itself = {**dict(honest_environment), "TMI_OWNER_PUBLIC_KEY": tenant.public_key}
+    pod_name = f"own-key-{uuid.uuid4().hex[:6]}"
+    try:
+        # The published ConfigMap is immutable: the tenant deletes it and creates its own.
+        installer.delete("v1", "ConfigMap", name, namespace)
+        installer.create(forged)
+        webhook.restart(environment=tuple(trusting_itself.items()))
+        planned = wait_until(
+            lambda: _planned_under(installer, namespace, forged),
+            timeout=60,
+            what="the tenant's webhook to plan under the tenant's own profile",
+        )
+        assert planned
+        installer.create(engine_pod(namespace, LARGE, name=pod_name))
+        pod = kube.wait_for(
+            "v1",
+            "Pod",
+            pod_name,
+            namespace,
+            lambda p: "invalid inference profile authorization" in scheduled_message(p),
+            timeout=60,
+            what="the scheduler to report the extender's refusal of the tenant's profile",
+        )
+        assert not pod["spec"].get("nodeName")
+    finally:
+        kube.delete("v1", "Pod", pod_name, namespace)
+        restored = copy.deepcopy(owners)
+        for key in ("uid", "resourceVersion", "creationTimestamp", "managedFields"):
+            restored["metadata"].pop(key, None)
+        admin = control_plane.kube("admin")
+        admin.delete("v1", "ConfigMap", name, namespace)
+        admin.create(restored)
+        webhook.restart(environment=honest_environment)
+        wait_until(
+            lambda: _planned_under(installer, namespace, owners),
+            timeout=60,
+            what="the owner's profile to be planned under again",
+        )
+
+
+def _planned_under(installer: Kube, namespace: str, configmap: dict[str, Any]) -> bool:
+    """Does a dry-run engine Pod come back planned under this signed ConfigMap's bundle?"""
+    stored = installer.create(engine_pod(namespace, LARGE, name="probe"), dry_run=True)
+    annotations = stored["metadata"].get("annotations") or {}
+    if "kamiwaza.ai/plan" not in annotations:
+        return False
+    digest = plan_of(stored).get("bundle", {}).get("sha256")
+    return bool(digest) and digest in json.dumps(configmap)

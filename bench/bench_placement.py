@@ -85,11 +85,11 @@ from trace_fleet import (  # noqa: E402
     Item,
     build_fleet,
     build_items,
+    share_bucket,
 )
 
 from inference_policy.nodes import NodeFacts, node_facts  # noqa: E402
 from inference_policy.placement import Demand, check_nodes  # noqa: E402
-from localcluster.nodes import FakeNode  # noqa: E402
 
 SEEDS = 5
 WINDOWS = 50
@@ -224,16 +224,7 @@ def exact_windows(items: Sequence[Item], demands: Demands) -> dict[str, Any]:
     fleet = Fleet()
     for b in range(buckets):
         name = f"small-gpu{b}"
-        fleet.specs.append(
-            FakeNode(
-                name,
-                gpu_product="NVIDIA-L40S",
-                compute_capability="8.9",
-                cuda_driver_major=12,
-                vram_gb=SHARE_CARD_GIB,
-                vram_budget=True,
-            )
-        )
+        fleet.specs.append(share_bucket(name))
         fleet.classes.setdefault("vram", []).append(name)
     seq = [item for item in items if item.cls == "vram"]
     windows = [seq[i : i + length] for i in range(0, len(seq) - length + 1, length)][:WINDOWS]

@@ -17,15 +17,7 @@ from collections.abc import Callable, Sequence
 
 def pow2_feasible(sizes: Sequence[int], bins: Sequence[int]) -> bool:
     """Exact when every size and capacity is a power of two: largest first, anywhere with room."""
-    free = sorted(bins, reverse=True)
-    for size in sorted(sizes, reverse=True):
-        for i, room in enumerate(free):
-            if room >= size:
-                free[i] = room - size
-                break
-        else:
-            return False
-    return True
+    return pow2_gpus(sorted(sizes, reverse=True), bins) == sum(sizes)
 
 
 def pow2_gpus(sizes_desc: Sequence[int], bins: Sequence[int]) -> int:

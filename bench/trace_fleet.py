@@ -77,18 +77,21 @@ def build_fleet(limit: int | None = None) -> Fleet:
         elif model in SHARE_MODELS:
             for gpu in range(gpus):
                 bucket = f"{name}-gpu{gpu}"
-                fleet.specs.append(
-                    FakeNode(
-                        bucket,
-                        gpu_product="NVIDIA-L40S",
-                        compute_capability="8.9",
-                        cuda_driver_major=12,
-                        vram_gb=SHARE_CARD_GIB,
-                        vram_budget=True,
-                    )
-                )
+                fleet.specs.append(share_bucket(bucket))
                 fleet.classes.setdefault("vram", []).append(bucket)
     return fleet
+
+
+def share_bucket(name: str) -> FakeNode:
+    """One L40S modelled as a node of its own, its memory one accounted VRAM bucket."""
+    return FakeNode(
+        name,
+        gpu_product="NVIDIA-L40S",
+        compute_capability="8.9",
+        cuda_driver_major=12,
+        vram_gb=SHARE_CARD_GIB,
+        vram_budget=True,
+    )
 
 
 def asks_mig(name: str) -> bool:
@@ -196,4 +199,5 @@ __all__ = [
     "build_fleet",
     "build_items",
     "gpu_plan",
+    "share_bucket",
 ]

@@ -16,8 +16,7 @@ from datetime import datetime
 from typing import Any
 
 from inference_policy.access import reaches
-from inference_policy.grant import check_grant
-from inference_policy.grant_findings import pod_findings
+from inference_policy.grant import check_placement
 from inference_policy.placement import Demand, demand_for
 from inference_policy.plan import Plan, PlanError, parse_plan
 from inference_policy.planner import PROFILE_PREFIX
@@ -78,24 +77,11 @@ def pod_demand(pod: Mapping[str, Any], snapshot: PolicySnapshot, now: datetime) 
 def check_plan_is_granted(
     pod: Mapping[str, Any], plan: Plan, snapshot: PolicySnapshot, now: datetime
 ) -> None:
-    """The Pod is exactly what the verified revision its plan names plans for its deployment
-    request, or Unplaceable says how it is not. A CPU plan grants no device, so it is held to
-    the plan itself (no accelerator, every container shielded) and placed without a profile,
-    as it always was."""
-    if plan.path == "cpu":
-        findings = pod_findings(pod, plan)
-        if findings:
-            raise Unplaceable(
-                f"{findings[0][0]}: " + "; ".join(text for _, text in findings),
-                NodeVerdictCode.GRANT_MISMATCH,
-            )
-        return
-    digest = plan.bundle_sha256
-    known = snapshot.revisions.get(digest) if digest is not None else None
-    profile = known if isinstance(known, VerifiedProfile) else None
-    if profile is None and snapshot.profile is not None and snapshot.profile.sha256 == digest:
-        profile = snapshot.profile
-    verdict = check_grant(pod, profile, snapshot.context(now), now, plan=plan)
+    """The Pod passes the core's placement check (`grant.check_placement`), or Unplaceable
+    says how it does not."""
+    verdict = check_placement(
+        pod, plan, snapshot.revisions, snapshot.profile, snapshot.context(now), now
+    )
     if not verdict.verified:
         raise Unplaceable(f"{verdict.reason}: {verdict.message}", NodeVerdictCode.GRANT_MISMATCH)
 

@@ -44,22 +44,12 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from inference_policy.wire import PLAN_ANNOTATION, VRAM_RESOURCE_PREFIX
+from inference_policy.wire import PLAN_ANNOTATION
 
 # The resources that hand out no device: what the kubelet itself accounts. `pods` is a node's
 # allocatable, never a container's ask, and is here so a node's plain capacity is not a device.
 STANDARD_RESOURCES = frozenset(("cpu", "memory", "ephemeral-storage", "pods"))
 STANDARD_PREFIXES = ("hugepages-",)
-# The device vendors' names, for the messages and the docs; the rule itself is default-deny.
-RESOURCE_PREFIXES = (
-    "nvidia.com/",
-    "amd.com/",
-    "gpu.intel.com/",
-    "habana.ai/",
-    # Every accounted-VRAM bucket, not only the whole-GB one the contract names: a plugin that
-    # advertises kamiwaza.ai/vram-mib-* hands out the same memory.
-    VRAM_RESOURCE_PREFIX.removesuffix("gb-"),
-)
 NVIDIA_DEVICE_ENV = "NVIDIA_VISIBLE_DEVICES"
 DEVICE_ENV = (NVIDIA_DEVICE_ENV, "AMD_VISIBLE_DEVICES")
 # NVIDIA's container toolkit treats `void` as "behave like runc": no device, no driver.
@@ -239,7 +229,6 @@ __all__ = [
     "CONTAINER_LISTS",
     "DEVICE_ENV",
     "NO_DEVICE",
-    "RESOURCE_PREFIXES",
     "STANDARD_PREFIXES",
     "STANDARD_RESOURCES",
     "Reach",

@@ -202,70 +202,110 @@ def _shielded(var: str) -> str:
     )
 
 
-def _reaching(kind: str, governed: bool) -> str:
-    """The fields through which containers of `kind` reach on their own, spelled as
-    `access.Reach.field` spells them (the governed engine container's resource asks are its
-    plan's; its envFrom is not)."""
+def _container_tests(kind: str, governed: bool) -> list[tuple[str, str]]:
+    """Each way a container of `kind` (as `c`) reaches on its own, as a test and the field it
+    names, spelled as `access.Reach.field` spells it. The governed engine container's resource
+    asks are its plan's; its envFrom is not. Both the guard's test (any of them) and its message
+    (the fields) are drawn from this one table."""
     at = f"'spec.{kind}[' + c.name + ']"
     skip = "c.name != variables.granted && " if governed else ""
-    lists = [
-        f"variables.{kind}.filter(c, {skip}has(c.resources) && has(c.resources.{part}) &&\n"
-        f"    {_cel_resource_map(f'c.resources.{part}')}).map(c,\n"
-        f"    {at}.resources.{part}[' + c.resources.{part}.filter(k, {_accelerator_key('k')})"
-        ".join(', ') + ']')"
+    tests = [
+        (
+            f"{skip}has(c.resources) && has(c.resources.{part}) &&\n"
+            f"    {_cel_resource_map(f'c.resources.{part}')}",
+            f"{at}.resources.{part}[' + c.resources.{part}.filter(k, {_accelerator_key('k')})"
+            ".join(', ') + ']'",
+        )
         for part in RESOURCE_PARTS
     ]
-    lists.append(f"variables.{kind}.filter(c, {_cel_claims('c')}).map(c, {at}.resources.claims')")
-    lists.append(
-        f"variables.{kind}.filter(c, has(c.env) && c.env.exists(e, {_device_env('e')})).map(c,\n"
-        f"    {at}.env[' + c.env.filter(e, {_device_env('e')}).map(e, e.name).join(', ') + ']')"
+    tests.append((_cel_claims("c"), f"{at}.resources.claims'"))
+    tests.append(
+        (
+            f"has(c.env) && c.env.exists(e, {_device_env('e')})",
+            f"{at}.env[' + c.env.filter(e, {_device_env('e')}).map(e, e.name).join(', ') + ']'",
+        )
     )
     if governed:
-        lists.append(
-            f"variables.{kind}.filter(c, c.name == variables.granted && {_cel_env_from('c')})"
-            f".map(c, {at}.envFrom')"
-        )
-    return " +\n".join(lists)
+        tests.append((f"c.name == variables.granted && {_cel_env_from('c')}", f"{at}.envFrom'"))
+    return tests
+
+
+def _reaching(kind: str, governed: bool) -> str:
+    """The fields through which containers of `kind` reach (built only for a message)."""
+    return " +\n".join(
+        f"variables.{kind}.filter(c, {test}).map(c,\n    {field})"
+        for test, field in _container_tests(kind, governed)
+    )
 
 
 def _reaches_any(kind: str, governed: bool) -> str:
-    """Whether any container of `kind` reaches on its own: the same test as `_reaching`, but
-    short-circuiting and building no text, since it is what every admitted Pod pays for."""
-    resources = _cel_resources("c")
-    if governed:
-        resources = (
-            f"(c.name != variables.granted && ({resources})) ||\n"
-            f"    (c.name == variables.granted && {_cel_env_from('c')})"
+    """Whether any container of `kind` reaches: short-circuiting and building no text, since it
+    is what every admitted Pod pays for."""
+    tests = " ||\n    ".join(f"({test})" for test, _ in _container_tests(kind, governed))
+    return f"variables.{kind}.exists(c,\n    {tests})"
+
+
+def _pod_tests() -> list[tuple[str, str]]:
+    """The Pod-level ways to reach, as `_container_tests` gives the containers'."""
+    tests = [
+        (
+            "!variables.engine && has(object.spec.runtimeClassName)",
+            "'spec.runtimeClassName (' + object.spec.runtimeClassName + ')'",
+        ),
+        (
+            "has(object.spec.resourceClaims) && size(object.spec.resourceClaims) > 0",
+            "'spec.resourceClaims'",
+        ),
+    ]
+    tests += [
+        (
+            f"has(object.spec.resources) && has(object.spec.resources.{part}) &&\n"
+            f"  {_cel_resource_map(f'object.spec.resources.{part}')}",
+            f"'spec.resources.{part}[' + object.spec.resources.{part}.filter(k, "
+            f"{_accelerator_key('k')}).join(', ') + ']'",
         )
-    test = resources + " ||\n    " + _cel_claims("c") + " ||\n    " + _cel_env("c")
-    return f"variables.{kind}.exists(c,\n    {test})"
-
-
-def _shield_missing(kind: str) -> str:
-    granted = (
-        "!(c.name == variables.granted && variables.holdsGrant) && " if kind == "containers" else ""
+        for part in RESOURCE_PARTS
+    ]
+    tests.append(
+        (
+            f"!variables.engine && ({_plan_of('object')}) != ''",
+            f"'metadata.annotations[{PLAN_ANNOTATION}]'",
+        )
     )
-    return f"variables.{kind}.exists(c, {granted}!{_shielded('c')})"
+    return tests
+
+
+def _shield_tests() -> list[tuple[str, str]]:
+    """Per container list, the test (on `c`) of a container that must carry the shield but does
+    not: every container but the engine container holding a grant."""
+    granted = "!(c.name == variables.granted && variables.holdsGrant) && "
+    return [
+        (kind, f"{granted if kind == 'containers' else ''}!{_shielded('c')}")
+        for kind in CONTAINER_LISTS
+    ]
+
+
+def _unshielded(names: bool) -> str:
+    """The unshielded containers' names (`names`), or whether there is any; an UPDATE can add
+    ephemeral containers alone, so the others are judged on CREATE."""
+    parts = []
+    for kind, test in _shield_tests():
+        part = (
+            f"variables.{kind}.filter(c, {test}).map(c, c.name)"
+            if names
+            else f"variables.{kind}.exists(c, {test})"
+        )
+        if kind != "ephemeralContainers":
+            part = f"(request.operation == 'CREATE' ? {part} : {'[]' if names else 'false'})"
+        parts.append(part)
+    return (" +\n" if names else " ||\n").join(parts)
 
 
 def guard_variables() -> list[dict[str, str]]:
     """The guard policy's variables, in the order they may refer to each other."""
     label = cel_string(ENGINE_LABEL)
-    pod_level = [
-        "(!variables.engine && has(object.spec.runtimeClassName) ? "
-        "['spec.runtimeClassName (' + object.spec.runtimeClassName + ')'] : [])",
-        "(has(object.spec.resourceClaims) && size(object.spec.resourceClaims) > 0 ? "
-        "['spec.resourceClaims'] : [])",
-        *(
-            f"(has(object.spec.resources) && has(object.spec.resources.{part}) &&\n"
-            f"  {_cel_resource_map(f'object.spec.resources.{part}')} ?\n"
-            f"  ['spec.resources.{part}[' + object.spec.resources.{part}.filter(k, "
-            f"{_accelerator_key('k')}).join(', ') + ']'] : [])"
-            for part in RESOURCE_PARTS
-        ),
-        f"(!variables.engine && ({_plan_of('object')}) != '' ? "
-        f"['metadata.annotations[{PLAN_ANNOTATION}]'] : [])",
-    ]
+    pod_reaches = " +\n".join(f"(({test}) ? [{field}] : [])" for test, field in _pod_tests())
+    pod_reach = " ||\n".join(f"({test})" for test, _ in _pod_tests())
     return [
         {
             "name": "engine",
@@ -293,10 +333,7 @@ def guard_variables() -> list[dict[str, str]]:
             # What the validations test: cheap, short-circuiting, no text. The lists below
             # name the fields, and are built only for a message (variables are lazy).
             "name": "reachesAny",
-            "expression": "(!variables.engine && (has(object.spec.runtimeClassName) ||\n"
-            f"  ({_plan_of('object')}) != '')) ||\n"
-            "(has(object.spec.resourceClaims) && size(object.spec.resourceClaims) > 0) ||\n"
-            + _cel_resources("object.spec")
+            "expression": pod_reach
             + " ||\n"
             + " ||\n".join(_reaches_any(kind, kind == "containers") for kind in CONTAINER_LISTS),
         },
@@ -305,16 +342,8 @@ def guard_variables() -> list[dict[str, str]]:
             "expression": "request.operation == 'CREATE' ? variables.reachesAny :\n"
             + _reaches_any("ephemeralContainers", False),
         },
-        {
-            "name": "unshieldedAny",
-            "expression": "(request.operation == 'CREATE' && (\n"
-            + _shield_missing("containers")
-            + " ||\n"
-            + _shield_missing("initContainers")
-            + ")) ||\n"
-            + _shield_missing("ephemeralContainers"),
-        },
-        {"name": "podReaches", "expression": " +\n".join(pod_level)},
+        {"name": "unshieldedAny", "expression": _unshielded(names=False)},
+        {"name": "podReaches", "expression": pod_reaches},
         {
             "name": "reaches",
             "expression": "variables.podReaches +\n"
@@ -330,15 +359,7 @@ def guard_variables() -> list[dict[str, str]]:
             "expression": "request.operation == 'CREATE' ? variables.reaches :\n"
             + _reaching("ephemeralContainers", False),
         },
-        {
-            "name": "unshielded",
-            "expression": "(request.operation == 'CREATE' ?\n"
-            "  variables.containers.filter(c,\n"
-            "    !(c.name == variables.granted && variables.holdsGrant) &&\n"
-            f"    !{_shielded('c')}).map(c, c.name) +\n"
-            f"  variables.initContainers.filter(c, !{_shielded('c')}).map(c, c.name) : []) +\n"
-            f"variables.ephemeralContainers.filter(c, !{_shielded('c')}).map(c, c.name)",
-        },
+        {"name": "unshielded", "expression": _unshielded(names=True)},
         {"name": "plan", "expression": _plan_of("object")},
         {
             "name": "oldPlan",

@@ -304,6 +304,32 @@ def check_grant(
     )
 
 
+def check_placement(
+    pod: Mapping[str, Any],
+    plan: Plan,
+    revisions: Mapping[str, object],
+    current: VerifiedProfile | None,
+    ctx: PlanContext,
+    now: datetime,
+) -> Verdict:
+    """The grant check a Pod passes before it is placed (the owner's extender asks this, since
+    the plan was written by the tenant's webhook). A GPU plan gets `check_grant` against the
+    verified revision it names (from `revisions` by bundle sha256, or `current` when that is
+    the one). A CPU plan grants no device, so it is held to the plan itself (no accelerator,
+    every container shielded) and is placed whatever the profile's state."""
+    if plan.path == "cpu":
+        findings = pod_findings(pod, plan)
+        if findings:
+            return _false(findings[0][0], "; ".join(text for _, text in findings))
+        return Verdict("True", VERIFIED, f"the Pod runs its CPU plan ({_grant_summary(pod, plan)})")
+    digest = plan.bundle_sha256
+    known = revisions.get(digest) if digest is not None else None
+    profile = known if isinstance(known, VerifiedProfile) else None
+    if profile is None and current is not None and current.sha256 == digest:
+        profile = current
+    return check_grant(pod, profile, ctx, now, plan=plan)
+
+
 def scheduling_verdict(pod: Mapping[str, Any], now: datetime, timeout_seconds: float) -> Evaluation:
     """An unbound Pod: nothing until `timeout_seconds` after creation, then SchedulingTimeout with
     the scheduler's last word, so a Pod stuck Pending says why instead of staying silent."""
@@ -416,6 +442,7 @@ __all__ = [
     "Verdict",
     "catalog_lapse",
     "check_grant",
+    "check_placement",
     "condition",
     "evaluate",
     "is_engine_pod",

@@ -14,7 +14,7 @@ from typing import Any
 
 from inference_policy.schedconfig import DEFAULT_SCHEDULER_NAME, DEFAULT_SCHEDULER_NAMESPACE
 from localcluster.controlplane import ControlPlane
-from localcluster.install import Rendered, chart_values, render_owner
+from localcluster.install import Rendered, render_owner_admission
 from localcluster.kube import JSON, ApiError
 from localcluster.process import wait_until
 
@@ -22,7 +22,6 @@ POLICY_LABEL = ("app.kubernetes.io/name", "tmi-admission")
 # The parameters' CustomResourceDefinition: installed with the policies, never removed (the
 # chart keeps it too), since deleting it deletes every tenant's parameters.
 DEFINITION_LABEL = ("app.kubernetes.io/name", "tmi-admission-parameters")
-_WELL_FORMED_KEY = "A" * 43 + "="
 _PROBE_IMAGE = "placeholder.invalid/tmi-policy-probe:1"
 
 
@@ -47,16 +46,13 @@ def render_policies(
     scheduler_name: str | None = None,
     owner_namespace: str = DEFAULT_SCHEDULER_NAMESPACE,
 ) -> list[JSON]:
-    """The chart's policy objects for one tenant namespace (the trust values do not reach them,
-    but the chart requires well-formed ones)."""
-    values = chart_values(
-        owner_public_keys=(_WELL_FORMED_KEY,),
-        cluster_binding_id="any",
-        bundle_configmap="kamiwaza-inference-profiles-r1",
-        scheduler_name=scheduler_name or DEFAULT_SCHEDULER_NAME,
+    """The chart's policy objects for one tenant namespace."""
+    rendered = render_owner_admission(
         tenant_namespace=tenant_namespace,
+        scheduler_name=scheduler_name or DEFAULT_SCHEDULER_NAME,
+        owner_namespace=owner_namespace,
     )
-    return policy_docs(render_owner(values, owner_namespace))
+    return policy_docs(rendered)
 
 
 def guard_name(docs: Sequence[Mapping[str, Any]]) -> str:

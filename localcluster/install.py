@@ -22,6 +22,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from inference_policy.schedconfig import DEFAULT_SCHEDULER_NAME, DEFAULT_SCHEDULER_NAMESPACE
 from localcluster.chart import OWNER, TENANT, find, part_values, render
 from localcluster.controlplane import ControlPlane
 from localcluster.kube import JSON
@@ -145,6 +146,35 @@ def render_owner(values: Mapping[str, Any], namespace: str) -> Rendered:
     return render_part(OWNER, values, namespace)
 
 
+# The owner's admission objects do not depend on the trust values, but the chart requires
+# well-formed ones.
+_WELL_FORMED_KEY = "A" * 43 + "="
+
+
+def render_owner_admission(
+    *,
+    tenant_namespace: str = "kamiwaza",
+    scheduler_name: str = DEFAULT_SCHEDULER_NAME,
+    webhook_url: str = "",
+    ca_bundle: str = "",
+    admission_policies: bool = True,
+    owner_namespace: str = DEFAULT_SCHEDULER_NAMESPACE,
+) -> Rendered:
+    """The owner part rendered for its admission objects (the webhook configuration, the
+    admission policies and their parameters) for one tenant namespace."""
+    values = chart_values(
+        owner_public_keys=(_WELL_FORMED_KEY,),
+        cluster_binding_id="any",
+        bundle_configmap="kamiwaza-inference-profiles-r1",
+        scheduler_name=scheduler_name,
+        tenant_namespace=tenant_namespace,
+        webhook_url=webhook_url,
+        ca_bundle=ca_bundle,
+        admission_policies=admission_policies,
+    )
+    return render_owner(values, owner_namespace)
+
+
 def grant_installer(plane: ControlPlane, namespace: str) -> None:
     """Make ``tmi-installer`` the namespace's installer identity as seed 001 sets it up: the
     built-in ``admin`` ClusterRole bound in the namespace, and the delegation Role (what the
@@ -235,6 +265,7 @@ __all__ = [
     "chart_values",
     "grant_installer",
     "render_owner",
+    "render_owner_admission",
     "render_part",
     "render_tenant",
     "wait_allowed",

@@ -202,6 +202,10 @@ class TenantStack:
         owner = render_owner(values, settings.scheduler_namespace)
         _apply(self, tenant.applied(), identity=INSTALLER)
         _apply(self, _owner_applied(owner))
+        # The admission policies are the webhook's to remove at teardown; an upgrade applies
+        # them as rendered now, as `helm upgrade` would.
+        self.webhook.policies = policy_docs(owner)
+        _apply(self, self.webhook.policies)
         _wait_rbac(self.plane, settings)
         rolled = [
             name

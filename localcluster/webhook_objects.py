@@ -16,7 +16,7 @@ from typing import Any
 
 from cryptography import x509
 
-from inference_policy.schedconfig import DEFAULT_SCHEDULER_NAME, DEFAULT_SCHEDULER_NAMESPACE
+from inference_policy.schedconfig import DEFAULT_SCHEDULER_NAME
 from inference_policy.wire import (
     ENGINE_LABEL,
     OPT_IN_LABEL,
@@ -24,7 +24,7 @@ from inference_policy.wire import (
     REQUEST_ANNOTATION,
 )
 from localcluster.controlplane import HOST, ControlPlane
-from localcluster.install import chart_values, render_owner, render_tenant, wait_allowed
+from localcluster.install import chart_values, render_owner_admission, render_tenant, wait_allowed
 from localcluster.kube import JSON
 from localcluster.pki import KeyPair
 from localcluster.process import (
@@ -37,8 +37,6 @@ PROBE_REQUEST = ROOT / "examples" / "request-qwen7b-gguf.json"
 IDENTITY = "tmi-webhook"
 WEBHOOK_ROLE = "tmi-webhook-read-profiles"
 CONFIGURATION_NAME = "kamiwaza-tenant-inference"
-# The configuration does not depend on the trust values, but the chart requires well-formed ones.
-_WELL_FORMED_KEY = "A" * 43 + "="
 # The name rbac.yaml's resourceNames grants; any other name is unreadable under the shipped Role.
 DEFAULT_BUNDLE_CONFIGMAP = "kamiwaza-inference-profiles-r1"
 # Own field manager: a later `create_namespace` (manager tmi-localcluster) must not take the
@@ -209,19 +207,10 @@ def webhook_configuration(url: str, ca_bundle: str, *, admission_policies: bool 
     """The chart's MutatingWebhookConfiguration with every entry calling ``url`` and trusting
     ``ca_bundle`` (the owner.webhook.url and caBundle values); ``admission_policies`` False
     renders the fallback with the guard entry, for clusters without admission policies."""
-    values = chart_values(
-        owner_public_keys=(_WELL_FORMED_KEY,),
-        cluster_binding_id="any",
-        bundle_configmap=DEFAULT_BUNDLE_CONFIGMAP,
-        scheduler_name=DEFAULT_SCHEDULER_NAME,
-        tenant_namespace="kamiwaza",
-        webhook_url=url,
-        ca_bundle=ca_bundle,
-        admission_policies=admission_policies,
+    rendered = render_owner_admission(
+        webhook_url=url, ca_bundle=ca_bundle, admission_policies=admission_policies
     )
-    return render_owner(values, DEFAULT_SCHEDULER_NAMESPACE).get(
-        "MutatingWebhookConfiguration", CONFIGURATION_NAME
-    )
+    return rendered.get("MutatingWebhookConfiguration", CONFIGURATION_NAME)
 
 
 def engine_probe_pod(

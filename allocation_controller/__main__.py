@@ -55,7 +55,10 @@ async def serve(settings: ControllerSettings, api: HttpKube) -> None:
 
 def prepare(settings: ControllerSettings) -> Coroutine[Any, Any, None]:
     api = HttpKube.from_kubeconfig(
-        settings.kubeconfig, settings.namespace, timeout=settings.api_timeout
+        settings.kubeconfig,
+        settings.namespace,
+        lease_namespace=settings.lease_namespace,
+        timeout=settings.api_timeout,
     )
     return serve(settings, api)
 

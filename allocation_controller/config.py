@@ -50,6 +50,8 @@ class ControllerSettings:
     leader: LeaderSettings = field(
         default_factory=lambda: LeaderSettings(name=DEFAULT_LEASE, identity="allocation-controller")
     )
+    # Where the Lease lives (None: the tenant namespace); the chart puts it in the owner's.
+    lease_namespace: str | None = None
     workers: int = 8
     api_timeout: float = 4.0
     watch_timeout: int = 300
@@ -76,6 +78,11 @@ _OPTIONS: tuple[Option, ...] = (
         f"report an unscheduled Pod after this long (default {int(DEFAULT_SCHEDULING_TIMEOUT)})",
     ),
     Option("--lease-name", "TMI_LEASE_NAME", f"leader election Lease (default {DEFAULT_LEASE})"),
+    Option(
+        "--lease-namespace",
+        "TMI_LEASE_NAMESPACE",
+        "namespace of the Lease (default: --namespace; the chart: the owner's, beside it)",
+    ),
     Option("--identity", "TMI_IDENTITY", "leader identity (default: $POD_NAME, else host name)"),
     Option("--lease-duration", "TMI_LEASE_DURATION", "seconds a Lease holds (default 15)"),
     Option(
@@ -202,6 +209,7 @@ def settings_from_args(
         ),
         leader_elect=leader_elect,
         leader=leader,
+        lease_namespace=get("--lease-namespace") or namespace,
         workers=given.whole("--workers", 8, 1, 64),
         api_timeout=api_timeout,
         log_level=level,

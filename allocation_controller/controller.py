@@ -136,7 +136,7 @@ class Controller:
             LeaderElector(
                 api,
                 settings.leader,
-                namespace=settings.namespace,
+                namespace=settings.lease_namespace or settings.namespace,
                 on_started=self._lead,
                 on_stopped=self._follow,
                 monotonic=monotonic,

@@ -1,4 +1,4 @@
-"""The controller's ports over the real API server: its namespace's Pods, Events and Leases.
+"""The controller's ports over the real API server: its namespace's Pods and Events, its Lease.
 
 List and watch, the connection pool and the credentials are `serving.apiserver.ApiClient`'s,
 shared with the other servers; what is added here is what only the controller writes. Every
@@ -17,27 +17,51 @@ from serving.informer import Collection, list_all
 
 
 class HttpKube(ApiClient):
-    """All three ports for one namespace over one connection pool."""
+    """All three ports for one namespace over one connection pool; the Lease may live in
+    another (the owner's), out of the tenant's reach."""
 
-    def __init__(self, server: str, namespace: str, **options: Any) -> None:
+    def __init__(
+        self, server: str, namespace: str, lease_namespace: str | None = None, **options: Any
+    ) -> None:
         super().__init__(server, **options)
         self._namespace = namespace
+        self._lease_namespace = lease_namespace or namespace
 
     @classmethod
     def from_kubeconfig(
-        cls, kubeconfig: str | None, namespace: str, *, timeout: float = 4.0
+        cls,
+        kubeconfig: str | None,
+        namespace: str,
+        *,
+        lease_namespace: str | None = None,
+        timeout: float = 4.0,
     ) -> HttpKube:
         options = ApiClient.options(kubeconfig)
-        return cls(options.pop("server"), namespace, timeout=timeout, **options)
+        return cls(
+            options.pop("server"),
+            namespace,
+            lease_namespace,
+            timeout=timeout,
+            **options,
+        )
 
     @property
     def namespace(self) -> str:
         return self._namespace
 
-    def _path(self, resource: str, name: str | None = None, group: str = "") -> str:
+    @property
+    def lease_namespace(self) -> str:
+        return self._lease_namespace
+
+    def _path(
+        self, resource: str, name: str | None = None, group: str = "", namespace: str = ""
+    ) -> str:
         base = f"/apis/{group}" if group else "/api/v1"
-        path = f"{base}/namespaces/{quote(self._namespace, safe='')}/{resource}"
+        path = f"{base}/namespaces/{quote(namespace or self._namespace, safe='')}/{resource}"
         return path + (f"/{quote(name, safe='')}" if name else "")
+
+    def _lease(self, name: str | None = None) -> str:
+        return self._path("leases", name, self._LEASES, self._lease_namespace)
 
     # -- PodPort -------------------------------------------------------------------------------
 
@@ -70,19 +94,15 @@ class HttpKube(ApiClient):
 
     async def get_lease(self, name: str) -> JSON | None:
         try:
-            lease: JSON = await self.request("GET", self._path("leases", name, self._LEASES))
+            lease: JSON = await self.request("GET", self._lease(name))
         except NotFound:
             return None
         return lease
 
     async def create_lease(self, lease: Mapping[str, Any]) -> JSON:
-        created: JSON = await self.request(
-            "POST", self._path("leases", group=self._LEASES), body=dict(lease)
-        )
+        created: JSON = await self.request("POST", self._lease(), body=dict(lease))
         return created
 
     async def replace_lease(self, name: str, lease: Mapping[str, Any]) -> JSON:
-        replaced: JSON = await self.request(
-            "PUT", self._path("leases", name, self._LEASES), body=dict(lease)
-        )
+        replaced: JSON = await self.request("PUT", self._lease(name), body=dict(lease))
         return replaced

@@ -65,6 +65,7 @@ def prepare(settings: ExtenderSettings) -> Coroutine[Any, Any, None]:
         reloader=reloader,
         cert_reload_seconds=settings.cert_reload_seconds,
         read_timeout=settings.limits.read_timeout,
+        rollback_record=settings.rollback_record,
     )
     view = app[RUNTIME].view
     if view.policy.trust_error:

@@ -274,11 +274,12 @@ def create_app(
     cert_reload_seconds: float = 10.0,
     clock: Callable[[], datetime] | None = None,
     read_timeout: float = ConnectionLimits().read_timeout,
+    rollback_record: str | None = None,
 ) -> web.Application:
     """The extender application, its view kept current by `source` while it runs."""
     clock = clock or (lambda: datetime.now(UTC))
     scopes = tuple(pod_namespaces) if pod_namespaces is not None else (settings.namespace,)
-    view = ClusterView(settings, scopes, clock)
+    view = ClusterView(settings, scopes, clock, rollback_record)
     runtime = Runtime(
         view=view,
         source=source,

@@ -43,6 +43,9 @@ class ExtenderSettings(ServingSettings):
     resync_seconds: int = 1800
     watch_seconds: int = 300
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+    # The cluster-scoped TenantAdmission holding the tenant's rollback floor
+    # (`inference_policy.rollback`); None: only the configured floor holds.
+    rollback_record: str | None = None
 
 
 _OPTIONS: tuple[Option, ...] = (
@@ -52,6 +55,12 @@ _OPTIONS: tuple[Option, ...] = (
     # The extender re-derives each Pod's plan (the grant check), so it plans with what the
     # webhook plans with.
     *options.PLANNING,
+    Option(
+        "--rollback-record",
+        "TMI_ROLLBACK_RECORD",
+        "the cluster-scoped TenantAdmission where the highest verified profile version is "
+        "kept; no profile is used until it is read",
+    ),
     Option(
         "--pod-namespaces",
         "TMI_POD_NAMESPACES",
@@ -150,6 +159,7 @@ def settings_from_args(
         watch_seconds=given.whole("--watch-seconds", defaults.watch_seconds, 10, 3600),
         shutdown_timeout=given.seconds("--shutdown-timeout", defaults.shutdown_timeout),
         drain_seconds=given.seconds("--drain-seconds", defaults.drain_seconds),
+        rollback_record=get("--rollback-record") or None,
         max_body_bytes=given.whole(
             "--max-body-bytes", defaults.max_body_bytes, 64 * 1024, 512 * 1024 * 1024
         ),

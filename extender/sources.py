@@ -14,7 +14,8 @@ After a restart, the first list of Pods rebuilds the whole ledger: nothing is pe
 nothing needs to be, because every accounted fact is in the API.
 
 The profile is read by the informers every server uses (`serving.revisions`): one named
-ConfigMap, or every signed revision when following them, into the view's `policy_io.feed`.
+ConfigMap, or every signed revision when following them, into the view's `policy_io.feed`;
+with a rollback record named, the owner's TenantAdmission too (`extender.rollback_record`).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from collections.abc import Callable, Iterable
 from typing import Any, Protocol
 
 from extender.config import ALL_NAMESPACES
+from extender.rollback_record import Requests, RollbackRecord
 from extender.view import ClusterView
 from inference_policy.ledger import (
     HOLDING_PODS_FIELD_SELECTOR,
@@ -33,6 +35,7 @@ from inference_policy.ledger import (
 )
 from inference_policy.nodes import NodeFacts, node_facts
 from inference_policy.wire import ENGINE_LABEL as DEPLOYMENT_LABEL
+from policy_io.feed import FeedChange
 from serving.informer import Collection, Delta, Informer, Informers, ListWatch
 from serving.revisions import feed_informers
 
@@ -51,6 +54,10 @@ class ClusterSource(Protocol):
 # -- the API server -----------------------------------------------------------------------------
 
 
+class Api(ListWatch, Requests, Protocol):
+    """The API client the source reads with, and writes the rollback record with."""
+
+
 class KubernetesSource:
     """Informers (`serving.informer`) for Nodes, planned Pods per scope and the profile
     ConfigMap, over one client that the source owns and closes when stopped.
@@ -64,7 +71,7 @@ class KubernetesSource:
     def __init__(
         self,
         pod_namespaces: Iterable[str],
-        api: ListWatch,
+        api: Api,
         *,
         resync_seconds: float = 1800,
         watch_seconds: int = 300,
@@ -76,6 +83,7 @@ class KubernetesSource:
         self.watch_seconds = watch_seconds
         self.backoff_seconds = backoff_seconds
         self.informers = Informers(api)
+        self.record: RollbackRecord | None = None
 
     @property
     def errors(self) -> int:
@@ -153,7 +161,14 @@ class KubernetesSource:
         return self._informer(collection, changed, listed, transform=holding_part)
 
     async def start(self, view: ClusterView) -> None:
-        for informer in feed_informers(view.feed, self._informer):
+        feed = view.feed
+        if feed.rollback is not None:
+            self.record = record = RollbackRecord(feed, feed.rollback, self.api)
+            self.informers.add(record.informer(self._informer))
+            notify = record.changed
+        else:
+            notify = _ignore
+        for informer in feed_informers(feed, self._informer, notify):
             self.informers.add(informer)
         self.informers.add(self._nodes(view))
         for scope in self.pod_namespaces:
@@ -162,3 +177,9 @@ class KubernetesSource:
 
     async def stop(self) -> None:
         await self.informers.stop()
+        if self.record is not None:
+            await self.record.stop()
+
+
+def _ignore(change: FeedChange | None = None) -> None:
+    return None

@@ -159,11 +159,13 @@ class ClusterView:
         settings: PolicySettings,
         pod_scopes: Iterable[str],
         clock: Callable[[], datetime],
+        rollback_record: str | None = None,
     ) -> None:
         self.settings = settings
         self.clock = clock
-        # It re-derives each Pod's plan (the grant check), so it reads the recipe catalogs too.
-        self.feed = PolicyFeed(settings, clock=clock)
+        # It re-derives each Pod's plan (the grant check), so it reads the recipe catalogs too;
+        # every profile is held to the owner's rollback floor when one is named.
+        self.feed = PolicyFeed(settings, clock=clock, rollback=rollback_record)
         self._demands: dict[tuple[str, str, int, int], Demand | Refusal | None] = {}
         self.nodes: dict[str, NodeFacts] = {}
         self.ledger = UsageLedger()

@@ -33,15 +33,13 @@ from inference_policy.access import (
     STANDARD_PREFIXES,
     STANDARD_RESOURCES,
 )
+from inference_policy.cel_text import cel_string
+from inference_policy.verdict_cel import verdict_parts
 from inference_policy.wire import ENGINE_CONTAINER_ANNOTATION, ENGINE_LABEL, PLAN_ANNOTATION
 
 # The policy parameter (a field of the tenant's TenantAdmission) holding the owner's scheduler.
 SCHEDULER_PARAM = "schedulerName"
 FORGERY_PREFIX = "tenant-mode inference: this Pod asks for accelerator access outside a plan ("
-
-
-def cel_string(text: str) -> str:
-    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
 def _cel_list(items: Any) -> str:
@@ -459,6 +457,7 @@ def policy_parts() -> dict[str, Any]:
                 {"expression": "false", "messageExpression": claim_refusal(), "reason": "Forbidden"}
             ],
         },
+        "verdict": verdict_parts(),
     }
 
 

@@ -13,9 +13,10 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from inference_policy.schedconfig import DEFAULT_SCHEDULER_NAME, DEFAULT_SCHEDULER_NAMESPACE
+from localcluster.controller_process import CONTROLLER_DEPLOYMENT
 from localcluster.controlplane import ControlPlane
-from localcluster.install import Rendered, render_owner_admission
-from localcluster.kube import JSON, ApiError
+from localcluster.install import Rendered, render_owner_admission, wait_allowed
+from localcluster.kube import JSON, ApiError, Kube
 from localcluster.process import wait_until
 
 POLICY_LABEL = ("app.kubernetes.io/name", "tmi-admission")
@@ -32,6 +33,12 @@ def _labelled(doc: Mapping[str, Any], label: tuple[str, str]) -> bool:
 
 def is_policy_object(doc: Mapping[str, Any]) -> bool:
     return _labelled(doc, POLICY_LABEL) or _labelled(doc, DEFINITION_LABEL)
+
+
+def _acting(docs: Sequence[Mapping[str, Any]]) -> bool:
+    """Do the objects include a policy (not only the parameters, as the owner part renders them
+    with the policies off)?"""
+    return any(d["kind"].endswith("AdmissionPolicy") for d in docs)
 
 
 def policy_docs(owner: Rendered) -> list[JSON]:
@@ -59,7 +66,8 @@ def guard_name(docs: Sequence[Mapping[str, Any]]) -> str:
     (name,) = [
         d["metadata"]["name"]
         for d in docs
-        if d["kind"] == "ValidatingAdmissionPolicy" and d.get("spec", {}).get("paramKind")
+        if d["kind"] == "ValidatingAdmissionPolicy"
+        and d["metadata"]["name"].startswith("kamiwaza-tmi-guard-")
     ]
     return str(name)
 
@@ -110,7 +118,7 @@ def install_policies(
     (Applying a parameter waits for its kind to be served, so the definition comes first.)"""
     kube = plane.kube("admin")
     applied = [kube.apply(doc) for doc in docs]
-    if wait and docs:
+    if wait and _acting(docs):
         wait_until(
             lambda: enforced(plane, namespace, docs),
             timeout=timeout,
@@ -134,12 +142,61 @@ def remove_policies(
             continue
         metadata = doc["metadata"]
         kube.delete(doc["apiVersion"], doc["kind"], metadata["name"], metadata.get("namespace"))
-    if namespace is not None and docs:
+    if namespace is not None and _acting(docs):
         wait_until(
             lambda: withdrawn(plane, namespace),
             timeout=timeout,
             what=f"the owner's admission policies to stop acting in {namespace}",
         )
+
+
+def verdict_writer(
+    plane: ControlPlane, namespace: str, owner_namespace: str = DEFAULT_SCHEDULER_NAMESPACE
+) -> Kube:
+    """A client authenticated as the owner's allocation controller (its ServiceAccount in the
+    owner's namespace, the one identity the verdict policy lets change the AllocationVerified
+    condition) and allowed to patch Pod status in ``namespace``: for a test that writes the
+    verdict without running the controller."""
+    admin = plane.kube("admin")
+    plane.create_namespace(owner_namespace)
+    name = CONTROLLER_DEPLOYMENT
+    admin.apply(
+        {
+            "apiVersion": "v1",
+            "kind": "ServiceAccount",
+            "metadata": {"name": name, "namespace": owner_namespace},
+        }
+    )
+    rule = {"apiGroups": [""], "resources": ["pods/status"], "verbs": ["patch"]}
+    role = {"name": f"{name}-verdict-writer", "namespace": namespace}
+    admin.apply(
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "Role",
+            "metadata": role,
+            "rules": [rule],
+        }
+    )
+    admin.apply(
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "RoleBinding",
+            "metadata": role,
+            "roleRef": {
+                "apiGroup": "rbac.authorization.k8s.io",
+                "kind": "Role",
+                "name": role["name"],
+            },
+            "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": owner_namespace}],
+        }
+    )
+    identity = plane.service_account_identity(owner_namespace, name)
+    wait_allowed(
+        plane,
+        f"system:serviceaccount:{owner_namespace}:{name}",
+        [{"resource": "pods", "subresource": "status", "verb": "patch", "namespace": namespace}],
+    )
+    return plane.kube(identity)
 
 
 __all__ = [
@@ -153,5 +210,6 @@ __all__ = [
     "policy_docs",
     "remove_policies",
     "render_policies",
+    "verdict_writer",
     "withdrawn",
 ]

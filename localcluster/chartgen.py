@@ -41,12 +41,15 @@ KEY_PLACEHOLDER = "<OWNER_PUBLIC_KEY>"
 # Chart template directory -> kustomize base directory under manifests/.
 BASE_DIRS = {
     "tenant/webhook": "webhook",
-    "tenant/controller": "controller",
+    "owner/controller": "controller",
     "owner": "owner",
     "owner/scheduler": "scheduler",
 }
 # The bases a user applies for each part, over the per-component directories.
-PART_BASES = {"tenant": ("../webhook", "../controller"), "owner-all": ("../owner", "../scheduler")}
+PART_BASES = {
+    "tenant": ("../webhook",),
+    "owner-all": ("../owner", "../scheduler", "../controller"),
+}
 
 
 def _header(template: str) -> str:

@@ -44,7 +44,7 @@ class ControllerReplica(LocalServer):
         return self.identity
 
     def argv(self) -> list[str]:
-        assert self.install is not None, "the controller runs from the tenant's rendered part"
+        assert self.install is not None, "the controller runs from the owner's rendered part"
         shipped = self.install.args(CONTROLLER_DEPLOYMENT, replace=LOCAL_FLAGS)
         # The replica's identity is its Pod name (POD_NAME), as in the Deployment.
         return [
@@ -74,9 +74,11 @@ class LocalController:
     namespace: str
     count: int = 2
     replicas: list[ControllerReplica] = field(default_factory=list)
-    # The tenant's rendered part and the ServiceAccount identity the replicas run as.
+    # The owner's rendered part and the ServiceAccount identity the replicas run as.
     install: Rendered | None = None
     identity: str = CONTROLLER_IDENTITY
+    # Where the Lease lives (None: ``namespace``); the chart puts it in the owner's namespace.
+    lease_namespace: str | None = None
 
     def __post_init__(self) -> None:
         if not self.replicas:
@@ -129,7 +131,10 @@ class LocalController:
     def lease(self) -> JSON | None:
         try:
             return self.plane.kube("admin").get(
-                "coordination.k8s.io/v1", "Lease", CONTROLLER_LEASE, self.namespace
+                "coordination.k8s.io/v1",
+                "Lease",
+                CONTROLLER_LEASE,
+                self.lease_namespace or self.namespace,
             )
         except ApiError as exc:
             if exc.status == 404:

@@ -71,6 +71,10 @@ def chart_values(
     owner: dict[str, Any] = {
         "tenantNamespace": tenant_namespace,
         "extender": {"certManager": False, "logLevel": log_level},
+        "controller": {
+            "logLevel": log_level,
+            "schedulingTimeoutSeconds": max(1, round(scheduling_timeout_seconds)),
+        },
         "scheduler": {"enabled": scheduler_config is not None, "config": scheduler_config or ""},
         "webhook": {"url": webhook_url or "", "caBundle": ca_bundle or ""},
         "admissionPolicies": {"enabled": admission_policies},
@@ -78,14 +82,7 @@ def chart_values(
     return {
         "core": {"inferenceResources": resources},
         # No cert-manager here: the harness issues serving certificates from the plane's CA.
-        "tenant": {
-            "certManager": False,
-            "webhook": {"logLevel": log_level},
-            "controller": {
-                "logLevel": log_level,
-                "schedulingTimeoutSeconds": max(1, round(scheduling_timeout_seconds)),
-            },
-        },
+        "tenant": {"certManager": False, "webhook": {"logLevel": log_level}},
         "owner": owner,
     }
 

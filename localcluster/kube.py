@@ -124,6 +124,11 @@ class Kube:
             pairs = [(k, str(v).lower() if isinstance(v, bool) else str(v)) for k, v in items]
             url += "?" + urlencode(pairs)
         headers = {"Accept": "application/json", "Content-Type": content_type}
+        # A token identity (a ServiceAccount's) authenticates by header; a certificate one by
+        # the pool's TLS setup.
+        token = self.api_client.configuration.get_api_key_with_prefix("authorization")
+        if token:
+            headers["Authorization"] = token
         payload: bytes | None
         if body is None:
             payload = None

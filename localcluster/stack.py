@@ -211,7 +211,7 @@ class TenantStack:
             name
             for name, (before, after) in {
                 WEBHOOK_DEPLOYMENT: (self.tenant, tenant),
-                CONTROLLER_DEPLOYMENT: (self.tenant, tenant),
+                CONTROLLER_DEPLOYMENT: (self.owner, owner),
                 EXTENDER_DEPLOYMENT: (self.owner, owner),
             }.items()
             if _pod_template(before, name) != _pod_template(after, name)
@@ -231,7 +231,7 @@ class TenantStack:
             self.extender.install = owner
             self.extender.restart()
         if CONTROLLER_DEPLOYMENT in rolled:
-            self.controller.set_install(tenant)
+            self.controller.set_install(owner)
             for index in range(len(self.controller.replicas)):
                 self.controller.restart(index)
         return rolled
@@ -345,12 +345,14 @@ def deploy_stack(
         webhook_sa = plane.service_account_identity(ns, WEBHOOK_DEPLOYMENT)
         stack.extender.identity = plane.service_account_identity(owner_ns, EXTENDER_DEPLOYMENT)
         stack.extender.install = stack.owner
+        # The allocation controller is the owner's, in the owner's namespace with its Lease.
         stack.controller = LocalController(
             plane,
             settings.namespace,
             settings.controller_replicas,
-            install=stack.tenant,
-            identity=plane.service_account_identity(ns, CONTROLLER_DEPLOYMENT),
+            install=stack.owner,
+            identity=plane.service_account_identity(owner_ns, CONTROLLER_DEPLOYMENT),
+            lease_namespace=owner_ns,
         )
         stack.scheduler_identity = plane.service_account_identity(owner_ns, settings.scheduler_name)
         _wait_rbac(plane, settings)
@@ -417,7 +419,7 @@ def _wait_rbac(plane: ControlPlane, settings: StackSettings) -> None:
     )
     wait_allowed(
         plane,
-        _user(ns, CONTROLLER_DEPLOYMENT),
+        _user(owner_ns, CONTROLLER_DEPLOYMENT),
         [
             {"resource": "pods", "verb": "watch", "namespace": ns},
             {"resource": "pods", "subresource": "status", "verb": "patch", "namespace": ns},
@@ -426,7 +428,7 @@ def _wait_rbac(plane: ControlPlane, settings: StackSettings) -> None:
                 "group": "coordination.k8s.io",
                 "resource": "leases",
                 "verb": "update",
-                "namespace": ns,
+                "namespace": owner_ns,
                 "name": CONTROLLER_LEASE,
             },
         ],

@@ -26,6 +26,7 @@ from typing import Any
 from inference_policy.catalog import EngineCatalog
 from inference_policy.recipe_inputs import Capability, CatalogUnavailable, Cause, RecipeInput
 from inference_policy.recipes import RecipeCatalogError, load_catalog
+from inference_policy.rollback import Floor, FloorUnreadable, floor_of
 from inference_policy.signing import (
     DIGEST_KEY,
     ProfileRefused,
@@ -46,6 +47,8 @@ from policy_io.state import (
 log = logging.getLogger(__name__)
 # The input that following revisions reads, beside the ConfigMaps read by name.
 REVISIONS = "profile revisions"
+# The owner's record of the highest version verified (`inference_policy.rollback`).
+FLOOR = "rollback floor"
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,7 +71,9 @@ class PolicyFeed:
 
     `profile` is False for a server that reads no profile (the webhook with tenant mode off);
     `recipes` False for one that plans with no catalog (the extender); `follow` overrides the
-    settings' `follow_revisions` (the controller always follows, to find each Pod's revision).
+    settings' `follow_revisions` (the controller always follows, to find each Pod's revision);
+    `rollback` names the TenantAdmission whose rollback floor every profile is held to (the
+    owner's extender), which must then be read before the feed is ready.
     """
 
     def __init__(
@@ -79,6 +84,7 @@ class PolicyFeed:
         profile: bool = True,
         recipes: bool = True,
         follow: bool | None = None,
+        rollback: str | None = None,
         clock: Callable[[], datetime] | None = None,
     ) -> None:
         self.settings = settings
@@ -93,7 +99,16 @@ class PolicyFeed:
         pinned = [self.pinned] if self.pinned is not None else []
         # The ConfigMaps read by name, and every input that must be read once before `ready`.
         self.names: list[str] = [*pinned, *self.catalog_names.values()]
-        self.inputs: list[str] = [*self.names, *([REVISIONS] if self.follows else [])]
+        self.rollback = rollback if profile else None
+        self.inputs: list[str] = [
+            *self.names,
+            *([REVISIONS] if self.follows else []),
+            *([FLOOR] if self.rollback is not None else []),
+        ]
+        # The floor, or why it cannot be known; only with `rollback`.
+        self._floor: Floor | str | None = (
+            None if self.rollback is None else f"TenantAdmission {rollback!r} has not been read"
+        )
         self.known: set[str] = set()
         self.catalog_loads = 0
         self.generation = 0
@@ -127,16 +142,17 @@ class PolicyFeed:
         found = self._snapshot
         if found is None:
             state = self.state
+            profile, refusal, revisions = self._held_to_floor()
             found = self._snapshot = PolicySnapshot(
                 generation=self.generation,
                 enabled=self.settings.enabled,
                 catalog=state.catalog,
                 catalog_refusal=state.catalog_refusal,
-                profile=state.profile,
-                profile_refusal=state.profile_refusal,
+                profile=profile,
+                profile_refusal=refusal,
                 gpu_recipes=state.gpu_recipes,
                 cpu_recipes=state.cpu_recipes,
-                revisions=self._revisions,
+                revisions=revisions,
                 profiles_unreadable=self._profiles_unreadable,
                 profile_revision=state.profile_revision,
                 catalog_revisions=dict(self._catalog_revisions),
@@ -286,6 +302,72 @@ class PolicyFeed:
         log.exception("profile revisions could not be followed")
         self.state.profile_missing("the signed profile ConfigMaps could not be read")
 
+    # -- the rollback floor --------------------------------------------------------------------
+
+    @property
+    def floor(self) -> Floor | None:
+        """The rollback floor as last read (None: not read, unreadable, or not held to one)."""
+        return self._floor if isinstance(self._floor, Floor) else None
+
+    def floor_read(
+        self, tenant_admission: Mapping[str, Any] | None, why: str | None = None
+    ) -> FeedChange:
+        """The TenantAdmission holding the rollback floor as read now (None: absent, or
+        unreadable for `why`). Without it no profile is used: the floor is fail-closed."""
+        if self.rollback is None:
+            return NO_CHANGE
+        self.known.add(FLOOR)
+        name = self.rollback
+
+        def step() -> FeedChange:
+            if tenant_admission is None:
+                self._floor = f"TenantAdmission {name!r} {why or 'was not found'}"
+            else:
+                try:
+                    self._floor = floor_of(tenant_admission, self.settings.minimum_bundle_version)
+                except FloorUnreadable as exc:
+                    self._floor = f"TenantAdmission {name!r}: {exc}"
+            return FeedChange(whole=True)
+
+        def failed(exc: Exception) -> None:
+            log.exception("TenantAdmission %s could not be used", name)
+            self._floor = f"TenantAdmission {name!r} could not be read: {type(exc).__name__}"
+
+        return self._step(step, failed)
+
+    def _held_to_floor(
+        self,
+    ) -> tuple[VerifiedProfile | None, ProfileRefused | None, Mapping[str, Revision]]:
+        """The profile, its refusal and the revisions by digest, each verified revision below
+        the rollback floor refused (`inference_policy.rollback`)."""
+        state, floor = self.state, self._floor
+        if floor is None:
+            return state.profile, state.profile_refusal, self._revisions
+        if isinstance(floor, str):
+            unknown = ProfileRefused(
+                Reason.ARRIVAL, f"{floor}: the owner's rollback floor is unknown"
+            )
+            revisions: dict[str, Revision] = {
+                digest: RefusedRevision(revision.configmap_name, unknown)
+                if isinstance(revision, VerifiedProfile)
+                else revision
+                for digest, revision in self._revisions.items()
+            }
+            return None, unknown, revisions
+        profile: VerifiedProfile | None = state.profile
+        refusal: ProfileRefused | None = state.profile_refusal
+        if profile is not None and (below := floor.refusal(profile.version)) is not None:
+            profile, refusal = None, below
+        revisions = {}
+        for digest, revision in self._revisions.items():
+            if isinstance(revision, VerifiedProfile):
+                held = floor.refusal(revision.version)
+                if held is not None:
+                    revisions[digest] = RefusedRevision(revision.configmap_name, held)
+                    continue
+            revisions[digest] = revision
+        return profile, refusal, revisions
+
     # -- recipe catalogs -----------------------------------------------------------------------
 
     def catalog_read(
@@ -366,6 +448,7 @@ class PolicyFeed:
             state.cpu_recipes,
             self._revisions,
             self._profiles_unreadable,
+            self._floor,
         )
 
     def _step(
@@ -393,7 +476,7 @@ def _same(a: Any, b: Any) -> bool:
         return True
     if isinstance(a, tuple) and isinstance(b, tuple):
         return a[0] == b[0] and a[1] is b[1]
-    return isinstance(a, (CatalogUnavailable, str)) and type(a) is type(b) and a == b
+    return isinstance(a, (CatalogUnavailable, Floor, str)) and type(a) is type(b) and a == b
 
 
-__all__ = ["NO_CHANGE", "REVISIONS", "FeedChange", "PolicyFeed"]
+__all__ = ["FLOOR", "NO_CHANGE", "REVISIONS", "FeedChange", "PolicyFeed"]

@@ -125,15 +125,21 @@ def test_the_tenant_part_is_namespaced_and_stays_in_its_namespace(values: dict[s
             assert subject["namespace"] == TENANT_NS
 
 
-def test_the_owner_part_touches_the_tenant_namespace_only_to_read_the_profile(
+def test_the_owner_part_touches_the_tenant_namespace_only_with_its_servers_rights(
     values: dict[str, Any],
 ) -> None:
+    """Only Roles for the owner's servers (in the owner's namespace) to read the profile and,
+    for the controller, write the verdict; nothing that runs there."""
     docs = rendered(values, OWNER)
     in_tenant = sorted(identity(d) for d in docs if d["metadata"].get("namespace") == TENANT_NS)
     assert in_tenant == [
+        ("Role", TENANT_NS, "tmi-allocation-controller"),
         ("Role", TENANT_NS, "tmi-extender-read-profiles"),
+        ("RoleBinding", TENANT_NS, "tmi-allocation-controller"),
         ("RoleBinding", TENANT_NS, "tmi-extender-read-profiles"),
     ]
+    for binding in (d for d in docs if d["kind"] == "RoleBinding"):
+        assert all(s["namespace"] == OWNER_NS for s in binding["subjects"])
     assert {d["kind"] for d in docs} >= {"MutatingWebhookConfiguration", "ClusterRole"}
 
 
@@ -187,7 +193,16 @@ def test_the_admission_policies_are_the_cores_with_the_owners_parameters(
     assert params["spec"] == {
         "namespace": TENANT_NS,
         "schedulerName": scheduler or "kamiwaza-inference-scheduler",
+        "minimumBundleVersion": values["core"]["inferenceResources"].get("minimumBundleVersion", 1),
+        "allocationController": (f"system:serviceaccount:{OWNER_NS}:tmi-allocation-controller"),
     }
+    verdict_name = f"kamiwaza-tmi-verdict-{TENANT_NS}"
+    verdict = find(docs, "ValidatingAdmissionPolicy", verdict_name)["spec"]
+    assert verdict["variables"] == parts["verdict"]["variables"]
+    assert verdict["validations"] == parts["verdict"]["validations"]
+    assert verdict["matchConstraints"]["resourceRules"][0]["resources"] == ["pods/status"]
+    verdict_binding = find(docs, "ValidatingAdmissionPolicyBinding", verdict_name)["spec"]
+    assert verdict_binding["paramRef"] == binding["paramRef"]
     definition = find(docs, "CustomResourceDefinition", "tenantadmissions.tmi.kamiwaza.ai")
     assert definition["spec"]["scope"] == "Cluster"
     assert definition["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
@@ -243,12 +258,29 @@ def test_one_value_moves_a_profile_revision_everywhere(values: dict[str, Any]) -
                 assert old[name]["checksum/settings"] != new[name]["checksum/settings"], name
 
 
-def test_the_controller_takes_the_webhooks_settings_not_a_copy(values: dict[str, Any]) -> None:
-    docs = rendered(values, TENANT)
-    for name in ("tmi-webhook", "tmi-allocation-controller"):
-        (container,) = find(docs, "Deployment", name)["spec"]["template"]["spec"]["containers"]
-        assert container["envFrom"] == [{"configMapRef": {"name": "tmi-settings"}}]
-        assert not any(e["name"].startswith("TMI_") for e in container.get("env") or [])
+def test_the_owners_servers_take_the_owners_settings_not_the_tenants(
+    values: dict[str, Any],
+) -> None:
+    """The webhook plans with the tenant's settings; the controller and the extender, which
+    hold the grant, with the owner release's, and the verdict's Lease is in the owner's
+    namespace."""
+    tenant = rendered(values, TENANT)
+    (webhook,) = find(tenant, "Deployment", "tmi-webhook")["spec"]["template"]["spec"]["containers"]
+    assert webhook["envFrom"] == [{"configMapRef": {"name": "tmi-settings"}}]
+    assert not any(e["name"].startswith("TMI_") for e in webhook.get("env") or [])
+    assert [d["metadata"]["name"] for d in tenant if d["kind"] == "Deployment"] == ["tmi-webhook"]
+    owner = rendered(values, OWNER)
+    deployment = find(owner, "Deployment", "tmi-allocation-controller")
+    assert deployment["metadata"]["namespace"] == OWNER_NS
+    (controller,) = deployment["spec"]["template"]["spec"]["containers"]
+    assert controller["envFrom"] == [{"configMapRef": {"name": "tmi-controller-settings"}}]
+    lease = next(e for e in controller["env"] if e["name"] == "TMI_LEASE_NAMESPACE")
+    assert lease["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.namespace"
+    settings = find(owner, "ConfigMap", "tmi-controller-settings")["data"]
+    assert settings["TMI_NAMESPACE"] == TENANT_NS
+    extender = find(owner, "ConfigMap", "tmi-extender-settings")["data"]
+    for key in ("TMI_OWNER_PUBLIC_KEY", "TMI_CLUSTER_BINDING_ID", "TMI_MINIMUM_BUNDLE_VERSION"):
+        assert settings[key] == extender[key]
 
 
 def test_the_generated_files_are_current() -> None:

@@ -93,7 +93,7 @@ def test_only_the_scheduler_reaches_the_extender_and_only_monitoring_its_metrics
 
 
 def test_only_monitoring_reaches_the_controllers_metrics() -> None:
-    controller = policy(TENANT, "tmi-allocation-controller")
+    controller = policy(OWNER, "tmi-allocation-controller")
     assert admits(controller, monitoring_pod(), 8080)
     assert not admits(controller, tenant_pod(app="platform"), 8080)
     unlabelled = Source("monitoring", {"kubernetes.io/metadata.name": "monitoring"})

@@ -1,10 +1,10 @@
 """The kamiwaza.ai/AllocationVerified condition and the readiness gate, end to end.
 
-The whole stack runs behind the real API server (``localcluster.stack``); the controller runs as
-two replicas electing a leader through their Lease, under the shipped Role bound to
-``tmi-controller``. KWOK plays the kubelet and its pod-ready stage honours readiness gates, so a
-Pod's Ready condition here is what a kubelet would report: Running is not Ready until the
-controller has written the condition True.
+The whole stack runs behind the real API server (``localcluster.stack``); the controller runs as two
+replicas electing a leader through their Lease, as the owner's part ships it: in the owner's
+namespace, under the Roles the chart binds to its ServiceAccount there. KWOK plays the kubelet and
+its pod-ready stage honours readiness gates, so a Pod's Ready condition here is what a kubelet would
+report: Running is not Ready until the controller has written the condition True.
 
 What the tests prove is the seed's point that readiness alone is not proof of the grant: an
 honest Pod is verified and only then Ready; a Pod whose records were changed after admission,
@@ -309,3 +309,81 @@ def test_pod_admitted_while_admission_was_off_is_reported_false(
     # The honest original is untouched by its forged copy.
     again = condition(kube.get("v1", "Pod", honest, namespace), CONDITION)
     assert again is not None and again["status"] == "True"
+
+
+# -- the verdict is the owner's ----------------------------------------------------------------
+
+
+def test_the_tenant_can_neither_forge_nor_freeze_the_verdict(
+    control_plane: ControlPlane,
+    kube: Kube,
+    stack: TenantStack,
+    installer: Kube,
+    pods: Callable[..., str],
+) -> None:
+    """The tenant's namespace admin holds pods/status patch and may act as any ServiceAccount of
+    its namespace, so the controller and its Lease live in the owner's namespace, and the
+    verdict policy lets only that controller change the condition. Acting as the tenant: a
+    verified Pod's condition cannot be set False or a refused one's True; the Lease cannot be
+    read or taken; a Lease of the same name in the tenant namespace freezes nothing, since a
+    Pod tampered with afterwards is still reported False within seconds."""
+    controller = stack.controller
+    assert controller is not None
+    namespace, owner_namespace = stack.settings.namespace, stack.settings.scheduler_namespace
+    honest = pods("honest")
+    create(installer, stack, honest)
+    kept = condition(verified(kube, stack, honest, "True", ready="True"), CONDITION)
+
+    forged = {"status": {"conditions": [{"type": CONDITION, "status": "False", "reason": "X"}]}}
+    with pytest.raises(ApiError) as refused:
+        installer.patch_status("v1", "Pod", honest, namespace, forged)
+    assert refused.value.status == 403
+    assert "only the owner's allocation controller may write" in refused.value.message
+    assert condition(kube.get("v1", "Pod", honest, namespace), CONDITION) == kept
+
+    # The Lease is out of reach, and a decoy in the tenant namespace is not the controller's.
+    lease_path = f"/apis/coordination.k8s.io/v1/namespaces/{owner_namespace}/leases"
+    for method, path, body in (
+        ("GET", f"{lease_path}/tmi-allocation-controller", None),
+        ("PUT", f"{lease_path}/tmi-allocation-controller", controller.lease()),
+        ("DELETE", f"{lease_path}/tmi-allocation-controller", None),
+    ):
+        with pytest.raises(ApiError) as denied:
+            installer.request(method, path, body=body)
+        assert denied.value.status == 403, (method, path)
+    decoy = {
+        "apiVersion": "coordination.k8s.io/v1",
+        "kind": "Lease",
+        "metadata": {"name": "tmi-allocation-controller", "namespace": namespace},
+        "spec": {"holderIdentity": "tenant", "leaseDurationSeconds": 3600},
+    }
+    installer.create(decoy)
+    try:
+        tampered = pods("tampered")
+        create(installer, stack, tampered)
+        verified(kube, stack, tampered, "True", ready="True")
+        installer.request(
+            "PATCH",
+            f"/api/v1/namespaces/{namespace}/pods/{tampered}",
+            body={
+                "metadata": {
+                    "annotations": {
+                        REQUEST_ANNOTATION: json.dumps(
+                            request("vllm", config__tensor_parallel_size=2)
+                        )
+                    }
+                }
+            },
+            content_type=MERGE_PATCH,
+        )
+        refused_pod = verified(kube, stack, tampered, "False", ready="False")
+        # Nor may the tenant put it back.
+        back = {"status": {"conditions": [{"type": CONDITION, "status": "True"}]}}
+        with pytest.raises(ApiError) as again:
+            installer.patch_status("v1", "Pod", tampered, namespace, back)
+        assert again.value.status == 403
+        assert condition(kube.get("v1", "Pod", tampered, namespace), CONDITION) == condition(
+            refused_pod, CONDITION
+        )
+    finally:
+        kube.delete("coordination.k8s.io/v1", "Lease", "tmi-allocation-controller", namespace)

@@ -5,8 +5,9 @@ makes is authorised by the chart's Roles alone. The API server's audit log recor
 a ServiceAccount makes (localcluster/data/audit-policy.yaml). After driving the stack through
 what the servers do in operation (engine Pods planned, placed and verified; a Deployment rolled
 out and deleted, so Pods come and go; the controller's leader stopped so the standby takes the
-Lease), the test fails on any request that was forbidden and on any (verb, resource, name) a
-rule of the chart grants that no request used.
+Lease; the extender recording the profile version it verified), the test fails on any request
+that was forbidden and on any (verb, resource, name) a rule of the chart grants that no request
+used.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import pytest
 
 from inference_policy.schedconfig import DEFAULT_SCHEDULER_NAME, DEFAULT_SCHEDULER_NAMESPACE
 from localcluster import ApiError, ControlPlane, FakeNode, create_fake_nodes
+from localcluster.controller_process import CONTROLLER_LEASE
 from localcluster.nodes import delete_fake_nodes
 from localcluster.stack import CONDITION, TenantStack, condition, engine_pod
 from localcluster.webhook import ENGINE_LABEL, REQUEST_ANNOTATION
@@ -48,10 +50,10 @@ def driven(control_plane: ControlPlane) -> Iterator[Driven]:
     """The stack, after it has done everything the servers do in operation."""
     since = datetime.now(UTC)
     admin = control_plane.kube("admin")
-    # A fresh install: the owner's scheduler creates its Lease (an earlier stack's outlives it).
-    admin.delete(
-        "coordination.k8s.io/v1", "Lease", DEFAULT_SCHEDULER_NAME, DEFAULT_SCHEDULER_NAMESPACE
-    )
+    # A fresh install: the owner's scheduler and controller create their Leases in the owner's
+    # namespace (an earlier stack's outlive it).
+    for lease in (DEFAULT_SCHEDULER_NAME, CONTROLLER_LEASE):
+        admin.delete("coordination.k8s.io/v1", "Lease", lease, DEFAULT_SCHEDULER_NAMESPACE)
     node = f"lp-h100-{uuid.uuid4().hex[:4]}"
     with tenant_stack(control_plane, "tmi-lp", whole_h100_envelope, 30) as stack:
         create_fake_nodes(
@@ -251,7 +253,7 @@ def server_users(driven: Driven) -> list[str]:
     s = driven.stack.settings
     return [
         f"system:serviceaccount:{s.namespace}:tmi-webhook",
-        f"system:serviceaccount:{s.namespace}:tmi-allocation-controller",
+        f"system:serviceaccount:{s.scheduler_namespace}:tmi-allocation-controller",
         f"system:serviceaccount:{s.scheduler_namespace}:tmi-extender",
         f"system:serviceaccount:{s.scheduler_namespace}:{s.scheduler_name}",
     ]

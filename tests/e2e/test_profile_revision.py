@@ -16,6 +16,7 @@ newest verified signed profile ConfigMap by label, within seconds and without re
 from __future__ import annotations
 
 import contextlib
+import copy
 import json
 import time
 import uuid
@@ -24,7 +25,8 @@ from typing import Any
 
 import pytest
 
-from localcluster import ControlPlane, FakeNode, create_fake_nodes, wait_until
+from localcluster import ControlPlane, FakeNode, Kube, create_fake_nodes, wait_until
+from localcluster.kube import ApiError
 from localcluster.nodes import delete_fake_nodes
 from localcluster.stack import (
     CONDITION,
@@ -202,3 +204,101 @@ def test_following_a_new_revision_takes_only_its_publication(
     assert _pids(stack) == pids
     for pod in (before, after):
         admin.delete("v1", "Pod", pod, namespace, grace_period_seconds=0)
+
+
+# -- a rollback is the owner's to allow --------------------------------------------------------
+
+
+def _clear_record(kube: Kube, namespace: str) -> None:
+    kube.request(
+        "PATCH",
+        f"/apis/tmi.kamiwaza.ai/v1alpha1/tenantadmissions/{namespace}/status",
+        body={"status": None},
+        content_type="application/merge-patch+json",
+    )
+
+
+def _record(control_plane: ControlPlane, namespace: str) -> dict[str, Any]:
+    found: dict[str, Any] = control_plane.kube("admin").get(
+        "tmi.kamiwaza.ai/v1alpha1", "TenantAdmission", namespace
+    )
+    return found
+
+
+def test_a_replayed_older_revision_places_nothing(
+    control_plane: ControlPlane, setup: tuple[TenantStack, Owner, dict[str, Any]]
+) -> None:
+    """The tenant's namespace admin deletes revision 2 and recreates it with revision 1's signed
+    data (the ConfigMap's name is not signed, and the webhook's floor is the tenant's). Its
+    webhook plans under revision 1, but the owner's extender recorded version 2 in the tenant's
+    TenantAdmission, which the tenant cannot write, and places nothing below it, across a
+    restart too, until the owner lowers the floor."""
+    stack, owner, first = setup
+    namespace = stack.settings.namespace
+    installer = control_plane.kube("tmi-installer")
+    admin = control_plane.kube("admin")
+    second = revision(owner, namespace, 2, R2)
+    publish_profile(control_plane, second)
+    stack.upgrade(bundle_configmap=R2)
+    placed = f"r2-{uuid.uuid4().hex[:6]}"
+    installer.create(engine_pod(namespace, LARGE, name=placed))
+    assert (
+        planned_with(verified_pod(control_plane, stack, placed)) == second["data"]["bundle.sha256"]
+    )
+    record = wait_until(
+        lambda: (
+            _record(control_plane, namespace).get("status", {}).get("highestVerifiedVersion") == 2
+        ),
+        timeout=30,
+        what="the extender to record version 2",
+    )
+    assert record
+    # The record is the owner's: the tenant may neither reset nor edit it.
+    with pytest.raises(ApiError) as refused:
+        installer.delete("tmi.kamiwaza.ai/v1alpha1", "TenantAdmission", namespace)
+    assert refused.value.status == 403
+    with pytest.raises(ApiError) as refused:
+        _clear_record(installer, namespace)
+    assert refused.value.status == 403
+
+    replayed = copy.deepcopy(first)
+    replayed["metadata"]["name"] = R2
+    installer.delete("v1", "ConfigMap", R2, namespace)
+    installer.create(replayed)
+    wanted: str = first["data"]["bundle.sha256"]
+
+    def planned_with_r1() -> bool:
+        probe = engine_pod(namespace, LARGE, name=f"probe-{uuid.uuid4().hex[:6]}")
+        return planned_with(installer.create(probe, dry_run=True)) == wanted
+
+    wait_until(planned_with_r1, timeout=30, what="the tenant's webhook to plan under r1 again")
+    assert stack.extender is not None
+    for restarted in (False, True):
+        if restarted:
+            stack.extender.restart()
+        name = f"replay-{uuid.uuid4().hex[:6]}"
+        installer.create(engine_pod(namespace, LARGE, name=name))
+        pod = admin.wait_for(
+            "v1",
+            "Pod",
+            name,
+            namespace,
+            lambda p: "a version below the configured floor" in scheduled_message(p),
+            timeout=60,
+            what="the scheduler to report the extender's rollback refusal",
+        )
+        assert not pod["spec"].get("nodeName"), pod["spec"].get("nodeName")
+        admin.delete("v1", "Pod", name, namespace, grace_period_seconds=0)
+
+    # The owner allows the rollback: its configured floor is already 1, so it clears the record
+    # (docs/operations.md, "A profile rollback is refused").
+    _clear_record(admin, namespace)
+    allowed = f"allowed-{uuid.uuid4().hex[:6]}"
+    installer.create(engine_pod(namespace, LARGE, name=allowed))
+    assert verified_pod(control_plane, stack, allowed)["spec"]["nodeName"]
+    for pod_name in (placed, allowed):
+        admin.delete("v1", "Pod", pod_name, namespace, grace_period_seconds=0)
+
+
+def scheduled_message(pod: dict[str, Any]) -> str:
+    return str((condition(pod, "PodScheduled") or {}).get("message", ""))

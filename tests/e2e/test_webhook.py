@@ -24,6 +24,7 @@ import pytest
 
 from inference_policy.access import is_accelerator_resource
 from localcluster import ApiError, ControlPlane, FakeNode, Kube, pod_condition, wait_until
+from localcluster.admission_policies import verdict_writer
 from localcluster.webhook import (
     DEFAULT_BUNDLE_CONFIGMAP,
     PLAN_ANNOTATION,
@@ -392,24 +393,24 @@ def test_planned_pod_is_not_ready_until_allocation_verified(
         ready = next(c for c in running["status"]["conditions"] if c["type"] == "Ready")
         assert (ready["status"], ready["reason"]) == ("False", "ReadinessGatesNotReady")
 
-        admin.patch_status(
-            "v1",
-            "Pod",
-            name,
-            NAMESPACE,
-            {
-                "status": {
-                    "conditions": [
-                        {
-                            "type": GATE,
-                            "status": "True",
-                            "reason": "Verified",
-                            "message": "allocation matches the plan",
-                        }
-                    ]
-                }
-            },
-        )
+        verdict = {
+            "status": {
+                "conditions": [
+                    {
+                        "type": GATE,
+                        "status": "True",
+                        "reason": "Verified",
+                        "message": "allocation matches the plan",
+                    }
+                ]
+            }
+        }
+        # The condition is the owner's controller's alone: not even a cluster admin writes it.
+        with pytest.raises(ApiError) as refused:
+            admin.patch_status("v1", "Pod", name, NAMESPACE, verdict)
+        assert refused.value.status == 403
+        assert "only the owner's allocation controller may write" in refused.value.message
+        verdict_writer(control_plane, NAMESPACE).patch_status("v1", "Pod", name, NAMESPACE, verdict)
         verified = admin.wait_for(
             "v1",
             "Pod",

@@ -19,8 +19,12 @@ BASE = {
 
 
 def test_environment_gives_every_setting() -> None:
-    settings = settings_from_args([], {**BASE, "TMI_POD_NAMESPACES": "a, b", "TMI_PORT": "9443"})
+    settings = settings_from_args(
+        [],
+        {**BASE, "TMI_POD_NAMESPACES": "a, b", "TMI_PORT": "9443", "TMI_ROLLBACK_RECORD": "kw"},
+    )
     assert settings.namespace == "kamiwaza"
+    assert settings.rollback_record == "kw"
     assert settings.policy.owner_public_keys == (KEY,)
     assert settings.policy.cluster_binding_id == "demo-cluster"
     assert settings.policy.bundle_configmap == "kamiwaza-inference-profiles"
@@ -33,6 +37,8 @@ def test_flags_win_over_variables_and_pods_default_to_the_tenant_namespace() -> 
     settings = settings_from_args(["--namespace", "tenant-a", "--port", "8444"], BASE)
     assert settings.namespace == "tenant-a"
     assert settings.pod_namespaces == ("tenant-a",)
+    # Without a record named, only the configured floor holds.
+    assert settings.rollback_record is None
     assert settings.port == 8444
 
 

@@ -285,6 +285,12 @@ def constant_configuration(url: str, ca_bundle: str) -> dict[str, Any]:
             raise SystemExit(f"webhook {webhook['name']} does not select on {OPT_IN_LABEL}")
         for expression in selected:
             expression["values"] = [CONSTANT_OPT_IN]
+        # The chart's entry names its tenant namespace; the copy selects by its label alone.
+        webhook["namespaceSelector"]["matchExpressions"] = [
+            e
+            for e in webhook["namespaceSelector"]["matchExpressions"]
+            if e["key"] != "kubernetes.io/metadata.name"
+        ]
     return doc
 
 

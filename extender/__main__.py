@@ -28,12 +28,12 @@ async def serve(
     app: web.Application, settings: ExtenderSettings, reloader: CertificateReloader | None
 ) -> None:
     def started(runner: web.AppRunner) -> None:
+        tenants = settings.every_tenant()
         log.info(
-            "serving %s on %s; profile %s/%s; accounting pods in %s",
+            "serving %s on %s; profiles %s; accounting pods in %s",
             "HTTPS" if reloader else "plain HTTP",
             process.addresses(runner),
-            settings.namespace,
-            settings.policy.bundle_configmap,
+            ", ".join(f"{t.namespace}/{t.policy.bundle_configmap}" for t in tenants),
             ", ".join(settings.pod_namespaces),
         )
 
@@ -66,6 +66,7 @@ def prepare(settings: ExtenderSettings) -> Coroutine[Any, Any, None]:
         cert_reload_seconds=settings.cert_reload_seconds,
         read_timeout=settings.limits.read_timeout,
         rollback_record=settings.rollback_record,
+        tenants=settings.every_tenant(),
     )
     view = app[RUNTIME].view
     if view.policy.trust_error:

@@ -19,7 +19,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -31,6 +31,7 @@ from extender.args import ArgsError, extender_args
 from extender.config import DEFAULT_MAX_BODY_BYTES
 from extender.metrics import ExtenderMetrics
 from extender.sources import ClusterSource
+from extender.tenants import Tenant
 from extender.view import (
     ClusterView,
     FilterOutcome,
@@ -275,11 +276,14 @@ def create_app(
     clock: Callable[[], datetime] | None = None,
     read_timeout: float = ConnectionLimits().read_timeout,
     rollback_record: str | None = None,
+    tenants: Sequence[Tenant] = (),
 ) -> web.Application:
-    """The extender application, its view kept current by `source` while it runs."""
+    """The extender application, its view kept current by `source` while it runs. `tenants`
+    (`extender.tenants`) are every tenant namespace, the first `settings`'; none: that one."""
     clock = clock or (lambda: datetime.now(UTC))
-    scopes = tuple(pod_namespaces) if pod_namespaces is not None else (settings.namespace,)
-    view = ClusterView(settings, scopes, clock, rollback_record)
+    namespaces = [t.namespace for t in tenants] or [settings.namespace]
+    scopes = tuple(pod_namespaces) if pod_namespaces is not None else tuple(namespaces)
+    view = ClusterView(settings, scopes, clock, rollback_record, tenants)
     runtime = Runtime(
         view=view,
         source=source,

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from extender.tenants import Tenant, parse_tenants
 from inference_policy.signing import DEFAULT_CONFIGMAP_NAME
 from policy_io.state import PolicySettings
 from serving import settings as options
@@ -46,6 +47,11 @@ class ExtenderSettings(ServingSettings):
     # The cluster-scoped TenantAdmission holding the tenant's rollback floor
     # (`inference_policy.rollback`); None: only the configured floor holds.
     rollback_record: str | None = None
+    # Every tenant (`extender.tenants`); empty: the one of `policy` and `rollback_record`.
+    tenants: tuple[Tenant, ...] = ()
+
+    def every_tenant(self) -> tuple[Tenant, ...]:
+        return self.tenants or (Tenant(self.policy, self.rollback_record),)
 
 
 _OPTIONS: tuple[Option, ...] = (
@@ -62,10 +68,17 @@ _OPTIONS: tuple[Option, ...] = (
         "kept; no profile is used until it is read",
     ),
     Option(
+        "--tenants",
+        "TMI_TENANTS",
+        "further tenant namespaces, a JSON array of objects: namespace and what differs from "
+        "the first tenant (bundleConfigMap, followRevisions, ownerPublicKey, clusterBindingId, "
+        "minimumBundleVersion, gpu/cpuRecipeCatalogConfigMap, rollbackRecord)",
+    ),
+    Option(
         "--pod-namespaces",
         "TMI_POD_NAMESPACES",
         "namespaces whose engine Pods are accounted, comma-separated, or * for all "
-        "(default: --namespace)",
+        "(default: every tenant namespace)",
     ),
     options.CERT,
     options.KEY,
@@ -133,7 +146,9 @@ def settings_from_args(
         gpu_recipe_catalog_configmap=get("--gpu-recipe-catalog-configmap"),
         cpu_recipe_catalog_configmap=get("--cpu-recipe-catalog-configmap"),
     )
-    pod_namespaces = split_list(get("--pod-namespaces") or namespace)
+    rollback = get("--rollback-record") or None
+    tenants = parse_tenants(get("--tenants"), Tenant(policy, rollback))
+    pod_namespaces = split_list(get("--pod-namespaces") or ",".join(t.namespace for t in tenants))
     if ALL_NAMESPACES in pod_namespaces and len(pod_namespaces) > 1:
         raise ConfigError("--pod-namespaces: * (all namespaces) cannot be combined with names")
     plain = given.switch("plain_http", "TMI_PLAIN_HTTP", default=False)
@@ -159,7 +174,8 @@ def settings_from_args(
         watch_seconds=given.whole("--watch-seconds", defaults.watch_seconds, 10, 3600),
         shutdown_timeout=given.seconds("--shutdown-timeout", defaults.shutdown_timeout),
         drain_seconds=given.seconds("--drain-seconds", defaults.drain_seconds),
-        rollback_record=get("--rollback-record") or None,
+        rollback_record=rollback,
+        tenants=tenants,
         max_body_bytes=given.whole(
             "--max-body-bytes", defaults.max_body_bytes, 64 * 1024, 512 * 1024 * 1024
         ),

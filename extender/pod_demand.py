@@ -74,6 +74,22 @@ def pod_demand(pod: Mapping[str, Any], snapshot: PolicySnapshot, now: datetime) 
     return demand
 
 
+def outside_every_tenant(pod: Mapping[str, Any]) -> None:
+    """A Pod in no tenant namespace of this extender places nothing: with no plan and no reach
+    for an accelerator it passes untouched, and otherwise no signed profile vouches for it, so
+    Unplaceable."""
+    meta = pod.get("metadata") or {}
+    annotations = meta.get("annotations") if isinstance(meta, Mapping) else None
+    planned = isinstance(annotations, Mapping) and PLAN_ANNOTATION in annotations
+    if planned or reaches(pod):
+        namespace = meta.get("namespace") if isinstance(meta, Mapping) else None
+        raise Unplaceable(
+            f"namespace {namespace!r} is not a tenant namespace of this extender: no signed "
+            "profile vouches for a plan or a device there",
+            NodeVerdictCode.PROFILE_REFUSED,
+        )
+
+
 def check_plan_is_granted(
     pod: Mapping[str, Any], plan: Plan, snapshot: PolicySnapshot, now: datetime
 ) -> None:
@@ -105,4 +121,10 @@ def current_profile(snapshot: PolicySnapshot, now: datetime) -> VerifiedProfile:
     return profile
 
 
-__all__ = ["Unplaceable", "check_plan_is_granted", "current_profile", "pod_demand"]
+__all__ = [
+    "Unplaceable",
+    "check_plan_is_granted",
+    "current_profile",
+    "outside_every_tenant",
+    "pod_demand",
+]

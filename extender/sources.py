@@ -1,9 +1,9 @@
-"""Where the extender's `ClusterView` comes from: Nodes, planned Pods and the profile ConfigMap.
+"""Where the extender's `ClusterView` comes from: Nodes, planned Pods and each tenant's profile.
 
 `KubernetesSource` runs one informer per collection (all Nodes; the Pods labelled
 `kamiwaza.ai/deployment-id` in each accounted namespace that are bound and not terminated, the
 ledger's `HOLDING_PODS_FIELD_SELECTOR`, each kept as its `holding_part`, what decides what it
-holds; the profile ConfigMap by name in the tenant namespace), the
+holds; each tenant's profile ConfigMap by name in its namespace), the
 same `serving.informer.Informer` the webhook and the controller use: it lists, then watches from
 the list's resource version, and re-lists after `resync_seconds` or a 410 Gone, backing off with
 jitter after errors. It runs on the event loop and calls the source's handlers there, so the view
@@ -83,7 +83,7 @@ class KubernetesSource:
         self.watch_seconds = watch_seconds
         self.backoff_seconds = backoff_seconds
         self.informers = Informers(api)
-        self.record: RollbackRecord | None = None
+        self.records: list[RollbackRecord] = []
 
     @property
     def errors(self) -> int:
@@ -161,15 +161,15 @@ class KubernetesSource:
         return self._informer(collection, changed, listed, transform=holding_part)
 
     async def start(self, view: ClusterView) -> None:
-        feed = view.feed
-        if feed.rollback is not None:
-            self.record = record = RollbackRecord(feed, feed.rollback, self.api)
-            self.informers.add(record.informer(self._informer))
-            notify = record.changed
-        else:
+        for feed in view.feeds.values():
             notify = _ignore
-        for informer in feed_informers(feed, self._informer, notify):
-            self.informers.add(informer)
+            if feed.rollback is not None:
+                record = RollbackRecord(feed, feed.rollback, self.api)
+                self.records.append(record)
+                self.informers.add(record.informer(self._informer))
+                notify = record.changed
+            for informer in feed_informers(feed, self._informer, notify):
+                self.informers.add(informer)
         self.informers.add(self._nodes(view))
         for scope in self.pod_namespaces:
             self.informers.add(self._pods(view, scope))
@@ -177,8 +177,8 @@ class KubernetesSource:
 
     async def stop(self) -> None:
         await self.informers.stop()
-        if self.record is not None:
-            await self.record.stop()
+        for record in self.records:
+            await record.stop()
 
 
 def _ignore(change: FeedChange | None = None) -> None:

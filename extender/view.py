@@ -6,8 +6,10 @@ values, so there is no lock to wedge and a request never waits on the API server
 - the Nodes by name (parsed `NodeFacts`), for node-cache mode, where the scheduler sends names;
 - a `UsageLedger` of the requests of planned Pods bound to each node, rebuilt from a list after
   a restart and kept current by a watch;
-- the policy feed (`policy_io.feed`) of the owner profile, verified once per ConfigMap revision,
-  whose snapshot gives the binding a Pod's plan names and the accelerator it attests;
+- a policy feed (`policy_io.feed`) per tenant namespace (`extender.tenants`), each profile
+  verified once per ConfigMap revision, whose snapshot gives the binding a Pod's plan names and
+  the accelerator it attests; the ledger is one for every tenant, so tenants sharing a node are
+  accounted together;
 - a decayed histogram of the GPU requests it has been asked to place (`RequestMix`, each Pod
   counted once, by UID), the workload distribution the fragmentation-aware score is taken
   against. It starts empty after a restart, and the score is plain best fit until the first
@@ -35,7 +37,7 @@ synced), which fails the cycle so the scheduler retries.
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Generic, TypeVar
@@ -43,7 +45,8 @@ from typing import Any, Generic, TypeVar
 import orjson
 
 from extender.args import Candidates, candidates, has_plan, pod_of
-from extender.pod_demand import Unplaceable, pod_demand
+from extender.pod_demand import Unplaceable, outside_every_tenant, pod_demand
+from extender.tenants import Tenant
 from extender.wire import ExtenderArgs, ExtenderFilterResult, HostPriorityList
 from inference_policy.bounded import keep
 from inference_policy.fragmentation import RequestMix
@@ -160,12 +163,19 @@ class ClusterView:
         pod_scopes: Iterable[str],
         clock: Callable[[], datetime],
         rollback_record: str | None = None,
+        tenants: Sequence[Tenant] = (),
     ) -> None:
         self.settings = settings
         self.clock = clock
-        # It re-derives each Pod's plan (the grant check), so it reads the recipe catalogs too;
+        # One feed per tenant namespace (`extender.tenants`), the first is `settings`'. Each
+        # re-derives its Pods' plans (the grant check), so it reads the recipe catalogs too;
         # every profile is held to the owner's rollback floor when one is named.
-        self.feed = PolicyFeed(settings, clock=clock, rollback=rollback_record)
+        every = tuple(tenants) or (Tenant(settings, rollback_record),)
+        self.feeds: dict[str, PolicyFeed] = {
+            t.namespace: PolicyFeed(t.policy, clock=clock, rollback=t.rollback_record)
+            for t in every
+        }
+        self.feed = self.feeds[every[0].namespace]
         self._demands: dict[tuple[str, str, int, int], Demand | Refusal | None] = {}
         self.nodes: dict[str, NodeFacts] = {}
         self.ledger = UsageLedger()
@@ -186,12 +196,17 @@ class ClusterView:
 
     @property
     def pending(self) -> set[str]:
-        """The inputs not read yet: nodes, each Pod scope, and the profile."""
-        return self._pending if self.feed.ready else {*self._pending, PROFILE}
+        """The inputs not read yet: nodes, each Pod scope, and each tenant's profile."""
+        unread = {
+            PROFILE if len(self.feeds) == 1 else f"{PROFILE}/{namespace}"
+            for namespace, feed in self.feeds.items()
+            if not feed.ready
+        }
+        return {*self._pending, *unread}
 
     @property
     def ready(self) -> bool:
-        return not self._pending and self.feed.ready
+        return not self._pending and all(feed.ready for feed in self.feeds.values())
 
     def replace_nodes(self, nodes: Iterable[NodeFacts]) -> None:
         self.nodes = {node.name: node for node in nodes}
@@ -314,8 +329,13 @@ class ClusterView:
         again on every retry, and the grant check re-derives its plan each time (measured: 0.6
         ms of the scheduler's 3.1 ms a Pod without it, bench_scheduling). Within the second, an
         expiring profile is noticed at most that late."""
-        snapshot, now = self.feed.snapshot, self.clock()
+        now = self.clock()
         meta = pod.get("metadata") or {}
+        feed = self.feeds.get(str(meta.get("namespace") if isinstance(meta, Mapping) else ""))
+        if feed is None:
+            outside_every_tenant(pod)
+            return None
+        snapshot = feed.snapshot
         uid = meta.get("uid") if isinstance(meta, Mapping) else None
         version = meta.get("resourceVersion") if isinstance(meta, Mapping) else None
         if not isinstance(uid, str) or not isinstance(version, str):

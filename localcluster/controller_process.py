@@ -32,6 +32,8 @@ class ControllerReplica(LocalServer):
 
     identity: str = ""
     install: Rendered | None = None
+    # The owner part's Deployment this replica runs as (one per tenant namespace).
+    deployment: str = CONTROLLER_DEPLOYMENT
     # The ServiceAccount identity (a kubeconfig user) every replica runs as.
     account: str = CONTROLLER_IDENTITY
     # Extra environment for its next start (the fault tests' injection points).
@@ -45,7 +47,7 @@ class ControllerReplica(LocalServer):
 
     def argv(self) -> list[str]:
         assert self.install is not None, "the controller runs from the owner's rendered part"
-        shipped = self.install.args(CONTROLLER_DEPLOYMENT, replace=LOCAL_FLAGS)
+        shipped = self.install.args(self.deployment, replace=LOCAL_FLAGS)
         # The replica's identity is its Pod name (POD_NAME), as in the Deployment.
         return [
             *python_module("allocation_controller"),
@@ -57,7 +59,7 @@ class ControllerReplica(LocalServer):
 
     def environment(self) -> dict[str, str] | None:
         assert self.install is not None
-        chart = self.install.environment(CONTROLLER_DEPLOYMENT, self.identity)
+        chart = self.install.environment(self.deployment, self.identity)
         # The fault tests add their injection point on top of the chart's settings.
         return {**blank_tmi(), **chart, **self.env}
 
@@ -79,15 +81,20 @@ class LocalController:
     identity: str = CONTROLLER_IDENTITY
     # Where the Lease lives (None: ``namespace``); the chart puts it in the owner's namespace.
     lease_namespace: str | None = None
+    # The Deployment and Lease of this tenant's controller: the first tenant's keep the plain
+    # names, a further tenant's end in -<namespace> (the chart's owner.tenants).
+    deployment: str = CONTROLLER_DEPLOYMENT
+    lease_name: str = CONTROLLER_LEASE
 
     def __post_init__(self) -> None:
         if not self.replicas:
             self.replicas = [
                 ControllerReplica(
                     self.plane,
-                    identity=f"{CONTROLLER_LEASE}-{i}",
+                    identity=f"{self.lease_name}-{i}",
                     install=self.install,
                     account=self.identity,
+                    deployment=self.deployment,
                 )
                 for i in range(self.count)
             ]
@@ -133,7 +140,7 @@ class LocalController:
             return self.plane.kube("admin").get(
                 "coordination.k8s.io/v1",
                 "Lease",
-                CONTROLLER_LEASE,
+                self.lease_name,
                 self.lease_namespace or self.namespace,
             )
         except ApiError as exc:
@@ -168,7 +175,7 @@ class LocalController:
             index = next(i for i, r in enumerate(self.replicas) if r.identity == holder)
             return holder if self.is_leader(index) else None
 
-        return wait_until(leading, timeout=timeout, what=f"a leader for Lease {CONTROLLER_LEASE}")
+        return wait_until(leading, timeout=timeout, what=f"a leader for Lease {self.lease_name}")
 
 
 __all__ = [

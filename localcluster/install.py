@@ -53,6 +53,7 @@ def chart_values(
     scheduler_config: str | None = None,
     follow_revisions: bool = False,
     admission_policies: bool = True,
+    tenants: Sequence[Mapping[str, Any]] = (),
 ) -> dict[str, Any]:
     """The values file a test installs with: the seed's names, plus the local addresses
     (``admission_policies`` False: the fallback for clusters without admission policies)."""
@@ -78,6 +79,8 @@ def chart_values(
         "scheduler": {"enabled": scheduler_config is not None, "config": scheduler_config or ""},
         "webhook": {"url": webhook_url or "", "caBundle": ca_bundle or ""},
         "admissionPolicies": {"enabled": admission_policies},
+        # Further tenant namespaces of the same owner release (owner.tenants).
+        "tenants": [dict(t) for t in tenants],
     }
     return {
         "core": {"inferenceResources": resources},

@@ -112,6 +112,8 @@ class TenantStack:
     owner: Rendered | None = None
     scheduler_identity: str = SCHEDULER_IDENTITY
     applied: list[JSON] = field(default_factory=list)
+    # Further tenant namespaces the owner part serves (owner.tenants; localcluster.tenants).
+    further_tenants: list[JSON] = field(default_factory=list)
     _stopped: bool = False
 
     # -- the scheduler ----------------------------------------------------------------------------
@@ -183,6 +185,7 @@ class TenantStack:
             webhook_url=f"{self.webhook.url}/mutate",
             ca_bundle=self.plane.ca_bundle,
             scheduler_config=yaml.safe_dump(self.scheduler_config, sort_keys=False),
+            tenants=self.further_tenants,
         )
 
     def upgrade(self, **changes: Any) -> list[str]:

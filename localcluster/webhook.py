@@ -94,7 +94,9 @@ class LocalWebhook(LocalServer):
     @property
     def names(self) -> list[str]:
         """The webhook entries' names, as the API server quotes them in a denial."""
-        source = self.configuration or webhook_configuration(self.url, "")
+        source = self.configuration or webhook_configuration(
+            self.url, "", namespace=self.settings.namespace
+        )
         return [str(w["name"]) for w in source["webhooks"]]
 
     def _write_certificate(self) -> int:
@@ -202,7 +204,9 @@ class LocalWebhook(LocalServer):
             self.plane, docs, self.settings.namespace, wait=wait and self.opted_in, timeout=timeout
         )
         self.policies = docs
-        doc = rendered or webhook_configuration(f"{self.url}/mutate", self.plane.ca_bundle)
+        doc = rendered or webhook_configuration(
+            f"{self.url}/mutate", self.plane.ca_bundle, namespace=self.settings.namespace
+        )
         self.configuration = self.plane.kube("admin").apply(doc)
         if wait:
             wait_until(

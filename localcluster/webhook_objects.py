@@ -203,12 +203,22 @@ def apply_webhook_rbac(
     return applied
 
 
-def webhook_configuration(url: str, ca_bundle: str, *, admission_policies: bool = True) -> JSON:
-    """The chart's MutatingWebhookConfiguration with every entry calling ``url`` and trusting
-    ``ca_bundle`` (the owner.webhook.url and caBundle values); ``admission_policies`` False
-    renders the fallback with the guard entry, for clusters without admission policies."""
+def webhook_configuration(
+    url: str,
+    ca_bundle: str,
+    *,
+    admission_policies: bool = True,
+    namespace: str = "kamiwaza",
+) -> JSON:
+    """The chart's MutatingWebhookConfiguration for tenant ``namespace`` with every entry calling
+    ``url`` and trusting ``ca_bundle`` (the owner.webhook.url and caBundle values);
+    ``admission_policies`` False renders the fallback with the guard entry, for clusters
+    without admission policies."""
     rendered = render_owner_admission(
-        webhook_url=url, ca_bundle=ca_bundle, admission_policies=admission_policies
+        tenant_namespace=namespace,
+        webhook_url=url,
+        ca_bundle=ca_bundle,
+        admission_policies=admission_policies,
     )
     return rendered.get("MutatingWebhookConfiguration", CONFIGURATION_NAME)
 

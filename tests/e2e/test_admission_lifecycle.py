@@ -216,7 +216,9 @@ def test_an_owner_upgrade_under_a_stream_of_creates_fails_none(
             created.append(stored["metadata"]["name"])
 
     upgraded = [copy.deepcopy(doc) for doc in hook.policies]
-    configuration = webhook_configuration(f"{hook.url}/mutate", control_plane.ca_bundle)
+    configuration = webhook_configuration(
+        f"{hook.url}/mutate", control_plane.ca_bundle, namespace=hook.settings.namespace
+    )
     for doc in [*upgraded, configuration]:
         doc["metadata"].setdefault("labels", {})["helm.sh/chart"] = "tmi-upgraded"
         if doc["kind"] in ("MutatingAdmissionPolicy", "ValidatingAdmissionPolicy"):

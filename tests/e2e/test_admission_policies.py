@@ -76,7 +76,11 @@ def webhook_that_plans_nothing(control_plane: ControlPlane, hook: LocalWebhook) 
     try:
         yield
     finally:
-        admin.apply(webhook_configuration(f"{hook.url}/mutate", control_plane.ca_bundle))
+        admin.apply(
+            webhook_configuration(
+                f"{hook.url}/mutate", control_plane.ca_bundle, namespace=hook.settings.namespace
+            )
+        )
         wait_until(lambda: plans(hook), timeout=60, what="the webhook to plan engine Pods again")
 
 

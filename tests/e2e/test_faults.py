@@ -204,7 +204,11 @@ def test_webhook_replica_killed_during_a_burst_admits_nothing_unrewritten(
     expected = core_plan(stack, LARGE)
     try:
         # Both replicas behind one address, as the Service's endpoints.
-        kube.apply(webhook_configuration(f"{proxy.url}/mutate", control_plane.ca_bundle))
+        kube.apply(
+            webhook_configuration(
+                f"{proxy.url}/mutate", control_plane.ca_bundle, namespace=namespace
+            )
+        )
         wait_until(
             lambda: is_planned(first.probe()) and sum(proxy.connections.values()) > 0,
             timeout=60,

@@ -435,7 +435,12 @@ def fallback_guard(hook: LocalWebhook) -> Iterator[None]:
     policies = list(hook.policies)
     hook.remove_configuration()
     hook.install_configuration(
-        webhook_configuration(f"{hook.url}/mutate", hook.plane.ca_bundle, admission_policies=False),
+        webhook_configuration(
+            f"{hook.url}/mutate",
+            hook.plane.ca_bundle,
+            admission_policies=False,
+            namespace=hook.settings.namespace,
+        ),
         policies=[],
     )
     try:

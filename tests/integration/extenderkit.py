@@ -91,8 +91,12 @@ class PlanBody(dict[str, Any]):
     request: dict[str, Any]
 
 
-def plan_for(owner: Owner, envelope: dict[str, Any], document: dict[str, Any]) -> PlanBody:
-    decision = owner.state(envelope).decide(document, NOW)
+def plan_for(
+    owner: Owner, envelope: dict[str, Any], document: dict[str, Any], **settings: Any
+) -> PlanBody:
+    """The webhook's plan for `document` under `envelope` (`settings`: the tenant's, say its
+    namespace)."""
+    decision = owner.state(envelope, **settings).decide(document, NOW)
     assert decision.allowed, decision.body
     body = PlanBody(decision.body)
     body.request = copy.deepcopy(document)

@@ -66,18 +66,21 @@ def _in_scope(pod: Mapping[str, Any], scopes: tuple[str, ...]) -> bool:
 
 
 class ExtenderMemorySource:
-    """Nodes, Pods and the profile from memory. An input named in `hold` ("nodes", "pods",
-    "profile") is not delivered at start, so the view stays unready for it."""
+    """Nodes, Pods and the profile from memory: `configmap` is the first tenant's, `profiles`
+    any tenant's by namespace. An input named in `hold` ("nodes", "pods", "profile") is not
+    delivered at start, so the view stays unready for it."""
 
     def __init__(
         self,
         nodes: Iterable[Mapping[str, Any]] = (),
         pods: Iterable[Mapping[str, Any]] = (),
         configmap: Mapping[str, Any] | None = None,
+        profiles: Mapping[str, Mapping[str, Any]] | None = None,
     ) -> None:
         self.nodes: dict[str, Mapping[str, Any]] = {str(n["metadata"]["name"]): n for n in nodes}
         self.pods: dict[str, Mapping[str, Any]] = {pod_key(p): p for p in pods}
         self.configmap = configmap
+        self.profiles = dict(profiles or {})
         self.view: ClusterView | None = None
         self.hold: set[str] = set()
 
@@ -129,10 +132,10 @@ class ExtenderMemorySource:
             self._deliver_profile(self.view)
 
     def _deliver_profile(self, view: ClusterView) -> None:
-        feed = view.feed
-        cm = self.configmap
-        if not feed.follows:
-            feed.profile_read(cm)
-            return
-        name = str((cm.get("metadata") or {}).get("name")) if cm is not None else ""
-        feed.revisions_listed({name: cm} if cm is not None else {})
+        for namespace, feed in view.feeds.items():
+            cm = self.profiles.get(namespace, self.configmap if feed is view.feed else None)
+            if not feed.follows:
+                feed.profile_read(cm)
+                continue
+            name = str((cm.get("metadata") or {}).get("name")) if cm is not None else ""
+            feed.revisions_listed({name: cm} if cm is not None else {})

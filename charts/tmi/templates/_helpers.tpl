@@ -25,6 +25,36 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{- if .Values.tenant.enabled -}}{{ .Release.Namespace }}{{- else -}}{{ .Values.owner.tenantNamespace }}{{- end -}}
 {{- end -}}
 
+{{/*
+Every tenant namespace the owner release serves, as a JSON array: first the one above with
+core.inferenceResources, then each of owner.tenants, whose absent fields are the first's. Each
+entry: namespace, suffix ("" for the first, whose objects keep the single-tenant names, else
+"-<namespace>"), the trust and profile settings, and where its webhook is called.
+*/}}
+{{- define "tmi.ownerTenants" -}}
+{{- $ir := .Values.core.inferenceResources -}}
+{{- $o := .Values.owner -}}
+{{- $first := dict "namespace" (include "tmi.tenantNamespace" .) "suffix" "" "bundleConfigMap" $ir.bundleConfigMap "followRevisions" $ir.followRevisions "ownerPublicKey" $ir.ownerPublicKey "clusterBindingId" $ir.clusterBindingId "minimumBundleVersion" ($ir.minimumBundleVersion | int) "gpuRecipeCatalogConfigMap" ($ir.gpuRecipeCatalogConfigMap | default "") "cpuRecipeCatalogConfigMap" ($ir.cpuRecipeCatalogConfigMap | default "") "webhookUrl" $o.webhook.url "caBundle" $o.webhook.caBundle -}}
+{{- $all := list $first -}}
+{{- range $o.tenants -}}
+{{- $t := merge (dict "namespace" .namespace "suffix" (printf "-%s" .namespace) "webhookUrl" ((.webhook | default dict).url | default "") "caBundle" ((.webhook | default dict).caBundle | default "")) (omit . "webhook") (omit $first "namespace" "suffix" "webhookUrl" "caBundle") -}}
+{{- $all = append $all $t -}}
+{{- end -}}
+{{- toJson $all -}}
+{{- end -}}
+
+{{/* The ConfigMaps an owner server reads by name in one tenant's namespace (`t`, an entry of
+tmi.ownerTenants). */}}
+{{- define "tmi.tenantConfigMaps" -}}
+- {{ .bundleConfigMap | quote }}
+{{- with .gpuRecipeCatalogConfigMap }}
+- {{ . | quote }}
+{{- end }}
+{{- with .cpuRecipeCatalogConfigMap }}
+- {{ . | quote }}
+{{- end }}
+{{- end -}}
+
 {{- define "tmi.pullSecret" -}}
 {{- with .Values.global.imagePullSecrets -}}
 {{- $first := first . -}}
@@ -87,8 +117,8 @@ TMI_CPU_RECIPE_CATALOG_CONFIGMAP: {{ . | quote }}
 {{/* The two webhook entries' shared parts: where the API server calls, and what it sends. */}}
 {{- define "tmi.webhookClientConfig" -}}
 clientConfig:
-  {{- if .o.webhook.url }}
-  url: {{ .o.webhook.url | quote }}
+  {{- if .url }}
+  url: {{ .url | quote }}
   {{- else }}
   service:
     namespace: {{ .ns }}
@@ -96,7 +126,7 @@ clientConfig:
     path: /mutate
     port: 443
   {{- end }}
-  {{- with .o.webhook.caBundle }}
+  {{- with .caBundle }}
   caBundle: {{ . | quote }}
   {{- end }}
 {{- end }}
@@ -120,8 +150,8 @@ namespaceSelector:
       operator: In
       values: ["enabled"]
     - key: kubernetes.io/metadata.name
-      operator: NotIn
-      values: ["kube-system", "kube-public", "kube-node-lease"]
+      operator: In
+      values: [{{ .ns | quote }}]
 {{- end }}
 
 {{/* One tenant namespace, and only while it is opted in: the owner's admission policies. */}}

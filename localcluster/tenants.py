@@ -1,0 +1,154 @@
+"""A further tenant namespace served by a stack's owner release, as `owner.tenants` installs it.
+
+`deploy_stack` brings up one tenant with the whole owner side; `add_tenant` adds a second
+tenant the way an owner would: the tenant's own part installed in its namespace by its
+installer, its profile (signed with its own owner key) published there, and the owner release
+upgraded with the tenant in `owner.tenants`, which gives it its own TenantAdmission, policies,
+webhook configuration and allocation controller, and puts it in the one extender's settings. The
+scheduler and the extender stay one: they place both tenants' Pods on the nodes they share.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from typing import Any
+
+from localcluster.admission_policies import policy_docs
+from localcluster.controller_process import CONTROLLER_DEPLOYMENT, LocalController
+from localcluster.controlplane import HOST
+from localcluster.extender_process import EXTENDER_DEPLOYMENT, LOCAL_FLAGS
+from localcluster.install import (
+    INSTALLER,
+    Rendered,
+    grant_installer,
+    render_owner,
+    render_tenant,
+    wait_allowed,
+)
+from localcluster.kube import JSON
+from localcluster.process import free_port
+from localcluster.stack import WEBHOOK_DEPLOYMENT, TenantStack, _apply, _owner_applied
+from localcluster.stack_settings import StackSettings
+from localcluster.webhook import CONFIGURATION_NAME, LocalWebhook, publish_profile, set_opt_in
+
+
+@dataclass
+class FurtherTenant:
+    """The second tenant's own servers: its webhook, and its controller on the owner's side."""
+
+    settings: StackSettings
+    webhook: LocalWebhook
+    controller: LocalController
+    tenant: Rendered
+
+    def stop(self) -> None:
+        self.controller.stop()
+        self.webhook.stop()
+
+
+def _ours(doc: Mapping[str, Any], namespace: str) -> bool:
+    name = str(doc["metadata"]["name"])
+    return (
+        doc["kind"] == "CustomResourceDefinition"
+        or name in (namespace,)
+        or (name.endswith(f"-{namespace}"))
+    )
+
+
+def add_tenant(
+    stack: TenantStack, settings: StackSettings, profile: Mapping[str, Any]
+) -> FurtherTenant:
+    """Install a further tenant ``settings.namespace`` beside ``stack``'s, with ``profile`` (its
+    signed ConfigMap), and upgrade the owner part to serve it. Stop it before the stack."""
+    assert stack.extender is not None and stack.controller is not None and stack.owner is not None
+    plane, ns = stack.plane, settings.namespace
+    owner_ns = stack.settings.scheduler_namespace
+    configmap: JSON = copy.deepcopy(dict(profile))
+    configmap["metadata"]["name"] = settings.bundle_configmap
+    settings.verify(configmap)
+    plane.create_namespace(ns)
+    grant_installer(plane, ns)
+    port = free_port()
+    url = f"https://{HOST}:{port}/mutate"
+    stack.further_tenants.append(
+        {
+            "namespace": ns,
+            "ownerPublicKey": ",".join(settings.owner_public_keys),
+            "clusterBindingId": settings.cluster_binding_id,
+            "bundleConfigMap": settings.bundle_configmap,
+            "webhook": {"url": url, "caBundle": plane.ca_bundle},
+        }
+    )
+    tenant = render_tenant(settings.chart_values(webhook_url=url, ca_bundle=plane.ca_bundle), ns)
+    owner = render_owner(stack.values(), owner_ns)
+    _apply(stack, tenant.applied(), identity=INSTALLER)
+    _apply(stack, _owner_applied(owner))
+    publish_profile(plane, configmap)
+    suffix = f"-{ns}"
+    controller_name = f"{CONTROLLER_DEPLOYMENT}{suffix}"
+    wait_allowed(
+        plane,
+        f"system:serviceaccount:{owner_ns}:{EXTENDER_DEPLOYMENT}",
+        [
+            {
+                "resource": "configmaps",
+                "verb": "watch",
+                "namespace": ns,
+                "name": settings.bundle_configmap,
+            }
+        ],
+    )
+    wait_allowed(
+        plane,
+        f"system:serviceaccount:{owner_ns}:{CONTROLLER_DEPLOYMENT}",
+        [{"resource": "pods", "subresource": "status", "verb": "patch", "namespace": ns}],
+    )
+
+    name = f"tmi-webhook{suffix}"
+    directory = plane.workdir / name
+    directory.mkdir(parents=True, exist_ok=True)
+    webhook_settings = replace(
+        settings.webhook_settings(),
+        shipped_args=tuple(tenant.args(WEBHOOK_DEPLOYMENT, replace=LOCAL_FLAGS)),
+        environment=tuple(tenant.environment(WEBHOOK_DEPLOYMENT, name).items()),
+    )
+    webhook = LocalWebhook(
+        plane,
+        webhook_settings,
+        directory,
+        port=port,
+        identity=plane.service_account_identity(ns, WEBHOOK_DEPLOYMENT),
+    )
+    controller = LocalController(
+        plane,
+        ns,
+        settings.controller_replicas,
+        install=owner,
+        identity=stack.controller.identity,
+        lease_namespace=owner_ns,
+        deployment=controller_name,
+        lease_name=controller_name,
+    )
+    added = FurtherTenant(settings, webhook, controller, tenant)
+    try:
+        webhook.start()
+        set_opt_in(plane, ns, True)
+        webhook.opted_in = True
+        webhook.install_configuration(
+            owner.get("MutatingWebhookConfiguration", f"{CONFIGURATION_NAME}{suffix}"),
+            policies=[d for d in policy_docs(owner) if _ours(d, ns)],
+        )
+        # The owner's upgrade rolls the extender, whose settings now name the new tenant.
+        stack.owner = owner
+        stack.extender.install = owner
+        stack.extender.restart()
+        controller.start()
+    except BaseException:
+        added.stop()
+        raise
+    return added
+
+
+__all__ = ["FurtherTenant", "add_tenant"]

@@ -1,0 +1,142 @@
+"""One owner release for two tenant namespaces: each gets its own parameters, policies, webhook
+configuration and allocation controller, and the one extender is configured for both (its own
+settings parser reads what the chart writes)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from extender.config import settings_from_args
+from localcluster import chartgen
+from localcluster.chart import OWNER, find, part_values, render
+from localcluster.kube import JSON
+
+FIRST, SECOND = chartgen.TENANT_NAMESPACE, "team-b"
+OWNER_NS = chartgen.OWNER_NAMESPACE
+SECOND_KEY = "BwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwc="
+
+
+@pytest.fixture(scope="module")
+def docs() -> list[JSON]:
+    values = chartgen.base_values()
+    values["owner"]["tenants"] = [
+        {
+            "namespace": SECOND,
+            "ownerPublicKey": SECOND_KEY,
+            "bundleConfigMap": "team-b-profile-r4",
+            "minimumBundleVersion": 4,
+            "webhook": {"url": "https://webhook.team-b.example:8443/mutate", "caBundle": "Q0E="},
+        }
+    ]
+    rendered: list[JSON] = render(part_values(OWNER, values), namespace=OWNER_NS)
+    return rendered
+
+
+def _names(docs: list[JSON], kind: str) -> set[tuple[str, str | None]]:
+    return {
+        (d["metadata"]["name"], d["metadata"].get("namespace")) for d in docs if d["kind"] == kind
+    }
+
+
+def test_each_tenant_has_its_own_parameters_and_policies(docs: list[JSON]) -> None:
+    first, second = find(docs, "TenantAdmission", FIRST), find(docs, "TenantAdmission", SECOND)
+    assert second["spec"]["minimumBundleVersion"] == 4
+    assert first["spec"]["minimumBundleVersion"] == 1
+    assert first["spec"]["allocationController"] == second["spec"]["allocationController"]
+    for policy in ("shield", "guard", "claims", "verdict"):
+        for namespace in (FIRST, SECOND):
+            binding = next(
+                d
+                for d in docs
+                if d["kind"].endswith("AdmissionPolicyBinding")
+                and d["metadata"]["name"] == f"kamiwaza-tmi-{policy}-{namespace}"
+            )
+            selector = binding["spec"]["matchResources"]["namespaceSelector"]
+            assert {
+                "key": "kubernetes.io/metadata.name",
+                "operator": "In",
+                "values": [namespace],
+            } in selector["matchExpressions"]
+
+
+def test_each_tenant_webhook_is_sent_its_own_namespaces_engine_pods(docs: list[JSON]) -> None:
+    first = find(docs, "MutatingWebhookConfiguration", "kamiwaza-tenant-inference")
+    second = find(docs, "MutatingWebhookConfiguration", f"kamiwaza-tenant-inference-{SECOND}")
+    for configuration, namespace in ((first, FIRST), (second, SECOND)):
+        (entry,) = configuration["webhooks"]
+        names = next(
+            e
+            for e in entry["namespaceSelector"]["matchExpressions"]
+            if e["key"] == "kubernetes.io/metadata.name"
+        )
+        assert names == {
+            "key": "kubernetes.io/metadata.name",
+            "operator": "In",
+            "values": [namespace],
+        }
+    assert first["webhooks"][0]["clientConfig"]["service"]["namespace"] == FIRST
+    assert second["webhooks"][0]["clientConfig"] == {
+        "url": "https://webhook.team-b.example:8443/mutate",
+        "caBundle": "Q0E=",
+    }
+    # Its CA is given, so cert-manager injects nothing into it; the first's it injects.
+    assert "annotations" not in second["metadata"]
+    assert "cert-manager.io/inject-ca-from" in first["metadata"]["annotations"]
+
+
+def test_one_extender_is_configured_for_both_tenants(docs: list[JSON]) -> None:
+    data: dict[str, Any] = find(docs, "ConfigMap", "tmi-extender-settings")["data"]
+    settings = settings_from_args(["--plain-http"], data)
+    first, second = settings.every_tenant()
+    assert (first.namespace, first.rollback_record) == (FIRST, FIRST)
+    assert (second.namespace, second.rollback_record) == (SECOND, SECOND)
+    assert second.policy.owner_public_keys == (SECOND_KEY,)
+    assert second.policy.bundle_configmap == "team-b-profile-r4"
+    assert second.policy.minimum_bundle_version == 4
+    assert second.policy.cluster_binding_id == first.policy.cluster_binding_id
+    assert settings.pod_namespaces == (FIRST, SECOND)
+    # It may read each tenant's profile and write each tenant's record, and nothing more.
+    assert _names(docs, "Role") >= {
+        ("tmi-extender-read-profiles", FIRST),
+        ("tmi-extender-read-profiles", SECOND),
+    }
+    second_role = next(
+        d
+        for d in docs
+        if d["kind"] == "Role"
+        and d["metadata"].get("namespace") == SECOND
+        and d["metadata"]["name"] == "tmi-extender-read-profiles"
+    )
+    assert second_role["rules"][0]["resourceNames"] == ["team-b-profile-r4"]
+    cluster_role = find(docs, "ClusterRole", "kamiwaza-tmi-extender")
+    records = [r for r in cluster_role["rules"] if "tenantadmissions/status" in r["resources"]]
+    assert records[0]["resourceNames"] == [FIRST, SECOND]
+
+
+def test_each_tenant_has_its_own_controller_and_lease(docs: list[JSON]) -> None:
+    deployments = {
+        d["metadata"]["name"]: d
+        for d in docs
+        if d["kind"] == "Deployment" and "allocation-controller" in d["metadata"]["name"]
+    }
+    assert set(deployments) == {"tmi-allocation-controller", f"tmi-allocation-controller-{SECOND}"}
+    selectors = [d["spec"]["selector"]["matchLabels"] for d in deployments.values()]
+    assert selectors[0] != selectors[1]
+    second = deployments[f"tmi-allocation-controller-{SECOND}"]
+    (container,) = second["spec"]["template"]["spec"]["containers"]
+    assert f"--lease-name=tmi-allocation-controller-{SECOND}" in container["args"]
+    settings = find(docs, "ConfigMap", f"tmi-controller-settings-{SECOND}")["data"]
+    assert settings["TMI_NAMESPACE"] == SECOND
+    assert settings["TMI_OWNER_PUBLIC_KEY"] == SECOND_KEY
+    assert ("tmi-allocation-controller", SECOND) in _names(docs, "RoleBinding")
+    lease = next(
+        r
+        for r in find(docs, "Role", "tmi-allocation-controller-lease")["rules"]
+        if r.get("resourceNames")
+    )
+    assert lease["resourceNames"] == [
+        "tmi-allocation-controller",
+        f"tmi-allocation-controller-{SECOND}",
+    ]

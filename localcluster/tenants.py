@@ -18,18 +18,23 @@ from typing import Any
 from localcluster.admission_policies import policy_docs
 from localcluster.controller_process import CONTROLLER_DEPLOYMENT, LocalController
 from localcluster.controlplane import HOST
-from localcluster.extender_process import EXTENDER_DEPLOYMENT, LOCAL_FLAGS
+from localcluster.extender_process import LOCAL_FLAGS
 from localcluster.install import (
     INSTALLER,
     Rendered,
     grant_installer,
     render_owner,
     render_tenant,
-    wait_allowed,
 )
 from localcluster.kube import JSON
 from localcluster.process import free_port
-from localcluster.stack import WEBHOOK_DEPLOYMENT, TenantStack, _apply, _owner_applied
+from localcluster.stack import (
+    WEBHOOK_DEPLOYMENT,
+    TenantStack,
+    _apply,
+    _owner_applied,
+    _wait_rbac,
+)
 from localcluster.stack_settings import StackSettings
 from localcluster.webhook import CONFIGURATION_NAME, LocalWebhook, publish_profile, set_opt_in
 
@@ -88,23 +93,8 @@ def add_tenant(
     publish_profile(plane, configmap)
     suffix = f"-{ns}"
     controller_name = f"{CONTROLLER_DEPLOYMENT}{suffix}"
-    wait_allowed(
-        plane,
-        f"system:serviceaccount:{owner_ns}:{EXTENDER_DEPLOYMENT}",
-        [
-            {
-                "resource": "configmaps",
-                "verb": "watch",
-                "namespace": ns,
-                "name": settings.bundle_configmap,
-            }
-        ],
-    )
-    wait_allowed(
-        plane,
-        f"system:serviceaccount:{owner_ns}:{CONTROLLER_DEPLOYMENT}",
-        [{"resource": "pods", "subresource": "status", "verb": "patch", "namespace": ns}],
-    )
+    # What each server needs first in the new namespace, as for the first tenant.
+    _wait_rbac(plane, replace(settings, scheduler_namespace=owner_ns))
 
     name = f"tmi-webhook{suffix}"
     directory = plane.workdir / name

@@ -112,7 +112,12 @@ def expected_files() -> dict[Path, str]:
         text = template_text(part_values(part, values), namespace=namespace)
         rendered.update(by_source(text))
     per_dir: dict[str, list[str]] = {d: [] for d in BASE_DIRS.values()}
-    for source, docs in sorted(rendered.items()):
+    for source, all_docs in sorted(rendered.items()):
+        # Helm hooks run only on their event (the tenant's pre-delete cleanup); a kustomize
+        # base would run them at apply, so they are left out (README, "Installing").
+        docs = [d for d in all_docs if "helm.sh/hook" not in d]
+        if not docs:
+            continue
         template = source.removeprefix(f"{CHART.name}/templates/")
         folder, _, name = template.rpartition("/")
         base = BASE_DIRS[folder]

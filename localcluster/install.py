@@ -18,6 +18,7 @@ by the harness and nothing else:
 
 from __future__ import annotations
 
+import subprocess
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -26,7 +27,7 @@ from inference_policy.schedconfig import DEFAULT_SCHEDULER_NAME, DEFAULT_SCHEDUL
 from localcluster.chart import OWNER, TENANT, find, part_values, render
 from localcluster.controlplane import ControlPlane
 from localcluster.kube import JSON
-from localcluster.process import wait_until
+from localcluster.process import python_module, wait_until
 
 FIELD_MANAGER = "helm"
 INSTALLER = "tmi-installer"
@@ -101,7 +102,14 @@ class Rendered:
         return find(self.docs, kind, name)
 
     def applied(self) -> list[JSON]:
-        return [d for d in self.docs if d["kind"] not in NOT_APPLIED]
+        """What an install applies: not the Deployments (the harness runs their servers), nor
+        Helm hooks (they run only on their event)."""
+        return [
+            d
+            for d in self.docs
+            if d["kind"] not in NOT_APPLIED
+            and "helm.sh/hook" not in ((d.get("metadata") or {}).get("annotations") or {})
+        ]
 
     def container(self, deployment: str) -> JSON:
         (container,) = self.get("Deployment", deployment)["spec"]["template"]["spec"]["containers"]
@@ -256,7 +264,34 @@ def wait_allowed(
         wait_until(allowed, timeout=timeout, what=f"RBAC to let {user} {dict(attrs)}")
 
 
+CLEANUP_HOOK = "tmi-webhook-cleanup"
+
+
+def run_uninstall_hook(plane: ControlPlane, tenant: Rendered) -> subprocess.CompletedProcess[str]:
+    """What `helm uninstall` of the tenant part runs first: its pre-delete Job's command, as
+    the Job's ServiceAccount (created by the installer, as the hook's first step), under the
+    rights the chart grants it. The ServiceAccount stays for the caller to remove."""
+    job = tenant.get("Job", CLEANUP_HOOK)
+    spec = job["spec"]["template"]["spec"]
+    (container,) = spec["containers"]
+    account = spec["serviceAccountName"]
+    plane.kube(INSTALLER).apply(tenant.get("ServiceAccount", account))
+    identity = plane.service_account_identity(tenant.namespace, account)
+    return subprocess.run(
+        [
+            *python_module("tmi_cli"),
+            *container["args"],
+            f"--kubeconfig={plane.kubeconfig(identity)}",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
 __all__ = [
+    "CLEANUP_HOOK",
     "FIELD_MANAGER",
     "INSTALLER",
     "NOT_APPLIED",
@@ -268,5 +303,6 @@ __all__ = [
     "render_owner_admission",
     "render_part",
     "render_tenant",
+    "run_uninstall_hook",
     "wait_allowed",
 ]

@@ -177,7 +177,9 @@ def apply_webhook_rbac(
     plane: ControlPlane, settings: WebhookSettings, timeout: float = 30.0
 ) -> list[JSON]:
     """Apply the chart's ServiceAccount, Role and RoleBinding for the webhook, rendered for
-    ``settings``, and wait until the authorizer lets that ServiceAccount read the profile."""
+    ``settings``, and wait until the authorizer lets that ServiceAccount read the profile. The
+    identity's token is issued again: one issued for a ServiceAccount that was deleted (an
+    uninstall) stops authenticating once the API server's token cache forgets it."""
     tenant = render_tenant(chart_values_for(settings), settings.namespace)
     docs = [
         tenant.get("ServiceAccount", IDENTITY),
@@ -185,6 +187,7 @@ def apply_webhook_rbac(
         tenant.get("RoleBinding", WEBHOOK_ROLE),
     ]
     applied = plane.apply_manifest(docs)
+    plane.service_account_identity(settings.namespace, IDENTITY)
     user = f"system:serviceaccount:{settings.namespace}:{IDENTITY}"
     wait_allowed(
         plane,

@@ -46,6 +46,7 @@ from inference_policy.signing import (
 from policy_io.catalog import packaged_catalog
 from policy_io.files import InputError, read_bytes, read_json
 from policy_io.state import PolicySettings, PolicyState
+from tmi_cli.cleanup_command import add_cleanup_parser
 from tmi_cli.detect import TOOLKIT_CONFIG, DetectionError, detect_accelerator, detect_toolkit
 from tmi_cli.evidence_command import add_evidence_parser
 
@@ -362,6 +363,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_detect)
 
     add_evidence_parser(sub)
+    add_cleanup_parser(sub)
 
     p = sub.add_parser("sign", help="sign an envelope into an immutable ConfigMap")
     p.add_argument("--envelope", required=True, metavar="FILE")

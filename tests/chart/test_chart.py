@@ -290,9 +290,12 @@ def test_the_generated_files_are_current() -> None:
 
 def _normalised(docs: list[JSON]) -> dict[tuple[str, str, str], JSON]:
     """Objects by identity, without what legitimately differs between the install paths: the
-    labels naming the tool, and checksums of settings an overlay patches after rendering."""
+    labels naming the tool, checksums of settings an overlay patches after rendering, and Helm
+    hooks (a kustomize base has no events to run them on)."""
     out: dict[tuple[str, str, str], JSON] = {}
     for original in docs:
+        if "helm.sh/hook" in (original["metadata"].get("annotations") or {}):
+            continue
         doc = copy.deepcopy(original)
         labels = doc["metadata"].get("labels") or {}
         labels.pop("app.kubernetes.io/managed-by", None)
@@ -372,3 +375,39 @@ def test_the_owners_extender_plans_with_what_the_tenants_webhook_plans_with(
     role = find(rendered(changed, OWNER), "Role", "tmi-extender-read-profiles")
     (rule,) = role["rules"]
     assert set(rule["resourceNames"]) >= {"gpu-recipes", "cpu-recipes"}
+
+
+def test_the_tenant_uninstall_hook_runs_first_and_the_owner_grants_it_one_configuration(
+    values: dict[str, Any],
+) -> None:
+    """The pre-delete Job (and its ServiceAccount, made just before it) removes the owner's
+    configuration for this namespace; the owner release lets that ServiceAccount get and delete
+    exactly that one; the kustomize base, which has no uninstall event, leaves the hook out."""
+    tenant = rendered(values, TENANT)
+    job = find(tenant, "Job", "tmi-webhook-cleanup")
+    account = find(tenant, "ServiceAccount", "tmi-webhook-cleanup")
+    for doc, weight in ((account, "-10"), (job, "0")):
+        annotations = doc["metadata"]["annotations"]
+        assert annotations["helm.sh/hook"] == "pre-delete"
+        assert annotations["helm.sh/hook-weight"] == weight
+    (container,) = job["spec"]["template"]["spec"]["containers"]
+    assert container["args"][:2] == ["remove-webhooks", f"--namespace={TENANT_NS}"]
+    assert "--best-effort" in container["args"]
+    assert f"--configuration=kamiwaza-tenant-inference-{TENANT_NS}" in container["args"]
+    assert {"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"} in container["env"]
+    owner = rendered(values, OWNER)
+    role = find(owner, "ClusterRole", f"kamiwaza-tmi-webhook-cleanup-{TENANT_NS}")
+    assert role["rules"] == [
+        {
+            "apiGroups": ["admissionregistration.k8s.io"],
+            "resources": ["mutatingwebhookconfigurations"],
+            "resourceNames": ["kamiwaza-tenant-inference"],
+            "verbs": ["get", "delete"],
+        }
+    ]
+    binding = find(owner, "ClusterRoleBinding", f"kamiwaza-tmi-webhook-cleanup-{TENANT_NS}")
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": "tmi-webhook-cleanup", "namespace": TENANT_NS}
+    ]
+    base = (ROOT / "manifests" / "webhook" / "kustomization.yaml").read_text()
+    assert "cleanup" not in base

@@ -18,7 +18,13 @@ import pytest
 
 from inference_policy.access_cel import FORGERY_PREFIX
 from localcluster import ApiError, ControlPlane, FakeNode, Kube, create_fake_nodes, wait_until
-from localcluster.install import render_tenant
+from localcluster.install import (
+    CLEANUP_HOOK,
+    render_owner_admission,
+    render_tenant,
+    run_uninstall_hook,
+    wait_allowed,
+)
 from localcluster.nodes import delete_fake_nodes
 from localcluster.webhook import webhook_configuration
 from localcluster.webhook_objects import apply_webhook_rbac, chart_values_for
@@ -189,6 +195,76 @@ def test_with_the_tenant_part_uninstalled_plain_pods_are_created_and_engine_pods
     finally:
         apply_webhook_rbac(control_plane, hook.settings)
         hook.start()
+        wait_until(lambda: plans(hook), timeout=60, what="the reinstalled webhook to plan")
+
+
+def test_the_tenant_uninstall_hook_removes_its_webhook_configuration_and_no_other(
+    control_plane: ControlPlane, webhook: Deployed, installer: Kube, kamiwaza_pods: Any
+) -> None:
+    """`helm uninstall` of the tenant release runs its pre-delete Job first: `tmi
+    remove-webhooks`, as the Job's ServiceAccount under the owner's grant, deletes the owner's
+    configuration that calls this namespace's webhook, so no entry outlives its server. It may
+    read and delete that one only. Afterwards plain Pods are created, shielded, and engine Pods
+    are refused by the owner's guard (no plan, no shield), not by a webhook that is gone."""
+    hook = webhook.hook
+    assert hook.configuration is not None
+    name = hook.configuration["metadata"]["name"]
+    tenant = render_tenant(chart_values_for(hook.settings), NAMESPACE)
+    admin = control_plane.kube("admin")
+    owner = render_owner_admission(tenant_namespace=NAMESPACE)
+    grant = [d for d in owner.docs if d["metadata"]["name"].startswith("kamiwaza-tmi-webhook-")]
+    assert {d["kind"] for d in grant} == {"ClusterRole", "ClusterRoleBinding"}
+    for doc in grant:
+        admin.apply(doc)
+    user = f"system:serviceaccount:{NAMESPACE}:{CLEANUP_HOOK}"
+    wait_allowed(
+        control_plane,
+        user,
+        [
+            {
+                "group": "admissionregistration.k8s.io",
+                "resource": "mutatingwebhookconfigurations",
+                "verb": "delete",
+                "name": name,
+            }
+        ],
+    )
+    try:
+        done = run_uninstall_hook(control_plane, tenant)
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.strip() == f"removed MutatingWebhookConfiguration {name}", done.stdout
+        as_hook = control_plane.kube(f"sa:{NAMESPACE}:{CLEANUP_HOOK}")
+        with pytest.raises(ApiError) as other:
+            as_hook.request(
+                "DELETE",
+                "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations/"
+                f"kamiwaza-tenant-inference-{uuid.uuid4().hex[:4]}",
+            )
+        assert other.value.status == 403
+        with pytest.raises(ApiError) as gone:
+            admin.get("admissionregistration.k8s.io/v1", "MutatingWebhookConfiguration", name)
+        assert gone.value.status == 404
+        hook.configuration = None
+        hook.stop_process()
+        for doc in tenant.applied():
+            meta = doc["metadata"]
+            installer.delete(doc["apiVersion"], doc["kind"], meta["name"], meta.get("namespace"))
+        pod = named(plain_pod(), "tenant")
+        pod["metadata"]["name"] = kamiwaza_pods("tenant")
+        assert installer.create(pod)["spec"]["containers"][0]["env"] == [VOID]
+        err = refusal(installer, engine_pod(request(), name=f"engine-{uuid.uuid4().hex[:6]}"))
+        assert err.status == 403 and guard_prefix(hook) in err.message, err
+        # Run again (a retried uninstall): nothing left to remove, and it says so.
+        again = run_uninstall_hook(control_plane, tenant)
+        assert again.returncode == 0 and "no webhook configuration selects" in again.stdout
+    finally:
+        installer.delete("v1", "ServiceAccount", CLEANUP_HOOK, NAMESPACE)
+        for doc in grant:
+            admin.delete(doc["apiVersion"], doc["kind"], doc["metadata"]["name"])
+        apply_webhook_rbac(control_plane, hook.settings)
+        hook.start()
+        # The owner's `helm upgrade` restores the configuration.
+        hook.install_configuration(policies=hook.policies)
         wait_until(lambda: plans(hook), timeout=60, what="the reinstalled webhook to plan")
 
 

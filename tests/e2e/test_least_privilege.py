@@ -5,9 +5,9 @@ makes is authorised by the chart's Roles alone. The API server's audit log recor
 a ServiceAccount makes (localcluster/data/audit-policy.yaml). After driving the stack through
 what the servers do in operation (engine Pods planned, placed and verified; a Deployment rolled
 out and deleted, so Pods come and go; the controller's leader stopped so the standby takes the
-Lease; the extender recording the profile version it verified), the test fails on any request
-that was forbidden and on any (verb, resource, name) a rule of the chart grants that no request
-used.
+Lease; the extender recording the profile version it verified; the tenant's uninstall hook), the
+test fails on any request that was forbidden and on any (verb, resource, name) a rule of the
+chart grants that no request used.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ import pytest
 from inference_policy.schedconfig import DEFAULT_SCHEDULER_NAME, DEFAULT_SCHEDULER_NAMESPACE
 from localcluster import ApiError, ControlPlane, FakeNode, create_fake_nodes
 from localcluster.controller_process import CONTROLLER_LEASE
+from localcluster.install import CLEANUP_HOOK, run_uninstall_hook
 from localcluster.nodes import delete_fake_nodes
 from localcluster.stack import CONDITION, TenantStack, condition, engine_pod
 from localcluster.webhook import ENGINE_LABEL, REQUEST_ANNOTATION
@@ -69,6 +70,10 @@ def driven(control_plane: ControlPlane) -> Iterator[Driven]:
             stack.controller.stop(leader)
             stack.controller.wait_leader()
             stack.controller.start(leader)
+            # Last, the tenant's uninstall hook removes its webhook configuration.
+            assert stack.tenant is not None
+            hook = run_uninstall_hook(control_plane, stack.tenant)
+            assert hook.returncode == 0 and "removed" in hook.stdout, hook.stderr
             yield Driven(stack, since)
         finally:
             delete_fake_nodes(admin, [node])
@@ -256,6 +261,7 @@ def server_users(driven: Driven) -> list[str]:
         f"system:serviceaccount:{s.scheduler_namespace}:tmi-allocation-controller",
         f"system:serviceaccount:{s.scheduler_namespace}:tmi-extender",
         f"system:serviceaccount:{s.scheduler_namespace}:{s.scheduler_name}",
+        f"system:serviceaccount:{s.namespace}:{CLEANUP_HOOK}",
     ]
 
 

@@ -506,3 +506,24 @@ def test_detect_refuses_an_unreadable_toolkit_config(
     code, out, err = run(capsys, "detect", "--container-toolkit", f"--toolkit-config={config}")
     assert code == 1 and out is None
     assert message in err
+
+
+def test_remove_webhooks_deletes_only_a_configuration_for_its_namespace_alone() -> None:
+    from tmi_cli.cleanup_command import selects_only
+
+    def entry(*names: str) -> dict[str, Any]:
+        return {
+            "namespaceSelector": {
+                "matchExpressions": [
+                    {"key": "kamiwaza.ai/tenant-inference", "operator": "In", "values": ["on"]},
+                    {"key": "kubernetes.io/metadata.name", "operator": "In", "values": [*names]},
+                ]
+            }
+        }
+
+    assert selects_only({"webhooks": [entry("team-a")]}, "team-a")
+    assert selects_only({"webhooks": [entry("team-a"), entry("team-a")]}, "team-a")
+    assert not selects_only({"webhooks": [entry("team-a")]}, "team-b")
+    assert not selects_only({"webhooks": [entry("team-a", "team-b")]}, "team-a")
+    assert not selects_only({"webhooks": [entry("team-a"), {"namespaceSelector": {}}]}, "team-a")
+    assert not selects_only({"webhooks": []}, "team-a")

@@ -20,6 +20,7 @@ from inference_policy.access_cel import FORGERY_PREFIX
 from localcluster import ApiError, ControlPlane, FakeNode, Kube, create_fake_nodes, wait_until
 from localcluster.install import (
     CLEANUP_HOOK,
+    Rendered,
     render_owner_admission,
     render_tenant,
     run_uninstall_hook,
@@ -174,6 +175,18 @@ def test_tenant_claims_are_refused(control_plane: ControlPlane, installer: Kube,
 # -- uninstall and upgrade never block the namespace ---------------------------------------------
 
 
+def _uninstall(installer: Kube, tenant: Rendered, kamiwaza_pods: Any) -> ApiError:
+    """The tenant part's objects deleted by its installer; then a plain Pod is created,
+    shielded, and an engine Pod refused: its refusal."""
+    for doc in tenant.applied():
+        meta = doc["metadata"]
+        installer.delete(doc["apiVersion"], doc["kind"], meta["name"], meta.get("namespace"))
+    pod = named(plain_pod(), "tenant")
+    pod["metadata"]["name"] = kamiwaza_pods("tenant")
+    assert installer.create(pod)["spec"]["containers"][0]["env"] == [VOID]
+    return refusal(installer, engine_pod(request(), name=f"engine-{uuid.uuid4().hex[:6]}"))
+
+
 def test_with_the_tenant_part_uninstalled_plain_pods_are_created_and_engine_pods_refused(
     control_plane: ControlPlane, webhook: Deployed, installer: Kube, kamiwaza_pods: Any
 ) -> None:
@@ -184,13 +197,7 @@ def test_with_the_tenant_part_uninstalled_plain_pods_are_created_and_engine_pods
     tenant = render_tenant(chart_values_for(hook.settings), NAMESPACE)
     hook.stop_process()
     try:
-        for doc in tenant.applied():
-            meta = doc["metadata"]
-            installer.delete(doc["apiVersion"], doc["kind"], meta["name"], meta.get("namespace"))
-        pod = named(plain_pod(), "tenant")
-        pod["metadata"]["name"] = kamiwaza_pods("tenant")
-        assert installer.create(pod)["spec"]["containers"][0]["env"] == [VOID]
-        err = refusal(installer, engine_pod(request(), name=f"engine-{uuid.uuid4().hex[:6]}"))
+        err = _uninstall(installer, tenant, kamiwaza_pods)
         assert err.status == 500 and "failed calling webhook" in err.message, err
     finally:
         apply_webhook_rbac(control_plane, hook.settings)
@@ -246,13 +253,7 @@ def test_the_tenant_uninstall_hook_removes_its_webhook_configuration_and_no_othe
         assert gone.value.status == 404
         hook.configuration = None
         hook.stop_process()
-        for doc in tenant.applied():
-            meta = doc["metadata"]
-            installer.delete(doc["apiVersion"], doc["kind"], meta["name"], meta.get("namespace"))
-        pod = named(plain_pod(), "tenant")
-        pod["metadata"]["name"] = kamiwaza_pods("tenant")
-        assert installer.create(pod)["spec"]["containers"][0]["env"] == [VOID]
-        err = refusal(installer, engine_pod(request(), name=f"engine-{uuid.uuid4().hex[:6]}"))
+        err = _uninstall(installer, tenant, kamiwaza_pods)
         assert err.status == 403 and guard_prefix(hook) in err.message, err
         # Run again (a retried uninstall): nothing left to remove, and it says so.
         again = run_uninstall_hook(control_plane, tenant)

@@ -70,6 +70,15 @@ class Owner:
     ) -> dict[str, Any]:
         return sign_envelope(envelope if envelope is not None else self.envelope(), self.key, name)
 
+    def revision(self, version: int, name: str, uid: str) -> dict[str, Any]:
+        """A signed profile ConfigMap of `version` named `name`, as read from the API (uid,
+        resourceVersion 1)."""
+        envelope = self.envelope()
+        envelope["version"] = version
+        configmap = self.sign(envelope, name=name)
+        configmap["metadata"].update({"uid": uid, "resourceVersion": "1"})
+        return configmap
+
     def policy(self, **overrides: Any) -> VerifyPolicy:
         values: dict[str, Any] = {
             "trusted": TrustedKeys.from_base64([self.public_key]),

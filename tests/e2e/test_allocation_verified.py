@@ -98,6 +98,18 @@ def events_for(kube: Kube, stack: TenantStack, name: str) -> list[dict[str, Any]
     return [e for e in listed["items"] if e.get("regarding", {}).get("name") == name]
 
 
+def rewrite_request(installer: Kube, stack: TenantStack, name: str) -> None:
+    """The namespace admin rewrites a running Pod's deployment request to one that would be
+    planned onto two GPUs: its plan is then no signed revision's for its request."""
+    forged = request("vllm", config__tensor_parallel_size=2)
+    installer.request(
+        "PATCH",
+        f"/api/v1/namespaces/{stack.settings.namespace}/pods/{name}",
+        body={"metadata": {"annotations": {REQUEST_ANNOTATION: json.dumps(forged)}}},
+        content_type=MERGE_PATCH,
+    )
+
+
 def test_honest_pod_is_verified_then_ready(
     kube: Kube, stack: TenantStack, installer: Kube, pods: Callable[..., str]
 ) -> None:
@@ -208,13 +220,7 @@ def test_request_annotation_changed_after_admission_is_reported_false(
         )
     assert refused.value.status == 403
 
-    forged = request("vllm", config__tensor_parallel_size=2)
-    installer.request(
-        "PATCH",
-        path,
-        body={"metadata": {"annotations": {REQUEST_ANNOTATION: json.dumps(forged)}}},
-        content_type=MERGE_PATCH,
-    )
+    rewrite_request(installer, stack, name)
 
     pod = verified(kube, stack, name, "False", ready="False")
     found = condition(pod, CONDITION)
@@ -362,20 +368,7 @@ def test_the_tenant_can_neither_forge_nor_freeze_the_verdict(
         tampered = pods("tampered")
         create(installer, stack, tampered)
         verified(kube, stack, tampered, "True", ready="True")
-        installer.request(
-            "PATCH",
-            f"/api/v1/namespaces/{namespace}/pods/{tampered}",
-            body={
-                "metadata": {
-                    "annotations": {
-                        REQUEST_ANNOTATION: json.dumps(
-                            request("vllm", config__tensor_parallel_size=2)
-                        )
-                    }
-                }
-            },
-            content_type=MERGE_PATCH,
-        )
+        rewrite_request(installer, stack, tampered)
         refused_pod = verified(kube, stack, tampered, "False", ready="False")
         # Nor may the tenant put it back.
         back = {"status": {"conditions": [{"type": CONDITION, "status": "True"}]}}

@@ -65,27 +65,19 @@ def test_a_configmap_without_a_revision_is_verified_every_time() -> None:
 # -- following the newest revision ---------------------------------------------------------------
 
 
-def _revision(owner: Owner, version: int, name: str, uid: str) -> dict[str, Any]:
-    envelope = owner.envelope()
-    envelope["version"] = version
-    configmap = owner.sign(envelope, name=name)
-    configmap["metadata"].update({"uid": uid, "resourceVersion": "1"})
-    return configmap
-
-
 def test_following_picks_the_newest_verified_revision() -> None:
     feed = PolicyFeed(OWNER.settings(follow_revisions=True))
     state = feed.state
-    assert feed.revisions_listed({"r1": _revision(OWNER, 1, "r1", "u1")})
+    assert feed.revisions_listed({"r1": OWNER.revision(1, "r1", "u1")})
     assert state.profile is not None and state.profile.version == 1
-    assert feed.revision_changed("r2", _revision(OWNER, 2, "r2", "u2"))
+    assert feed.revision_changed("r2", OWNER.revision(2, "r2", "u2"))
     assert state.profile is not None and state.profile.version == 2
     assert state.profile.configmap_name == "r2"
     # An older one published later changes nothing; re-reading a revision verifies nothing.
     verifications = state.verifications
-    assert feed.revision_changed("r0", _revision(OWNER, 1, "r0", "u0"))
+    assert feed.revision_changed("r0", OWNER.revision(1, "r0", "u0"))
     assert state.profile.version == 2
-    assert not feed.revision_changed("r2", _revision(OWNER, 2, "r2", "u2"))
+    assert not feed.revision_changed("r2", OWNER.revision(2, "r2", "u2"))
     assert state.verifications == verifications + 1
     # The newest goes: back to the newest left.
     feed.revision_changed("r2", None)
@@ -95,8 +87,8 @@ def test_following_picks_the_newest_verified_revision() -> None:
 def test_a_higher_version_signed_by_a_stranger_is_not_followed() -> None:
     feed = PolicyFeed(OWNER.settings(follow_revisions=True))
     state = feed.state
-    feed.revision_changed("r1", _revision(OWNER, 1, "r1", "u1"))
-    feed.revision_changed("r9", _revision(Owner(), 9, "r9", "u9"))
+    feed.revision_changed("r1", OWNER.revision(1, "r1", "u1"))
+    feed.revision_changed("r9", Owner().revision(9, "r9", "u9"))
     assert state.profile is not None and state.profile.version == 1
     # With only the stranger's left, its refusal is what a request is told.
     feed.revision_changed("r1", None)
@@ -132,7 +124,7 @@ def test_a_follow_step_that_fails_is_a_profile_that_did_not_arrive() -> None:
     # Every server calls these from a watch callback, so they must refuse rather than raise.
     feed = PolicyFeed(OWNER.settings(follow_revisions=True))
     state = feed.state
-    assert feed.revisions_listed({"r1": _revision(OWNER, 1, "r1", "u1")})
+    assert feed.revisions_listed({"r1": OWNER.revision(1, "r1", "u1")})
     assert feed.revision_changed("r2", _Unreadable())
     assert state.profile is None and state.profile_refusal is not None
     assert state.profile_refusal.check == "the signed profile ConfigMaps could not be read"
@@ -148,7 +140,7 @@ def test_a_follow_step_that_fails_is_a_profile_that_did_not_arrive() -> None:
 def test_a_refused_list_forgets_the_revisions_and_says_why_until_a_list_succeeds() -> None:
     feed = PolicyFeed(OWNER.settings(), follow=True)
     assert not feed.ready
-    listed = feed.revisions_listed({"r1": _revision(OWNER, 1, "r1", "u1")})
+    listed = feed.revisions_listed({"r1": OWNER.revision(1, "r1", "u1")})
     [digest] = listed.digests
     assert feed.ready and set(feed.snapshot.revisions) == {digest}
     refused = feed.revisions_refused("may not be read (HTTP 403; check the Role)")
@@ -161,7 +153,7 @@ def test_a_refused_list_forgets_the_revisions_and_says_why_until_a_list_succeeds
     assert snapshot.profile_refusal.check == snapshot.profiles_unreadable
     # The same refusal again is no news; a list that succeeds brings everything back.
     assert not feed.revisions_refused("may not be read (HTTP 403; check the Role)")
-    back = feed.revisions_listed({"r1": _revision(OWNER, 1, "r1", "u1")})
+    back = feed.revisions_listed({"r1": OWNER.revision(1, "r1", "u1")})
     assert back.whole and back.digests == {digest}
     assert feed.snapshot.profiles_unreadable is None and feed.snapshot.profile is not None
 

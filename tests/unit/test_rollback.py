@@ -26,14 +26,6 @@ def _admission(spec: dict[str, Any] | None = None, status: Any = None) -> dict[s
     return doc
 
 
-def _revision(version: int, name: str, uid: str) -> dict[str, Any]:
-    envelope = OWNER.envelope()
-    envelope["version"] = version
-    configmap = OWNER.sign(envelope, name=name)
-    configmap["metadata"].update({"uid": uid, "resourceVersion": "1"})
-    return configmap
-
-
 def test_the_floor_is_the_higher_of_the_configured_one_and_the_record() -> None:
     assert floor_of(_admission()).value == 1
     assert floor_of(_admission({"minimumBundleVersion": 3})).value == 3
@@ -85,7 +77,7 @@ def test_a_refusal_below_a_recorded_floor_says_it_is_a_rollback() -> None:
 
 def test_no_profile_is_used_until_the_floor_is_read() -> None:
     feed = PolicyFeed(OWNER.settings(follow_revisions=True), rollback=RECORD)
-    feed.revisions_listed({"r1": _revision(1, "r1", "u1")})
+    feed.revisions_listed({"r1": OWNER.revision(1, "r1", "u1")})
     assert not feed.ready and feed.pending == [FLOOR]
     snapshot = feed.snapshot
     assert snapshot.profile is None and snapshot.profile_refusal is not None
@@ -115,7 +107,9 @@ def test_a_replayed_older_revision_is_refused_once_the_newer_is_recorded() -> No
     signed, so only the record stops it."""
     feed = PolicyFeed(OWNER.settings(follow_revisions=True), rollback=RECORD)
     feed.floor_read(_admission({"minimumBundleVersion": 1}))
-    feed.revisions_listed({"r1": _revision(1, "r1", "u1"), "r2": _revision(2, "r2", "u2")})
+    feed.revisions_listed(
+        {"r1": OWNER.revision(1, "r1", "u1"), "r2": OWNER.revision(2, "r2", "u2")}
+    )
     assert feed.floor is not None
     profile = feed.snapshot.profile
     assert profile is not None and profile.version == 2
@@ -126,7 +120,7 @@ def test_a_replayed_older_revision_is_refused_once_the_newer_is_recorded() -> No
     # The tenant deletes r2 and r1, and republishes r1's data under r2's name.
     feed.revision_changed("r1", None)
     feed.revision_changed("r2", None)
-    feed.revision_changed("r2", _revision(1, "r2", "u3"))
+    feed.revision_changed("r2", OWNER.revision(1, "r2", "u3"))
     snapshot = feed.snapshot
     assert snapshot.profile is None and snapshot.profile_refusal is not None
     assert snapshot.profile_refusal.check.startswith("version 1 is below the floor 2")

@@ -39,10 +39,10 @@ test-unit: install
 test-integration: install
 	$(PYTEST) tests/integration
 
-test: install controlplane check
+test: install controlplane node check
 	$(PYTEST) tests
 
-demo: install controlplane
+demo: install controlplane node
 	$(PYTHON) -m localcluster.demo
 
 BENCHES := $(sort $(wildcard bench/bench_*.py))

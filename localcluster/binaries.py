@@ -10,6 +10,7 @@ when they are missing.
 from __future__ import annotations
 
 import os
+import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -101,5 +102,46 @@ def bin_dir() -> Path:
             f"control-plane binaries missing from {path}: {', '.join(missing)}. "
             "Run `make controlplane` (tools/k8sbin/build.sh) to build them, "
             "or point TMI_K8S_BIN_DIR at a directory that has them."
+        )
+    return path
+
+
+NODE_BINARIES = (
+    "kubelet",
+    "kube-proxy",
+    "containerd",
+    "containerd-shim-runc-v2",
+    "ctr",
+    "runc",
+    "bridge",
+    "host-local",
+    "loopback",
+    "portmap",
+    "tmi-fakegpu",
+    "tmi-probe",
+)
+
+
+def node_bin_dir() -> Path:
+    """The real node's binaries (``tools/k8sbin/build-node.sh``, which owns their cache key and
+    is a no-op once they are built), or raise BinariesMissingError."""
+    override = os.environ.get("TMI_NODE_BIN_DIR")
+    script = _versions_file().parent / "build-node.sh"
+    if override:
+        path = Path(override).expanduser()
+    elif script.is_file():
+        done = subprocess.run([str(script)], capture_output=True, text=True, check=False)
+        if done.returncode != 0:
+            raise BinariesMissingError(
+                f"building the real node's binaries failed ({script}):\n{done.stderr[-2000:]}"
+            )
+        path = Path(done.stdout.strip().splitlines()[-1])
+    else:
+        raise BinariesMissingError("no checkout: set TMI_NODE_BIN_DIR to the node binaries")
+    missing = [name for name in NODE_BINARIES if not os.access(path / name, os.X_OK)]
+    if missing:
+        raise BinariesMissingError(
+            f"node binaries missing from {path}: {', '.join(missing)}. "
+            "Run `make node` (tools/k8sbin/build-node.sh)."
         )
     return path

@@ -22,7 +22,8 @@ from typing import Any
 
 import yaml
 
-from localcluster.pki import CertificateAuthority, write_service_account_key
+from localcluster.pki import CertificateAuthority, KeyPair, write_service_account_key
+from localcluster.podnet import PodNetwork
 from localcluster.process import ComponentError, ManagedProcess, free_port, http_ok, wait_until
 
 HOST = "127.0.0.1"
@@ -113,6 +114,9 @@ class Components:
     etcd_fsync: bool = False
     etcd_url: str = ""
     server: str = ""
+    # Set when a real node joins: the API server then serves Pods as a real cluster's does.
+    pod_network: PodNetwork | None = None
+    kubelet_client: KeyPair | None = None
     core: dict[str, ManagedProcess] = field(default_factory=dict)
     schedulers: dict[str, Scheduler] = field(default_factory=dict)
 
@@ -186,7 +190,9 @@ class Components:
     def start_apiserver(self, audit_args: Sequence[str], extra_args: Sequence[str]) -> None:
         """kube-apiserver on etcd, recording requests as ``audit_args`` say."""
         pki = self.ca.directory
-        serving = self.ca.issue_serving("apiserver", (HOST, "localhost"))
+        net = self.pod_network
+        hosts = (HOST, "localhost", *(net.apiserver_hosts() if net else ()))
+        serving = self.ca.issue_serving("apiserver", hosts)
         sa = write_service_account_key(pki / "sa.key", pki / "sa.pub")
         ca_context = ssl.create_default_context(cafile=str(self.ca.cert_file))
 
@@ -194,8 +200,6 @@ class Components:
             return [
                 str(self.bin_dir / "kube-apiserver"),
                 f"--etcd-servers={self.etcd_url}",
-                f"--bind-address={HOST}",
-                f"--advertise-address={HOST}",
                 f"--secure-port={port}",
                 f"--cert-dir={pki}",
                 f"--tls-cert-file={serving.cert_file}",
@@ -204,18 +208,12 @@ class Components:
                 "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
                 f"--service-account-key-file={sa.cert_file}",
                 f"--service-account-signing-key-file={sa.key_file}",
-                "--service-cluster-ip-range=10.96.0.0/24",
-                "--authorization-mode=RBAC",
-                # No kube-controller-manager: nobody would create the default
-                # ServiceAccount or remove the not-ready taint from new nodes.
-                "--disable-admission-plugins=ServiceAccount,TaintNodesByCondition",
+                f"--service-cluster-ip-range={net.service_cidr if net else '10.96.0.0/24'}",
                 # Privileged pods must reach admission so the pod guard (not pod
                 # validation) is what refuses them.
                 "--allow-privileged=true",
-                # A loopback advertise address is invalid in the kubernetes
-                # Service's EndpointSlice; skip the reconciler and its log noise.
-                "--endpoint-reconciler-type=none",
                 "--profiling=false",
+                *(self._real_node_args() if net else self._fake_node_args()),
                 *audit_args,
                 *extra_args,
             ]
@@ -228,6 +226,44 @@ class Components:
             context=ca_context,
         )
         self.server = f"https://{HOST}:{port}"
+
+    @staticmethod
+    def _fake_node_args() -> list[str]:
+        return [
+            f"--bind-address={HOST}",
+            f"--advertise-address={HOST}",
+            "--authorization-mode=RBAC",
+            # No kubelet mounts tokens or lifts the not-ready taint from KWOK's nodes.
+            "--disable-admission-plugins=ServiceAccount,TaintNodesByCondition",
+            # A loopback advertise address is invalid in the kubernetes
+            # Service's EndpointSlice; skip the reconciler and its log noise.
+            "--endpoint-reconciler-type=none",
+        ]
+
+    def _real_node_args(self) -> list[str]:
+        """A real kubelet's cluster: Pods reach the API server at the bridge's gateway (behind
+        the ``kubernetes`` Service), the API server reaches Pods (webhooks by endpoint, logs
+        through the kubelet) and the kubelet is held to its own node."""
+        assert self.pod_network is not None
+        client = self.kubelet_client or self.ca.issue_client(
+            "apiserver-kubelet-client", "kube-apiserver-kubelet-client", ("system:masters",)
+        )
+        self.kubelet_client = client
+        return [
+            "--bind-address=0.0.0.0",
+            f"--advertise-address={self.pod_network.gateway}",
+            "--authorization-mode=Node,RBAC",
+            "--enable-admission-plugins=NodeRestriction",
+            # The node lifecycle controller, which would lift the not-ready taint, is off.
+            "--disable-admission-plugins=TaintNodesByCondition",
+            # Webhook Services are called at their endpoints: there is no kube-proxy on the
+            # API server's side of the bridge, and no cluster DNS.
+            "--enable-aggregator-routing=true",
+            f"--kubelet-client-certificate={client.cert_file}",
+            f"--kubelet-client-key={client.key_file}",
+            f"--kubelet-certificate-authority={self.ca.cert_file}",
+            "--kubelet-preferred-address-types=InternalIP",
+        ]
 
     def start_controller_manager(self, kubeconfig: Path) -> None:
         pki = self.ca.directory

@@ -45,6 +45,7 @@ from localcluster.components import (
 from localcluster.identities import IDENTITIES, Identities
 from localcluster.kube import JSON, ApiError, Kube, Manifest, load_documents
 from localcluster.pki import CertificateAuthority, KeyPair
+from localcluster.podnet import PodNetwork
 from localcluster.process import ComponentError, ManagedProcess, wait_until
 
 
@@ -76,13 +77,16 @@ class ControlPlane:
         apiserver_args: Sequence[str] = (),
         scheduler_verbosity: int = 2,
         etcd_fsync: bool = False,
+        pod_network: PodNetwork | None = None,
     ) -> ControlPlane:
         """Bring up etcd, kube-apiserver, (optionally) KWOK and a scheduler.
 
         ``workdir`` defaults to a fresh temporary directory that ``stop`` removes;
         a given ``workdir`` is kept. ``bin_dir`` defaults to ``localcluster.bin_dir()``.
         ``scheduler_config`` is a KubeSchedulerConfiguration (dict or YAML); None means
-        the stock default-scheduler profile.
+        the stock default-scheduler profile. With ``pod_network`` the API server serves a
+        real node's Pods (``localcluster.realnode``): it binds every address, advertises the
+        bridge's gateway and authorizes kubelets by node.
         """
         bins = Path(bin_dir) if bin_dir is not None else find_bin_dir()
         owns = workdir is None
@@ -96,7 +100,9 @@ class ControlPlane:
             bin_dir=bins,
             ca=ca,
             logs_dir=logs,
-            components=Components(wd, bins, logs, ca, etcd_fsync=etcd_fsync),
+            components=Components(
+                wd, bins, logs, ca, etcd_fsync=etcd_fsync, pod_network=pod_network
+            ),
             identities=Identities(wd, ca),
             _owns_workdir=owns,
         )

@@ -55,6 +55,7 @@ def chart_values(
     follow_revisions: bool = False,
     admission_policies: bool = True,
     tenants: Sequence[Mapping[str, Any]] = (),
+    engine_image_map: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """The values file a test installs with: the seed's names, plus the local addresses
     (``admission_policies`` False: the fallback for clusters without admission policies)."""
@@ -66,6 +67,8 @@ def chart_values(
         "clusterBindingId": cluster_binding_id,
         "schedulerName": scheduler_name,
     }
+    if engine_image_map:
+        resources["engineImageMap"] = dict(engine_image_map)
     if gpu_registry_credentials_secret:
         resources["gpuRegistryCredentialsSecret"] = gpu_registry_credentials_secret
     if cpu_registry_credentials_secret:

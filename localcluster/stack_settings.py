@@ -40,6 +40,9 @@ class StackSettings:
     retry_period: float = 2.0
     runtime_classes: tuple[str, ...] = ("nvidia",)
     log_level: str = "INFO"
+    # The chart's core.inferenceResources.engineImageMap (catalog reference -> mirror), as
+    # pairs; the real node maps every engine to the image it has imported.
+    engine_image_map: tuple[tuple[str, str], ...] = ()
 
     def chart_values(self, **extra: Any) -> dict[str, Any]:
         """The values file an owner and a tenant would install the chart with."""
@@ -52,6 +55,7 @@ class StackSettings:
             scheduling_timeout_seconds=self.scheduling_timeout_seconds,
             log_level=self.log_level,
             follow_revisions=self.follow_revisions,
+            engine_image_map=dict(self.engine_image_map) or None,
             **extra,
         )
 

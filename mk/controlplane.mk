@@ -4,18 +4,24 @@
 # kwok, helm, kustomize and tmi-oci from the Go module proxy into
 # ~/.cache/tmi/k8sbin/<versions>/ (or $TMI_K8S_BIN_DIR); it is a no-op when they are already
 # there, so CI can cache that directory.
+# `make node` builds what the real node runs (kubelet, kube-proxy, containerd, runc, the CNI
+# plugins, the simulated GPUs' device plugin) into ~/.cache/tmi/nodebin/<versions>/ the same
+# way (tools/k8sbin/build-node.sh; $TMI_NODE_BIN_DIR overrides).
 # `make test-e2e` runs the tests against it; component logs of failed tests are copied
 # to .artifacts/<test>/.
 
 PYTHON ?= .venv/bin/python
 PYTEST ?= .venv/bin/pytest
 
-.PHONY: controlplane test-e2e demo-guard
+.PHONY: controlplane node test-e2e demo-guard
 
 controlplane:
 	tools/k8sbin/build.sh
 
-test-e2e:
+node:
+	tools/k8sbin/build-node.sh
+
+test-e2e: node
 	$(PYTEST) tests/e2e -m e2e
 
 # First demo step: plane up, fake GPU nodes, the pod guard refusing a privileged pod.

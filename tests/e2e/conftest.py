@@ -30,6 +30,9 @@ from localcluster import (
     create_fake_nodes,
     delete_fake_nodes,
 )
+from localcluster.podnet import PodNetwork
+from localcluster.realnode import RealNode
+from tests.e2e.nodekit import node_images
 
 ARTIFACTS = Path(__file__).resolve().parents[2] / ".artifacts"
 
@@ -81,18 +84,52 @@ def control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlP
         plane.stop()
 
 
+@pytest.fixture(scope="session")
+def node_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
+    """A second control plane, for the real node: its API server serves Pods as a real
+    cluster's does (ServiceAccount tokens, the Node authorizer, Pods reaching it through the
+    ``kubernetes`` Service). Separate from ``control_plane`` so the KWOK tests keep theirs."""
+    workdir = tmp_path_factory.mktemp("k8s-node")
+    try:
+        plane = ControlPlane.start(workdir, bin_dir(), pod_network=PodNetwork())
+    except Exception:
+        if (workdir / "logs").is_dir():
+            shutil.copytree(workdir / "logs", _artifact_dir("node-plane-start"), dirs_exist_ok=True)
+        raise
+    try:
+        yield plane
+    finally:
+        plane.stop()
+
+
+@pytest.fixture(scope="session")
+def real_node(node_plane: ControlPlane) -> Iterator[RealNode]:
+    """The session's one real node (kubelet, containerd, runc, kube-proxy, simulated GPUs),
+    with the tmi image and the kube-scheduler image imported."""
+    try:
+        node = RealNode.start(node_plane, images=node_images(node_plane.workdir / "images"))
+    except Exception:
+        node_plane.copy_logs(_artifact_dir("real-node-start"))
+        raise
+    try:
+        yield node
+    finally:
+        node.stop()
+
+
 @pytest.fixture(autouse=True)
 def _logs_on_failure(request: pytest.FixtureRequest) -> Iterator[None]:
     yield
-    if "control_plane" not in request.fixturenames:
-        return
     failed = any(
         getattr(getattr(request.node, f"_tmi_report_{when}", None), "failed", False)
         for when in ("setup", "call")
     )
-    if failed:
-        plane: ControlPlane = request.getfixturevalue("control_plane")
-        plane.copy_logs(_artifact_dir(request.node.nodeid))
+    if not failed:
+        return
+    for fixture in ("control_plane", "node_plane"):
+        if fixture in request.fixturenames:
+            plane: ControlPlane = request.getfixturevalue(fixture)
+            plane.copy_logs(_artifact_dir(request.node.nodeid))
 
 
 @pytest.fixture

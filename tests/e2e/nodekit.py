@@ -1,0 +1,103 @@
+"""What the real-node end-to-end modules share: the images the node imports, the tenant stack
+whose engine images are the imported probe, and readings of what the kubelet really did.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+from localcluster import ControlPlane, Kube
+from localcluster.binaries import versions
+from localcluster.node_images import PROBE, NodeImage, scheduler_image, tmi_image
+from localcluster.process import wait_until
+from localcluster.realnode import DEVICE_PLUGIN_DIR, RealNode
+from localcluster.stack import StackSettings, TenantStack, deploy_stack
+from policy_io.catalog import packaged_catalog
+from tests.e2e.stackkit import whole_h100_envelope
+from tests.profilekit import CLUSTER, Owner
+
+RUNNING_TIMEOUT = 90.0
+
+
+def node_images(workdir: Path) -> list[NodeImage]:
+    """The tmi image (the Dockerfile's parts) and the owner's kube-scheduler image."""
+    return [tmi_image(workdir / "tmi"), scheduler_image(workdir, versions().kubernetes)]
+
+
+def probe_image_map(node: RealNode) -> tuple[tuple[str, str], ...]:
+    """Every catalog image mapped to the probe the node has, by digest (relocation rule 1)."""
+    probe = node.images[PROBE].pinned
+    return tuple(sorted({(row[4], probe) for row in packaged_catalog().rows()}))
+
+
+@contextlib.contextmanager
+def real_node_stack(
+    plane: ControlPlane, node: RealNode, prefix: str, scheduling_timeout_seconds: int = 120
+) -> Iterator[TenantStack]:
+    """The tenant stack (local-process servers) with the whole-H100 profile, planning engines
+    onto the probe image, with the real node seen by the extender."""
+    owner = Owner()
+    namespace = f"{prefix}-{uuid.uuid4().hex[:6]}"
+    settings = StackSettings(
+        owner_public_keys=(owner.public_key,),
+        cluster_binding_id=CLUSTER,
+        namespace=namespace,
+        scheduling_timeout_seconds=scheduling_timeout_seconds,
+        engine_image_map=probe_image_map(node),
+    )
+    profile = owner.sign(whole_h100_envelope(owner, namespace))
+    with deploy_stack(plane, settings, profile) as up:
+        plane.grant_namespace_admin("tmi-installer", namespace)
+        assert up.extender is not None
+        up.extender.wait_nodes([node.name])
+        yield up
+
+
+def running(pod: dict[str, Any]) -> bool:
+    statuses = pod.get("status", {}).get("containerStatuses") or []
+    return bool(statuses) and all("running" in (s.get("state") or {}) for s in statuses)
+
+
+def condition_is(pod: dict[str, Any], kind: str, status: str) -> bool:
+    return any(
+        c.get("type") == kind and c.get("status") == status
+        for c in pod.get("status", {}).get("conditions") or []
+    )
+
+
+def is_ready(pod: dict[str, Any]) -> bool:
+    return condition_is(pod, "Ready", "True")
+
+
+def wait_pod(
+    kube: Kube,
+    namespace: str,
+    name: str,
+    until: Callable[[dict[str, Any]], bool] = running,
+    timeout: float = RUNNING_TIMEOUT,
+) -> dict[str, Any]:
+    """The Pod once ``until`` holds for it (by default: every container running)."""
+
+    def probe() -> dict[str, Any] | None:
+        pod = kube.get("v1", "Pod", name, namespace)
+        return pod if until(pod) else None
+
+    return wait_until(probe, timeout=timeout, what=f"Pod {namespace}/{name}")
+
+
+def kubelet_allocations(pod_uid: str) -> dict[tuple[str, str], list[str]]:
+    """(container, resource) -> device IDs, as the kubelet's device manager checkpointed them."""
+    path = DEVICE_PLUGIN_DIR / "kubelet_internal_checkpoint"
+    data = json.loads(path.read_text())["Data"]
+    out: dict[tuple[str, str], list[str]] = {}
+    for entry in data.get("PodDeviceEntries") or []:
+        if entry["PodUID"] != pod_uid:
+            continue
+        ids = [d for per_numa in (entry.get("DeviceIDs") or {}).values() for d in per_numa]
+        out[(entry["ContainerName"], entry["ResourceName"])] = sorted(ids)
+    return out

@@ -1,0 +1,135 @@
+"""Engine Pods on the real node: what the running containers actually get.
+
+The node is the session's real one (kubelet, containerd, runc; GPUs simulated through the
+device-plugin API, ``tmi-fakegpu``). The tmi servers here run as local processes beside the
+plane (the stack's local-process mode), because the readiness-gate test stops the allocation
+controller at a precise moment; ``test_real_node_chart.py`` runs the chart's own Deployments.
+Every engine image is mapped to the probe, whose own configuration sets
+``NVIDIA_VISIBLE_DEVICES=all`` as CUDA base images do; each test reads the environment the
+probe's process was started with from its log.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+
+import pytest
+
+from localcluster import ControlPlane
+from localcluster.engine_pods import CONDITION, condition, engine_pod
+from localcluster.image import Layout
+from localcluster.node_images import PROBE
+from localcluster.realnode import RealNode, probe_report
+from localcluster.stack import TenantStack
+from tests.e2e.nodekit import (
+    condition_is,
+    is_ready,
+    kubelet_allocations,
+    real_node_stack,
+    wait_pod,
+)
+from tests.e2e.stackkit import LARGE
+
+pytestmark = pytest.mark.e2e
+
+
+@pytest.fixture(scope="module")
+def stack(node_plane: ControlPlane, real_node: RealNode) -> Iterator[TenantStack]:
+    with real_node_stack(node_plane, real_node, "tmi-node") as up:
+        yield up
+
+
+def _engine(stack: TenantStack, name: str) -> dict[str, object]:
+    pod = engine_pod(
+        stack.settings.namespace,
+        LARGE,
+        name=name,
+        container={"name": "engine", "image": "placeholder.invalid/engine:1"},
+    )
+    # A sidecar the plan grants nothing: the shield must reach its process.
+    pod["spec"]["containers"].append(
+        {"name": "sidecar", "image": PROBE, "imagePullPolicy": "IfNotPresent"}
+    )
+    return pod
+
+
+def test_the_probe_image_itself_asks_for_every_gpu(real_node: RealNode) -> None:
+    # The precondition of every test below: without the runtime's override the probe's own
+    # process would see "all", as a process in a CUDA base image does.
+    config = Layout.read(real_node.images[PROBE].layout).config["config"]
+    assert "NVIDIA_VISIBLE_DEVICES=all" in config["Env"]  # type: ignore[index]
+    assert PROBE in real_node.ctr("images", "ls", "-q").split()
+
+
+def test_the_engine_container_sees_exactly_the_allocated_uuid_and_its_sidecar_void(
+    node_plane: ControlPlane, real_node: RealNode, stack: TenantStack
+) -> None:
+    ns = stack.settings.namespace
+    tenant = node_plane.kube("tmi-installer")
+    created = tenant.create(_engine(stack, "engine-uuid"))
+    try:
+        pod = wait_pod(node_plane.kube("admin"), ns, "engine-uuid", is_ready)
+        assert pod["spec"]["nodeName"] == real_node.name
+        engine = probe_report(tenant, ns, "engine-uuid", "engine")
+        sidecar = probe_report(tenant, ns, "engine-uuid", "sidecar")
+        allocated = kubelet_allocations(created["metadata"]["uid"])
+        assert list(allocated) == [("engine", "nvidia.com/gpu")]
+        (uuid,) = allocated[("engine", "nvidia.com/gpu")]
+        assert uuid in real_node.fixture.uuids()
+        assert engine["env"]["NVIDIA_VISIBLE_DEVICES"] == uuid
+        assert sidecar["env"]["NVIDIA_VISIBLE_DEVICES"] == "void"
+        # The image's non-root user reached the process too.
+        assert engine["uid"] != 0
+    finally:
+        node_plane.kube("admin").delete("v1", "Pod", "engine-uuid", ns, grace_period_seconds=0)
+
+
+def test_a_pod_whose_image_sets_all_runs_with_void(
+    node_plane: ControlPlane, real_node: RealNode, stack: TenantStack
+) -> None:
+    ns = stack.settings.namespace
+    tenant = node_plane.kube("tmi-installer")
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "plain", "namespace": ns},
+        "spec": {
+            "nodeSelector": {"kubernetes.io/hostname": real_node.name},
+            "containers": [{"name": "tool", "image": PROBE, "imagePullPolicy": "IfNotPresent"}],
+            "terminationGracePeriodSeconds": 0,
+        },
+    }
+    tenant.create(pod)
+    try:
+        wait_pod(tenant, ns, "plain")
+        report = probe_report(tenant, ns, "plain", "tool")
+        assert report["env"]["NVIDIA_VISIBLE_DEVICES"] == "void"
+    finally:
+        node_plane.kube("admin").delete("v1", "Pod", "plain", ns, grace_period_seconds=0)
+
+
+def test_the_engine_pod_runs_but_is_not_ready_until_allocation_verified(
+    node_plane: ControlPlane, real_node: RealNode, stack: TenantStack
+) -> None:
+    ns = stack.settings.namespace
+    admin = node_plane.kube("admin")
+    assert stack.controller is not None
+    stack.controller.stop()
+    try:
+        node_plane.kube("tmi-installer").create(_engine(stack, "engine-gate"))
+        # Every container runs and the kubelet says they are ready, yet the Pod is not: the gate.
+        pod = wait_pod(
+            admin, ns, "engine-gate", lambda p: condition_is(p, "ContainersReady", "True")
+        )
+        assert condition(pod, CONDITION) is None
+        assert not is_ready(pod)
+    finally:
+        stack.controller.start()
+    try:
+        pod = wait_pod(admin, ns, "engine-gate", is_ready)
+        verified = condition(pod, CONDITION)
+        assert verified is not None and verified["status"] == "True"
+    finally:
+        with contextlib.suppress(Exception):
+            admin.delete("v1", "Pod", "engine-gate", ns, grace_period_seconds=0)

@@ -30,6 +30,9 @@ _URL = re.compile(r"(?P<scheme>https?)://[^\s/?#]+(?:/[^\s?#]*)?")
 _DURATION = re.compile(r"[1-9][0-9]*(ms|s|m)")
 _NAME = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 _PEM_CERT = "-----BEGIN CERTIFICATE-----"
+_SERVER_NAME = re.compile(
+    r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?(\.[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?)*"
+)
 
 
 class SchedulerConfigError(ValueError):
@@ -46,6 +49,7 @@ def render_scheduler_config(
     weight: int = DEFAULT_WEIGHT,
     http_timeout: str = DEFAULT_HTTP_TIMEOUT,
     node_cache_capable: bool = True,
+    server_name: str | None = None,
 ) -> dict[str, Any]:
     """A KubeSchedulerConfiguration with one profile (`scheduler_name`) and the extender.
 
@@ -70,6 +74,11 @@ def render_scheduler_config(
         raise SchedulerConfigError(f"scheduler name {scheduler_name!r} is not a DNS label")
     if not _NAME.fullmatch(scheduler_namespace):
         raise SchedulerConfigError(f"namespace {scheduler_namespace!r} is not a DNS label")
+    if server_name is not None and (not https or not _SERVER_NAME.fullmatch(server_name)):
+        raise SchedulerConfigError(
+            f"extender server name {server_name!r} must be a DNS name such as "
+            "tmi-extender.kamiwaza-scheduling.svc, and needs an https URL"
+        )
     if not 1 <= weight <= 100:
         raise SchedulerConfigError(f"weight {weight} is outside 1..100")
     if not _DURATION.fullmatch(http_timeout):
@@ -88,6 +97,10 @@ def render_scheduler_config(
     }
     if https and ca_pem:
         extender["tlsConfig"] = {"caData": base64.b64encode(ca_pem).decode("ascii")}
+        if server_name:
+            # The URL names an address (a Service's ClusterIP, where the scheduler has no
+            # cluster DNS); the certificate is still checked against the Service's name.
+            extender["tlsConfig"]["serverName"] = server_name
     return {
         "apiVersion": API_VERSION,
         "kind": "KubeSchedulerConfiguration",

@@ -22,7 +22,7 @@ import os
 import signal
 import subprocess
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -415,25 +415,14 @@ class RealNode:
         proc.stop()
         self.processes["kubelet"] = self._spawn("kubelet", proc.argv)
 
-    def kill_container(self, namespace: str, pod: str, container: str) -> None:
-        """SIGKILL the container's process as an OOM or a crash would; the kubelet restarts it."""
-        ids = self.ctr(
-            "containers",
-            "ls",
-            "-q",
-            f'labels."io.kubernetes.pod.namespace"=={namespace}',
-        ).split()
-        for cid in ids:
-            info = json.loads(self.ctr("containers", "info", cid))
-            labels = info.get("Labels", {})
-            if (
-                labels.get("io.kubernetes.pod.name") == pod
-                and labels.get("io.kubernetes.container.name") == container
-            ):
-                with contextlib.suppress(RealNodeError):
-                    self.ctr("tasks", "kill", "-s", "SIGKILL", cid)
-                return
-        raise RealNodeError(f"no container {container} of {namespace}/{pod} on {self.name}")
+    def kill_container(self, pod: Mapping[str, Any], container: str) -> None:
+        """SIGKILL the container's processes, as an OOM kill or a crash would; the kubelet
+        restarts it by the Pod's restartPolicy."""
+        statuses = pod.get("status", {}).get("containerStatuses") or []
+        ids = [s.get("containerID", "") for s in statuses if s.get("name") == container]
+        if not ids or not ids[0].startswith("containerd://"):
+            raise RealNodeError(f"{pod['metadata']['name']} has no running {container}")
+        self.ctr("tasks", "kill", "-a", "-s", "SIGKILL", ids[0].removeprefix("containerd://"))
 
     # -- teardown ------------------------------------------------------------------------------
 

@@ -248,6 +248,7 @@ def cmd_render_scheduler_config(args: argparse.Namespace) -> int:
             scheduler_namespace=args.scheduler_namespace,
             weight=args.weight,
             http_timeout=args.http_timeout,
+            server_name=args.extender_server_name,
         )
     except SchedulerConfigError as exc:
         raise CommandError(str(exc), EXIT_USAGE) from None
@@ -398,6 +399,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--namespace", required=True, metavar="NS")
     p.add_argument("--extender-url", required=True, metavar="URL")
     p.add_argument("--ca-file", metavar="F", help="CA of the extender's serving certificate")
+    p.add_argument(
+        "--extender-server-name",
+        metavar="NAME",
+        help="the name the extender's certificate is checked against when --extender-url "
+        "names an address (a ClusterIP, for a scheduler without cluster DNS)",
+    )
     p.add_argument("--minimum-bundle-version", type=_positive_int, default=1, metavar="N")
     p.add_argument("--bundle-configmap", metavar="NAME", help="configured ConfigMap name")
     p.add_argument("--scheduler-name", default=DEFAULT_SCHEDULER_NAME, metavar="NAME")

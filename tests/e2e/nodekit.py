@@ -13,7 +13,15 @@ from typing import Any
 
 from localcluster import ControlPlane, Kube
 from localcluster.binaries import versions
-from localcluster.node_images import PROBE, NodeImage, scheduler_image, tmi_image
+from localcluster.node_images import (
+    PROBE,
+    SCHEDULER_REPOSITORY,
+    TMI_REPOSITORY,
+    NodeImage,
+    scheduler_image,
+    tmi_image,
+)
+from localcluster.node_stack import ChartStack, deploy_chart
 from localcluster.process import wait_until
 from localcluster.realnode import DEVICE_PLUGIN_DIR, RealNode
 from localcluster.stack import StackSettings, TenantStack, deploy_stack
@@ -101,3 +109,40 @@ def kubelet_allocations(pod_uid: str) -> dict[tuple[str, str], list[str]]:
         ids = [d for per_numa in (entry.get("DeviceIDs") or {}).values() for d in per_numa]
         out[(entry["ContainerName"], entry["ResourceName"])] = sorted(ids)
     return out
+
+
+@contextlib.contextmanager
+def chart_on_node(plane: ControlPlane, node: RealNode, prefix: str) -> Iterator[ChartStack]:
+    """The chart with its Deployments on the node, the whole-H100 profile, engines on the probe."""
+    owner = Owner()
+    namespace = f"{prefix}-{uuid.uuid4().hex[:6]}"
+    settings = StackSettings(
+        owner_public_keys=(owner.public_key,),
+        cluster_binding_id=CLUSTER,
+        namespace=namespace,
+        scheduling_timeout_seconds=120,
+        engine_image_map=probe_image_map(node),
+    )
+    profile = owner.sign(whole_h100_envelope(owner, namespace))
+    images = {image.repository: image for image in node.images.values()}
+    with deploy_chart(
+        plane,
+        node,
+        settings,
+        profile,
+        tmi=images[TMI_REPOSITORY],
+        scheduler=images[SCHEDULER_REPOSITORY],
+    ) as up:
+        plane.grant_namespace_admin("tmi-installer", namespace)
+        yield up
+
+
+def container_pid(node: RealNode, pod: dict[str, Any], container: str) -> int:
+    """The host pid of the container's first process, from containerd."""
+    (status,) = [s for s in pod["status"]["containerStatuses"] if s["name"] == container]
+    cid = status["containerID"].removeprefix("containerd://")
+    for line in node.ctr("tasks", "ls").splitlines()[1:]:
+        task, pid, *_ = line.split()
+        if task == cid:
+            return int(pid)
+    raise AssertionError(f"no task {cid} on {node.name}")

@@ -87,6 +87,8 @@ def test_template_profile_renders_the_golden_configuration() -> None:
         ({"extender_url": URL, "ca_pem": CA, "weight": 0}, "weight 0"),
         ({"extender_url": URL, "ca_pem": CA, "http_timeout": "5"}, "not a duration"),
         ({"extender_url": URL, "ca_pem": CA, "scheduler_name": "Bad_Name"}, "not a DNS label"),
+        ({"extender_url": URL, "ca_pem": CA, "server_name": "Bad Name"}, "must be a DNS name"),
+        ({"extender_url": "http://10.96.0.9:80", "server_name": "x.svc"}, "needs an https URL"),
     ],
 )
 def test_unusable_inputs_are_refused(kwargs: dict[str, Any], message: str) -> None:
@@ -101,6 +103,29 @@ def test_plain_http_needs_no_ca() -> None:
     )
     extender = rendered["extenders"][0]
     assert extender["enableHTTPS"] is False and "tlsConfig" not in extender
+
+
+def test_a_server_name_is_checked_when_the_url_names_an_address() -> None:
+    rendered = render_scheduler_config(
+        parse_envelope(Owner().envelope()),
+        extender_url="https://10.96.0.17:443",
+        ca_pem=CA,
+        server_name="tmi-extender.kamiwaza-scheduling.svc",
+    )
+    tls = rendered["extenders"][0]["tlsConfig"]
+    assert tls["serverName"] == "tmi-extender.kamiwaza-scheduling.svc" and tls["caData"]
+
+
+def test_the_cli_passes_the_server_name(
+    files: tuple[Owner, Path, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    owner, bundle, ca = files
+    status = main(
+        _args(owner, bundle, "--ca-file", str(ca), "--extender-server-name", "ext.ns.svc")
+    )
+    assert status == 0
+    tls = json.loads(capsys.readouterr().out)["extenders"][0]["tlsConfig"]
+    assert tls["serverName"] == "ext.ns.svc"
 
 
 @pytest.fixture

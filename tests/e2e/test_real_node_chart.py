@@ -1,0 +1,235 @@
+"""The chart's own Deployments on the real node: what a user's cluster runs, with no process
+played by the harness.
+
+The webhook, the extender, the allocation controller and the owner's kube-scheduler run as the
+chart's Pods from the imported images (``localcluster.node_stack``); the API server calls the
+webhook through its Service and the scheduler Pod calls the extender through its Service's
+ClusterIP. The running processes are read on the host (``/proc``) through containerd's task
+list: their user, their read-only root and their environment are the runtime's, not the spec's.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from localcluster import ApiError, ControlPlane
+from localcluster.engine_pods import CONDITION, condition, engine_pod
+from localcluster.node_stack import CONTROLLER, EXTENDER, WEBHOOK, ChartStack
+from localcluster.process import wait_until
+from localcluster.realnode import RealNode, probe_report
+from localcluster.webhook import ENGINE_LABEL, PLAN_ANNOTATION, REQUEST_ANNOTATION
+from tests.e2e.nodekit import (
+    chart_on_node,
+    container_pid,
+    is_ready,
+    kubelet_allocations,
+    wait_pod,
+)
+from tests.e2e.stackkit import LARGE
+
+pytestmark = pytest.mark.e2e
+
+ROLLOUT_TIMEOUT = 180.0
+
+
+@pytest.fixture(scope="module")
+def chart(node_plane: ControlPlane, real_node: RealNode) -> Iterator[ChartStack]:
+    with chart_on_node(node_plane, real_node, "tmi-chart") as up:
+        yield up
+
+
+def _status(pid: int, field: str) -> str:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(f"{field}:"):
+            return line.split(":", 1)[1].strip()
+    raise AssertionError(f"/proc/{pid}/status has no {field}")
+
+
+def _root_options(pid: int) -> list[str]:
+    for line in Path(f"/proc/{pid}/mountinfo").read_text().splitlines():
+        fields = line.split()
+        if fields[4] == "/":
+            return fields[5].split(",")
+    raise AssertionError(f"/proc/{pid}/mountinfo has no root mount")
+
+
+def _environ(pid: int) -> dict[str, str]:
+    raw = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    return dict(e.decode().split("=", 1) for e in raw if b"=" in e)
+
+
+def test_every_chart_deployment_runs_on_the_real_node_as_the_chart_says(
+    real_node: RealNode, chart: ChartStack
+) -> None:
+    deployments = chart.deployments()
+    assert {name for _, name in deployments} >= {
+        WEBHOOK,
+        EXTENDER,
+        CONTROLLER,
+        chart.settings.scheduler_name,
+    }
+    for namespace, name in deployments:
+        pods = chart.pods(namespace, name)
+        assert pods, f"{namespace}/{name} has no Pods"
+        for pod in pods:
+            assert pod["spec"]["nodeName"] == real_node.name
+            assert is_ready(pod), f"{pod['metadata']['name']} is not Ready"
+            for container in pod["spec"]["containers"]:
+                pid = container_pid(real_node, pod, container["name"])
+                # The chart's runAsUser and readOnlyRootFilesystem, in force on the process.
+                assert _status(pid, "Uid").split()[0] == "65532", (name, container["name"])
+                assert "ro" in _root_options(pid), (name, container["name"])
+                if namespace == chart.namespace:
+                    # The tenant's own servers are shielded like any Pod of the namespace.
+                    assert _environ(pid).get("NVIDIA_VISIBLE_DEVICES") == "void"
+
+
+def test_an_engine_pod_goes_through_the_chart_pods_to_ready_on_the_real_node(
+    node_plane: ControlPlane, real_node: RealNode, chart: ChartStack
+) -> None:
+    ns = chart.namespace
+    tenant = node_plane.kube("tmi-installer")
+    created = tenant.create(engine_pod(ns, LARGE, name="engine-chart"))
+    try:
+        # Planned by the webhook's Pods (the API server called its Service).
+        assert PLAN_ANNOTATION in created["metadata"]["annotations"]
+        assert created["spec"]["schedulerName"] == chart.settings.scheduler_name
+        # Placed by the scheduler's Pod with the extender's Pods, verified by the controller's.
+        pod = wait_pod(tenant, ns, "engine-chart", is_ready, timeout=ROLLOUT_TIMEOUT)
+        assert pod["spec"]["nodeName"] == real_node.name
+        verified = condition(pod, CONDITION)
+        assert verified is not None and verified["status"] == "True"
+        (uuid_,) = kubelet_allocations(created["metadata"]["uid"])[("engine", "nvidia.com/gpu")]
+        assert (
+            probe_report(tenant, ns, "engine-chart", "engine")["env"]["NVIDIA_VISIBLE_DEVICES"]
+            == uuid_
+        )
+    finally:
+        node_plane.kube("admin").delete("v1", "Pod", "engine-chart", ns, grace_period_seconds=0)
+
+
+def test_a_killed_webhook_pod_is_restarted_by_the_kubelet_while_creates_continue(
+    node_plane: ControlPlane, real_node: RealNode, chart: ChartStack
+) -> None:
+    ns = chart.namespace
+    admin = node_plane.kube("admin")
+    victim, *others = chart.pods(ns, WEBHOOK)
+    assert others, "the chart runs more than one webhook replica"
+    name = victim["metadata"]["name"]
+    restarts = victim["status"]["containerStatuses"][0]["restartCount"]
+    real_node.kill_container(victim, "webhook")
+    planned = refused = 0
+
+    def restarted() -> bool:
+        nonlocal planned, refused
+        # Creates go on throughout: each is planned or refused, never admitted unplanned.
+        try:
+            pod = admin.create(engine_pod(ns, LARGE), dry_run=True)
+        except ApiError as exc:
+            assert "tenant-inference.kamiwaza.ai" in exc.message, exc.message
+            refused += 1
+        else:
+            assert PLAN_ANNOTATION in pod["metadata"]["annotations"]
+            planned += 1
+        now = admin.get("v1", "Pod", name, ns)
+        status = now["status"]["containerStatuses"][0]
+        return status["restartCount"] > restarts and is_ready(now)
+
+    wait_until(restarted, timeout=120, what=f"the kubelet to restart {name}")
+    assert planned > 0 and planned >= refused
+    # The restarted replica serves again: every create is planned.
+    for _ in range(5):
+        pod = admin.create(engine_pod(ns, LARGE), dry_run=True)
+        assert PLAN_ANNOTATION in pod["metadata"]["annotations"]
+
+
+def _engine_deployment(namespace: str, name: str, request: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {
+            "replicas": 2,
+            "selector": {"matchLabels": {"app": name}},
+            # Two GPUs for two replicas: an old Pod must go before a new one fits.
+            "strategy": {
+                "type": "RollingUpdate",
+                "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1},
+            },
+            "template": {
+                "metadata": {
+                    "labels": {"app": name, ENGINE_LABEL: name},
+                    "annotations": {REQUEST_ANNOTATION: json.dumps(request)},
+                },
+                "spec": {
+                    "containers": [{"name": "engine", "image": "placeholder.invalid/engine:1"}],
+                    "terminationGracePeriodSeconds": 1,
+                },
+            },
+        },
+    }
+
+
+def test_an_engine_deployment_rolls_out_with_real_readiness(
+    node_plane: ControlPlane, real_node: RealNode, chart: ChartStack
+) -> None:
+    ns, name = chart.namespace, f"engine-{uuid.uuid4().hex[:6]}"
+    tenant = node_plane.kube("tmi-installer")
+    tenant.create(_engine_deployment(ns, name, LARGE))
+
+    def rolled_out(generation: int) -> list[dict[str, Any]] | None:
+        dep = tenant.get("apps/v1", "Deployment", name, ns)
+        status = dep.get("status") or {}
+        done = (
+            status.get("observedGeneration", 0) >= generation
+            and status.get("updatedReplicas") == 2
+            and status.get("availableReplicas") == 2
+            and status.get("replicas") == 2
+        )
+        if not done:
+            return None
+        listed = tenant.request(
+            "GET", f"/api/v1/namespaces/{ns}/pods", query={"labelSelector": f"app={name}"}
+        )
+        pods = [p for p in listed["items"] if not p["metadata"].get("deletionTimestamp")]
+        return pods if len(pods) == 2 and all(is_ready(p) for p in pods) else None
+
+    try:
+        first = wait_until(lambda: rolled_out(1), timeout=ROLLOUT_TIMEOUT, what="the rollout")
+        new_request = {**LARGE, "model": {**LARGE["model"], "weightsBytes": 52_000_000_000}}
+        patch = {
+            "spec": {
+                "template": {
+                    "metadata": {"annotations": {REQUEST_ANNOTATION: json.dumps(new_request)}}
+                }
+            }
+        }
+        tenant.request(
+            "PATCH",
+            f"/apis/apps/v1/namespaces/{ns}/deployments/{name}",
+            body=patch,
+            content_type="application/strategic-merge-patch+json",
+        )
+        second = wait_until(lambda: rolled_out(2), timeout=ROLLOUT_TIMEOUT, what="the update")
+        assert {p["metadata"]["uid"] for p in first}.isdisjoint(
+            p["metadata"]["uid"] for p in second
+        )
+        seen = set()
+        for pod in second:
+            assert pod["spec"]["nodeName"] == real_node.name
+            (device,) = kubelet_allocations(pod["metadata"]["uid"])[("engine", "nvidia.com/gpu")]
+            report = probe_report(tenant, ns, pod["metadata"]["name"], "engine")
+            assert report["env"]["NVIDIA_VISIBLE_DEVICES"] == device
+            seen.add(device)
+        # Each replica holds its own GPU of the two.
+        assert seen == set(real_node.fixture.uuids())
+    finally:
+        with contextlib.suppress(ApiError):
+            node_plane.kube("admin").delete("apps/v1", "Deployment", name, ns)

@@ -12,7 +12,10 @@ probe's process was started with from its log.
 from __future__ import annotations
 
 import contextlib
+import json
+import re
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -24,12 +27,17 @@ from localcluster.realnode import RealNode, probe_report
 from localcluster.stack import TenantStack
 from tests.e2e.nodekit import (
     condition_is,
+    container_pid,
     is_ready,
     kubelet_allocations,
     real_node_stack,
     wait_pod,
 )
 from tests.e2e.stackkit import LARGE
+from tests.evidencekit import H200_UUID, SHARED, FakeSmi
+from tmi_cli import evidence_command
+from tmi_cli.gpu_processes import NvidiaSmiReader
+from tmi_cli.main import main
 
 pytestmark = pytest.mark.e2e
 
@@ -133,3 +141,85 @@ def test_the_engine_pod_runs_but_is_not_ready_until_allocation_verified(
     finally:
         with contextlib.suppress(Exception):
             admin.delete("v1", "Pod", "engine-gate", ns, grace_period_seconds=0)
+
+
+def _smi_host(directory: Path, uuid: str, processes: dict[int, int]) -> Path:
+    """The recorded H200 host's nvidia-smi answers, for the fake device ``uuid`` and with
+    ``processes`` (host pid -> MiB) on it: the GPU reading is the fixture's, the pids are the
+    running containers' own."""
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "nvidia-smi-L.txt").write_text(
+        (SHARED / "nvidia-smi-L.txt").read_text().replace(H200_UUID, uuid)
+    )
+    blocks = "".join(
+        "<process_info><gpu_instance_id>N/A</gpu_instance_id>"
+        f"<compute_instance_id>N/A</compute_instance_id><pid>{pid}</pid><type>C</type>"
+        f"<process_name>/usr/bin/tmi-probe</process_name><used_memory>{mib} MiB</used_memory>"
+        "</process_info>"
+        for pid, mib in processes.items()
+    )
+    xml = (SHARED / "nvidia-smi-q.xml").read_text().replace(H200_UUID, uuid)
+    xml = re.sub(r"<processes>.*?</processes>", f"<processes>{blocks}</processes>", xml, flags=re.S)
+    (directory / "nvidia-smi-q.xml").write_text(xml)
+    return directory
+
+
+def test_evidence_maps_running_containers_to_their_pods_and_reports_two_on_one_uuid(
+    node_plane: ControlPlane,
+    real_node: RealNode,
+    stack: TenantStack,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    ns = stack.settings.namespace
+    admin = node_plane.kube("admin")
+    engine = node_plane.kube("tmi-installer").create(_engine(stack, "engine-evidence"))
+    rogue_ns = node_plane.create_namespace(f"rogue-{engine['metadata']['uid'][:6]}")
+    rogue_name = rogue_ns["metadata"]["name"]
+    try:
+        wait_pod(admin, ns, "engine-evidence", is_ready)
+        (uuid,) = kubelet_allocations(engine["metadata"]["uid"])[("engine", "nvidia.com/gpu")]
+        # A Pod tmi never saw (its namespace is not a tenant's) given the same device by hand.
+        admin.create(
+            {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {"name": "rogue", "namespace": rogue_name},
+                "spec": {
+                    "nodeName": real_node.name,
+                    "containers": [
+                        {
+                            "name": "tool",
+                            "image": PROBE,
+                            "env": [{"name": "NVIDIA_VISIBLE_DEVICES", "value": uuid}],
+                        }
+                    ],
+                    "terminationGracePeriodSeconds": 0,
+                },
+            }
+        )
+        wait_pod(admin, rogue_name, "rogue")
+        pods = [
+            admin.get("v1", "Pod", "engine-evidence", ns),
+            admin.get("v1", "Pod", "rogue", rogue_name),
+        ]
+        pid_engine = container_pid(real_node, pods[0], "engine")
+        pid_rogue = container_pid(real_node, pods[1], "tool")
+        host = _smi_host(tmp_path / "smi", uuid, {pid_engine: 10240, pid_rogue: 2048})
+        monkeypatch.setattr(evidence_command, "open_reader", lambda: NvidiaSmiReader(FakeSmi(host)))
+        pods_file = tmp_path / "pods.json"
+        pods_file.write_text(json.dumps({"items": pods}))
+        status = main(
+            ["evidence", "--pods", str(pods_file), "--proc", "/proc", "--node", real_node.name]
+        )
+        report = json.loads(capsys.readouterr().out)
+        # Each process was found in its Pod through containerd's cgroups on this host.
+        engine_ref, rogue_ref = f"{ns}/engine-evidence", f"{rogue_name}/rogue"
+        (overlap,) = report["overlaps"]
+        assert overlap["gpuUuid"] == uuid and overlap["sameMemory"] is True
+        assert sorted(overlap["holders"]) == sorted([engine_ref, rogue_ref])
+        assert status == 1 and report["verdict"]["status"] != "honoured"
+    finally:
+        admin.delete("v1", "Pod", "engine-evidence", ns, grace_period_seconds=0)
+        admin.delete("v1", "Namespace", rogue_name)

@@ -8,7 +8,8 @@ VRAM plugin, CPUs), brings the whole stack up (webhook, extender, the owner's sc
 controller), guards the namespace, and has the tenant's namespace admin deploy engine Pods: it
 prints which were placed where with which grant and whether the grant was verified (the seed's
 step 7 check), which were refused with which status and why, and which wait and why. Then it
-tears everything down.
+tears everything down. Last (``localcluster.demo_node``), the same profile on a real node: the
+chart's own Pods running there and one engine Pod seeing exactly the device it was allocated.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from typing import Any
 
 from localcluster.binaries import BinariesMissingError
 from localcluster.controlplane import ControlPlane
+from localcluster.demo_node import node_story
 from localcluster.guard import apply_guard, dry_run_create, privileged_probe_pod
 from localcluster.kube import ApiError, Kube, pod_condition
 from localcluster.nodes import FakeNode, create_fake_nodes, node_table
@@ -368,6 +370,8 @@ def main() -> int:
         identity, configmap = owner_workflow(Path(tmp))
     try:
         status = cluster_story(identity, configmap)
+        if status == 0:
+            status = node_story(identity, configmap, CLUSTER, EXAMPLES)
     except ComponentError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1

@@ -25,6 +25,7 @@ from pathlib import Path
 
 from localcluster.binaries import bin_dir
 from localcluster.image import app_layer, assemble, base_layer, debian_closure
+from policy_io.catalog import packaged_catalog
 
 REGISTRY = "tmi.local"
 PAUSE = f"{REGISTRY}/pause:1"
@@ -55,6 +56,12 @@ class NodeImage:
     @property
     def pinned(self) -> str:
         return f"{self.repository}@{self.digest}"
+
+
+def engine_image_map(probe: NodeImage) -> tuple[tuple[str, str], ...]:
+    """Every catalog image mapped to the probe by digest (the chart's engineImageMap, relocation
+    rule 1): on the real node every engine Pod runs the probe."""
+    return tuple(sorted({(row[4], probe.pinned) for row in packaged_catalog().rows()}))
 
 
 def _run(args: Sequence[str]) -> str:

@@ -74,6 +74,8 @@ class GpuFixture(BaseModel):
     cudaDriverVersion: str = Field(pattern=r"^\d+\.\d+$")
     vramBudget: bool = False
     replicas: int = Field(default=1, ge=1)
+    # nvidia-smi's total, when it is not memoryGB * 1024 (GFD's nvidia.com/gpu.memory).
+    memoryMiB: int | None = Field(default=None, gt=0)
     devices: tuple[GpuDevice, ...]
 
     @classmethod
@@ -86,6 +88,11 @@ class GpuFixture(BaseModel):
 
     def whole_gpu_count(self) -> int:
         return sum(1 for d in self.devices if not d.mig) * self.replicas
+
+    def node_labels(self, name: str) -> dict[str, str]:
+        """What GFD would label the node with, time-slicing included."""
+        node = self.fake_node(name)
+        return {**node.gfd_labels(), **node.labels}
 
     def fake_node(self, name: str) -> FakeNode:
         """The FakeNode these devices make: only its labels and GPU resources are used."""
@@ -107,6 +114,7 @@ class GpuFixture(BaseModel):
             mig=mig,
             whole_gpus=self.whole_gpu_count(),
             vram_gb=self.memoryGB,
+            gpu_memory_mib=self.memoryMiB,
             vram_budget=self.vramBudget,
             compute_capability=self.computeCapability,
             cuda_driver_major=int(major),
@@ -242,6 +250,11 @@ class RealNode:
     def _ctr_argv(self) -> list[str]:
         return [str(self.bins / "ctr"), "--address", str(self.socket), "-n", "k8s.io"]
 
+    def import_image(self, image: NodeImage) -> None:
+        """Import an OCI layout into the node's containerd, under its tag and its digest."""
+        import_into(self._ctr_argv(), image)
+        self.images[image.tag] = image
+
     def _spawn(self, name: str, argv: Sequence[str]) -> ManagedProcess:
         log = self.plane.logs_dir / f"{name}.log"
         env = {"PATH": f"{self.bins}:{os.environ.get('PATH', '/usr/bin:/bin')}"}
@@ -263,10 +276,8 @@ class RealNode:
         wait_until(
             lambda: self.ctr("version"), timeout=START_TIMEOUT, what="containerd", proc=containerd
         )
-        pause, probe = probe_images(work / "images", self.bins)
-        for image in (pause, probe, *images):
-            import_into(self._ctr_argv(), image)
-            self.images[image.tag] = image
+        for image in (*probe_images(work / "images", self.bins), *images):
+            self.import_image(image)
         self._start_kubelet()
         self._label()
         plugin = self._spawn(
@@ -361,7 +372,7 @@ class RealNode:
         )
 
     def _label(self) -> None:
-        labels = {**self.fixture.fake_node(self.name).gfd_labels(), REAL_NODE_LABEL: "true"}
+        labels = {**self.fixture.node_labels(self.name), REAL_NODE_LABEL: "true"}
         # As GFD's labels reach a Node: a cluster-side writer, not the kubelet (NodeRestriction
         # keeps a kubelet from labelling itself outside kubernetes.io's node labels).
         self.plane.kube("admin").request(
@@ -414,6 +425,19 @@ class RealNode:
         proc = self.processes["kubelet"]
         proc.stop()
         self.processes["kubelet"] = self._spawn("kubelet", proc.argv)
+
+    def allocations(self, pod_uid: str) -> dict[tuple[str, str], list[str]]:
+        """(container, resource) -> device IDs the kubelet's device manager allocated the Pod,
+        from its checkpoint."""
+        path = DEVICE_PLUGIN_DIR / "kubelet_internal_checkpoint"
+        data = json.loads(path.read_text())["Data"]
+        out: dict[tuple[str, str], list[str]] = {}
+        for entry in data.get("PodDeviceEntries") or []:
+            if entry["PodUID"] != pod_uid:
+                continue
+            ids = [d for per_numa in (entry.get("DeviceIDs") or {}).values() for d in per_numa]
+            out[(entry["ContainerName"], entry["ResourceName"])] = sorted(ids)
+        return out
 
     def kill_container(self, pod: Mapping[str, Any], container: str) -> None:
         """SIGKILL the container's processes, as an OOM kill or a crash would; the kubelet

@@ -1,11 +1,14 @@
 """Fixtures for e2e tests against the real local Kubernetes control plane.
 
 One control plane (etcd, kube-apiserver, kube-controller-manager, kube-scheduler, KWOK)
-serves the whole test session; each test gets fresh namespaces rather than reusing deleted
-ones, since a namespace takes a while to finish terminating. Missing binaries fail the tests with
-instructions instead of skipping them, so CI cannot silently pass without e2e
-coverage; set TMI_SKIP_E2E=1 to skip them deliberately. When a test fails, every
-component log is copied to .artifacts/<test-name>/.
+serves the whole test session, its tmi servers local processes the tests can kill or pause
+(``localcluster.stack``); a second one (``node_plane``) carries the session's one real node
+(``real_node``), where ``test_real_node.py`` still runs local-process servers and
+``test_real_node_chart.py`` runs the chart's own Deployments as Pods. Each test gets fresh
+namespaces rather than reusing deleted ones, since a namespace takes a while to finish
+terminating. Missing binaries fail the tests with instructions instead of skipping them, so CI
+cannot silently pass without e2e coverage; set TMI_SKIP_E2E=1 to skip them deliberately. When
+a test fails, every component log is copied to .artifacts/<test-name>/.
 """
 
 from __future__ import annotations

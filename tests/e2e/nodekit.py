@@ -5,7 +5,6 @@ whose engine images are the imported probe, and readings of what the kubelet rea
 from __future__ import annotations
 
 import contextlib
-import json
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -18,14 +17,14 @@ from localcluster.node_images import (
     SCHEDULER_REPOSITORY,
     TMI_REPOSITORY,
     NodeImage,
+    engine_image_map,
     scheduler_image,
     tmi_image,
 )
 from localcluster.node_stack import ChartStack, deploy_chart
 from localcluster.process import wait_until
-from localcluster.realnode import DEVICE_PLUGIN_DIR, RealNode
+from localcluster.realnode import RealNode
 from localcluster.stack import StackSettings, TenantStack, deploy_stack
-from policy_io.catalog import packaged_catalog
 from tests.e2e.stackkit import whole_h100_envelope
 from tests.profilekit import CLUSTER, Owner
 
@@ -35,12 +34,6 @@ RUNNING_TIMEOUT = 90.0
 def node_images(workdir: Path) -> list[NodeImage]:
     """The tmi image (the Dockerfile's parts) and the owner's kube-scheduler image."""
     return [tmi_image(workdir / "tmi"), scheduler_image(workdir, versions().kubernetes)]
-
-
-def probe_image_map(node: RealNode) -> tuple[tuple[str, str], ...]:
-    """Every catalog image mapped to the probe the node has, by digest (relocation rule 1)."""
-    probe = node.images[PROBE].pinned
-    return tuple(sorted({(row[4], probe) for row in packaged_catalog().rows()}))
 
 
 @contextlib.contextmanager
@@ -56,7 +49,7 @@ def real_node_stack(
         cluster_binding_id=CLUSTER,
         namespace=namespace,
         scheduling_timeout_seconds=scheduling_timeout_seconds,
-        engine_image_map=probe_image_map(node),
+        engine_image_map=engine_image_map(node.images[PROBE]),
     )
     profile = owner.sign(whole_h100_envelope(owner, namespace))
     with deploy_stack(plane, settings, profile) as up:
@@ -98,19 +91,6 @@ def wait_pod(
     return wait_until(probe, timeout=timeout, what=f"Pod {namespace}/{name}")
 
 
-def kubelet_allocations(pod_uid: str) -> dict[tuple[str, str], list[str]]:
-    """(container, resource) -> device IDs, as the kubelet's device manager checkpointed them."""
-    path = DEVICE_PLUGIN_DIR / "kubelet_internal_checkpoint"
-    data = json.loads(path.read_text())["Data"]
-    out: dict[tuple[str, str], list[str]] = {}
-    for entry in data.get("PodDeviceEntries") or []:
-        if entry["PodUID"] != pod_uid:
-            continue
-        ids = [d for per_numa in (entry.get("DeviceIDs") or {}).values() for d in per_numa]
-        out[(entry["ContainerName"], entry["ResourceName"])] = sorted(ids)
-    return out
-
-
 @contextlib.contextmanager
 def chart_on_node(plane: ControlPlane, node: RealNode, prefix: str) -> Iterator[ChartStack]:
     """The chart with its Deployments on the node, the whole-H100 profile, engines on the probe."""
@@ -121,7 +101,7 @@ def chart_on_node(plane: ControlPlane, node: RealNode, prefix: str) -> Iterator[
         cluster_binding_id=CLUSTER,
         namespace=namespace,
         scheduling_timeout_seconds=120,
-        engine_image_map=probe_image_map(node),
+        engine_image_map=engine_image_map(node.images[PROBE]),
     )
     profile = owner.sign(whole_h100_envelope(owner, namespace))
     images = {image.repository: image for image in node.images.values()}

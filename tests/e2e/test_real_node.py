@@ -29,7 +29,6 @@ from tests.e2e.nodekit import (
     condition_is,
     container_pid,
     is_ready,
-    kubelet_allocations,
     real_node_stack,
     wait_pod,
 )
@@ -81,7 +80,7 @@ def test_the_engine_container_sees_exactly_the_allocated_uuid_and_its_sidecar_vo
         assert pod["spec"]["nodeName"] == real_node.name
         engine = probe_report(tenant, ns, "engine-uuid", "engine")
         sidecar = probe_report(tenant, ns, "engine-uuid", "sidecar")
-        allocated = kubelet_allocations(created["metadata"]["uid"])
+        allocated = real_node.allocations(created["metadata"]["uid"])
         assert list(allocated) == [("engine", "nvidia.com/gpu")]
         (uuid,) = allocated[("engine", "nvidia.com/gpu")]
         assert uuid in real_node.fixture.uuids()
@@ -179,7 +178,7 @@ def test_evidence_maps_running_containers_to_their_pods_and_reports_two_on_one_u
     rogue_name = rogue_ns["metadata"]["name"]
     try:
         wait_pod(admin, ns, "engine-evidence", is_ready)
-        (uuid,) = kubelet_allocations(engine["metadata"]["uid"])[("engine", "nvidia.com/gpu")]
+        (uuid,) = real_node.allocations(engine["metadata"]["uid"])[("engine", "nvidia.com/gpu")]
         # A Pod tmi never saw (its namespace is not a tenant's) given the same device by hand.
         admin.create(
             {

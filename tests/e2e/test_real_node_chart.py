@@ -29,7 +29,6 @@ from tests.e2e.nodekit import (
     chart_on_node,
     container_pid,
     is_ready,
-    kubelet_allocations,
     wait_pod,
 )
 from tests.e2e.stackkit import LARGE
@@ -106,7 +105,7 @@ def test_an_engine_pod_goes_through_the_chart_pods_to_ready_on_the_real_node(
         assert pod["spec"]["nodeName"] == real_node.name
         verified = condition(pod, CONDITION)
         assert verified is not None and verified["status"] == "True"
-        (uuid_,) = kubelet_allocations(created["metadata"]["uid"])[("engine", "nvidia.com/gpu")]
+        (uuid_,) = real_node.allocations(created["metadata"]["uid"])[("engine", "nvidia.com/gpu")]
         assert (
             probe_report(tenant, ns, "engine-chart", "engine")["env"]["NVIDIA_VISIBLE_DEVICES"]
             == uuid_
@@ -224,7 +223,7 @@ def test_an_engine_deployment_rolls_out_with_real_readiness(
         seen = set()
         for pod in second:
             assert pod["spec"]["nodeName"] == real_node.name
-            (device,) = kubelet_allocations(pod["metadata"]["uid"])[("engine", "nvidia.com/gpu")]
+            (device,) = real_node.allocations(pod["metadata"]["uid"])[("engine", "nvidia.com/gpu")]
             report = probe_report(tenant, ns, pod["metadata"]["name"], "engine")
             assert report["env"]["NVIDIA_VISIBLE_DEVICES"] == device
             seen.add(device)

@@ -45,6 +45,7 @@ type Fixture struct {
 	MemoryGB   int      `json:"memoryGB"`
 	VRAMBudget bool     `json:"vramBudget"`
 	Replicas   int      `json:"replicas"`
+	MemoryMiB  int      `json:"memoryMiB"`
 	Devices    []Device `json:"devices"`
 }
 

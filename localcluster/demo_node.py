@@ -29,7 +29,8 @@ from localcluster.realnode import GpuFixture, RealNode, probe_report
 from localcluster.stack_settings import StackSettings
 
 FIXTURE = "h200-2x.json"
-REQUEST = "request-qwen7b-gguf.json"
+# The 70B on vLLM: the profile plans it onto both whole H200s.
+REQUEST = "request-llama70b-vllm.json"
 WAIT = 120.0
 
 
@@ -59,7 +60,7 @@ def _engine_story(plane: ControlPlane, node: RealNode, chart: ChartStack, exampl
     ns = chart.namespace
     installer = plane.kube("tmi-installer")
     request: dict[str, Any] = json.loads((examples / REQUEST).read_text())
-    pod = engine_pod(ns, request, name=f"tmi-{uuid.uuid4().hex[:8]}", deployment_id="qwen7b")
+    pod = engine_pod(ns, request, name=f"tmi-{uuid.uuid4().hex[:8]}", deployment_id="llama70b-vllm")
     created = installer.create(pod)
     name = created["metadata"]["name"]
     try:
@@ -77,7 +78,7 @@ def _engine_story(plane: ControlPlane, node: RealNode, chart: ChartStack, exampl
     print(f"the device plugin allocated (kubelet checkpoint): {','.join(allocated or ['-'])}")
     print(f"NVIDIA_VISIBLE_DEVICES inside the container:       {seen}")
     print("(the probe image itself sets NVIDIA_VISIBLE_DEVICES=all, as CUDA base images do)")
-    if not allocated or seen != ",".join(allocated):
+    if not allocated or sorted((seen or "").split(",")) != allocated:
         print("UNEXPECTED: the container does not see exactly its allocation")
         return 1
     return 0
@@ -94,7 +95,7 @@ def node_story(
         images = [tmi_image(images_dir / "tmi"), scheduler_image(images_dir, versions().kubernetes)]
         node = RealNode.start(plane, fixture=GpuFixture.named(FIXTURE), images=images)
         try:
-            print(f"node {node.name} Ready in {time.monotonic() - started:.1f}s")
+            print(f"images assembled, node {node.name} Ready: {time.monotonic() - started:.1f}s")
             print(node_table([plane.kube("admin").get("v1", "Node", node.name)]))
             _step("the chart as users install it: its Deployments run as Pods on the real node")
             begun = time.monotonic()

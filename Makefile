@@ -39,7 +39,7 @@ test-unit: install
 test-integration: install
 	$(PYTEST) tests/integration
 
-test: install controlplane node check
+test: install controlplane node node-tools-test check
 	$(PYTEST) tests
 
 demo: install controlplane node

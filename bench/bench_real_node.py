@@ -43,6 +43,7 @@ from localcluster.node_stack import deploy_chart  # noqa: E402
 from localcluster.podnet import PodNetwork  # noqa: E402
 from localcluster.realnode import RealNode  # noqa: E402
 from localcluster.stack_settings import StackSettings  # noqa: E402
+from tests.e2e.nodekit import probe_pod  # noqa: E402
 from tests.e2e.stackkit import LARGE, dated, whole_h100_profile  # noqa: E402
 from tests.profilekit import CLUSTER, Owner, with_profiles  # noqa: E402
 
@@ -89,17 +90,8 @@ def _probe_pods(plane: ControlPlane, count: int) -> list[float]:
     times = []
     for _ in range(count):
         name = f"probe-{uuid.uuid4().hex[:6]}"
-        body = {
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "metadata": {"name": name, "namespace": namespace},
-            "spec": {
-                "containers": [{"name": "probe", "image": PROBE}],
-                "terminationGracePeriodSeconds": 0,
-            },
-        }
         start = time.monotonic()
-        kube.create(body)
+        kube.create(probe_pod(namespace, name))
         _until(lambda n=name: _running(kube, namespace, n))  # type: ignore[misc]
         times.append(time.monotonic() - start)
         kube.delete("v1", "Pod", name, namespace, grace_period_seconds=0)

@@ -20,12 +20,13 @@ from typing import Any
 from localcluster.binaries import versions
 from localcluster.controlplane import ControlPlane
 from localcluster.engine_pods import engine_pod, step7_row, table
+from localcluster.fake_gpus import GpuFixture
 from localcluster.kube import pod_condition
 from localcluster.node_images import PROBE, engine_image_map, scheduler_image, tmi_image
 from localcluster.node_stack import ChartStack, deploy_chart
 from localcluster.nodes import node_table
 from localcluster.podnet import PodNetwork
-from localcluster.realnode import GpuFixture, RealNode, probe_report
+from localcluster.realnode import RealNode, probe_report
 from localcluster.stack_settings import StackSettings
 
 FIXTURE = "h200-2x.json"

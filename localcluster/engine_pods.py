@@ -50,6 +50,43 @@ def engine_pod(
     }
 
 
+def engine_deployment(
+    namespace: str,
+    name: str,
+    request: Mapping[str, Any],
+    *,
+    replicas: int,
+    max_surge: int,
+    max_unavailable: int,
+    grace_seconds: int = 0,
+) -> JSON:
+    """An engine Deployment as the platform's installer creates it (each Pod as ``engine_pod``
+    makes one, its deployment id the Deployment's name)."""
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": {"app": name}},
+            "strategy": {
+                "type": "RollingUpdate",
+                "rollingUpdate": {"maxSurge": max_surge, "maxUnavailable": max_unavailable},
+            },
+            "template": {
+                "metadata": {
+                    "labels": {"app": name, ENGINE_LABEL: name},
+                    "annotations": {REQUEST_ANNOTATION: json.dumps(request)},
+                },
+                "spec": {
+                    "containers": [{"name": "engine", "image": "placeholder.invalid/engine:1"}],
+                    "terminationGracePeriodSeconds": grace_seconds,
+                },
+            },
+        },
+    }
+
+
 def condition(pod: Mapping[str, Any], kind: str) -> JSON | None:
     for entry in pod.get("status", {}).get("conditions") or []:
         if entry.get("type") == kind:
@@ -88,4 +125,12 @@ def table(rows: Sequence[Sequence[str]]) -> str:
     )
 
 
-__all__ = ["CONDITION", "condition", "engine_pod", "granted", "step7_row", "table"]
+__all__ = [
+    "CONDITION",
+    "condition",
+    "engine_deployment",
+    "engine_pod",
+    "granted",
+    "step7_row",
+    "table",
+]

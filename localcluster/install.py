@@ -243,6 +243,38 @@ def apply(plane: ControlPlane, docs: Sequence[JSON], identity: str = "admin") ->
     return out
 
 
+def apply_recorded(
+    plane: ControlPlane,
+    applied: list[JSON],
+    docs: Sequence[JSON],
+    identity: str = "admin",
+    field_manager: str = FIELD_MANAGER,
+) -> None:
+    """Server-side apply, in order, as ``identity``, recording each object in ``applied`` first
+    (so a half-applied install is still cleaned up) and once (an upgrade applies it again)."""
+    kube = plane.kube(identity)
+    for doc in docs:
+        if not any(_same(doc, seen) for seen in applied):
+            applied.append(doc)
+        kube.apply(doc, field_manager=field_manager)
+
+
+def remove_recorded(plane: ControlPlane, applied: Sequence[JSON]) -> None:
+    """Delete what ``apply_recorded`` recorded, last first."""
+    kube = plane.kube("admin")
+    for doc in reversed(applied):
+        meta = doc["metadata"]
+        kube.delete(doc["apiVersion"], doc["kind"], meta["name"], meta.get("namespace"))
+
+
+def _same(a: JSON, b: JSON) -> bool:
+    return (a["kind"], a["metadata"]["name"], a["metadata"].get("namespace")) == (
+        b["kind"],
+        b["metadata"]["name"],
+        b["metadata"].get("namespace"),
+    )
+
+
 def wait_allowed(
     plane: ControlPlane,
     user: str,

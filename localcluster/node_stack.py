@@ -36,7 +36,15 @@ from localcluster.admission_policies import (
     remove_policies,
 )
 from localcluster.controlplane import ControlPlane
-from localcluster.install import INSTALLER, Rendered, grant_installer, render_owner, render_tenant
+from localcluster.install import (
+    INSTALLER,
+    Rendered,
+    apply_recorded,
+    grant_installer,
+    remove_recorded,
+    render_owner,
+    render_tenant,
+)
 from localcluster.kube import JSON, ApiError
 from localcluster.node_images import SCHEDULER_REPOSITORY, TMI_REPOSITORY, NodeImage
 from localcluster.process import wait_until
@@ -149,13 +157,10 @@ class ChartStack:
 
     def stop(self) -> None:
         """Withdraw the opt-in, then delete what was applied (the configuration first)."""
-        kube = self.plane.kube("admin")
         set_opt_in(self.plane, self.namespace, False)
         if self.owner is not None:
             remove_policies(self.plane, policy_docs(self.owner))
-        for doc in reversed(self.applied):
-            meta = doc["metadata"]
-            kube.delete(doc["apiVersion"], doc["kind"], meta["name"], meta.get("namespace"))
+        remove_recorded(self.plane, self.applied)
 
     def __enter__(self) -> ChartStack:
         return self
@@ -181,19 +186,7 @@ def _values(stack: ChartStack, tmi: NodeImage, scheduler: NodeImage, config: str
 
 
 def _apply(stack: ChartStack, docs: Sequence[JSON], identity: str = "admin") -> None:
-    kube = stack.plane.kube(identity)
-    for doc in docs:
-        kube.apply(doc)
-        if not any(_same(doc, seen) for seen in stack.applied):
-            stack.applied.append(doc)
-
-
-def _same(a: JSON, b: JSON) -> bool:
-    return (a["kind"], a["metadata"]["name"], a["metadata"].get("namespace")) == (
-        b["kind"],
-        b["metadata"]["name"],
-        b["metadata"].get("namespace"),
-    )
+    apply_recorded(stack.plane, stack.applied, docs, identity)
 
 
 def _owner_docs(owner: Rendered) -> list[JSON]:

@@ -24,105 +24,28 @@ import subprocess
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from importlib import resources
 from pathlib import Path
 from typing import IO, Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field
 
 from localcluster.binaries import node_bin_dir
 from localcluster.controlplane import ControlPlane
+from localcluster.fake_gpus import DEFAULT_FIXTURE, GpuFixture
 from localcluster.kube import Kube
 from localcluster.node_images import PAUSE, NodeImage, import_into, probe_images
-from localcluster.nodes import FakeNode, is_node_ready
+from localcluster.nodes import is_node_ready
 from localcluster.podnet import PodNetwork
 from localcluster.process import ManagedProcess, free_port, http_ok, wait_until
 
 LOCK = Path("/run/lock/tmi-realnode.lock")
 DEVICE_PLUGIN_DIR = Path("/var/lib/kubelet/device-plugins")
-DEFAULT_FIXTURE = "h100-2x.json"
 REAL_NODE_LABEL = "tmi.kamiwaza.ai/real-node"
 START_TIMEOUT = 120.0
 
 
 class RealNodeError(RuntimeError):
     """The node could not start or answer; the message says which part and where its log is."""
-
-
-class MigDevice(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-    profile: str = Field(pattern=r"^\d+g\.\d+gb$")
-    uuid: str = Field(pattern=r"^MIG-")
-
-
-class GpuDevice(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-    index: int = Field(ge=0)
-    uuid: str = Field(pattern=r"^GPU-")
-    mig: tuple[MigDevice, ...] = ()
-
-
-class GpuFixture(BaseModel):
-    """The simulated GPUs: what ``tmi-fakegpu`` advertises and GFD would label."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-    product: str
-    computeCapability: str = Field(pattern=r"^\d+\.\d+$")
-    memoryGB: int = Field(gt=0)
-    driverVersion: str
-    cudaDriverVersion: str = Field(pattern=r"^\d+\.\d+$")
-    vramBudget: bool = False
-    replicas: int = Field(default=1, ge=1)
-    # nvidia-smi's total, when it is not memoryGB * 1024 (GFD's nvidia.com/gpu.memory).
-    memoryMiB: int | None = Field(default=None, gt=0)
-    devices: tuple[GpuDevice, ...]
-
-    @classmethod
-    def named(cls, name: str) -> GpuFixture:
-        text = resources.files("localcluster").joinpath("data", "fake-gpus", name).read_text()
-        return cls.model_validate_json(text)
-
-    def uuids(self) -> list[str]:
-        return [d.uuid for d in self.devices]
-
-    def whole_gpu_count(self) -> int:
-        return sum(1 for d in self.devices if not d.mig) * self.replicas
-
-    def node_labels(self, name: str) -> dict[str, str]:
-        """What GFD would label the node with, time-slicing included."""
-        node = self.fake_node(name)
-        return {**node.gfd_labels(), **node.labels}
-
-    def fake_node(self, name: str) -> FakeNode:
-        """The FakeNode these devices make: only its labels and GPU resources are used."""
-        mig: dict[str, int] = {}
-        for device in self.devices:
-            for m in device.mig:
-                mig[m.profile] = mig.get(m.profile, 0) + 1
-        major, minor = self.cudaDriverVersion.split(".")
-        labels = {}
-        if self.replicas > 1:
-            labels = {
-                "nvidia.com/gpu.replicas": str(self.replicas),
-                "nvidia.com/gpu.sharing-strategy": "time-slicing",
-            }
-        return FakeNode(
-            name,
-            gpu_product=self.product,
-            gpus=len(self.devices),
-            mig=mig,
-            whole_gpus=self.whole_gpu_count(),
-            vram_gb=self.memoryGB,
-            gpu_memory_mib=self.memoryMiB,
-            vram_budget=self.vramBudget,
-            compute_capability=self.computeCapability,
-            cuda_driver_major=int(major),
-            cuda_driver_minor=int(minor),
-            driver_version=self.driverVersion,
-            labels=labels,
-            kwok=False,
-        )
 
 
 def probe_report(kube: Kube, namespace: str, pod: str, container: str) -> dict[str, Any]:
@@ -420,12 +343,6 @@ class RealNode:
 
     # -- containers ----------------------------------------------------------------------------
 
-    def restart_kubelet(self) -> None:
-        """Stop the kubelet and start it again with the same configuration."""
-        proc = self.processes["kubelet"]
-        proc.stop()
-        self.processes["kubelet"] = self._spawn("kubelet", proc.argv)
-
     def allocations(self, pod_uid: str) -> dict[tuple[str, str], list[str]]:
         """(container, resource) -> device IDs the kubelet's device manager allocated the Pod,
         from its checkpoint."""
@@ -502,9 +419,8 @@ class RealNode:
 
 
 __all__ = [
-    "DEFAULT_FIXTURE",
+    "DEVICE_PLUGIN_DIR",
     "REAL_NODE_LABEL",
-    "GpuFixture",
     "RealNode",
     "RealNodeError",
     "probe_report",

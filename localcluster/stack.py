@@ -55,7 +55,9 @@ from localcluster.extender_process import (
 from localcluster.install import (
     INSTALLER,
     Rendered,
+    apply_recorded,
     grant_installer,
+    remove_recorded,
     render_owner,
     render_tenant,
     wait_allowed,
@@ -259,10 +261,7 @@ class TenantStack:
             if self.webhook is not None:
                 self.webhook.stop()
         finally:
-            kube = self.plane.kube("admin")
-            for doc in reversed(self.applied):
-                meta = doc["metadata"]
-                kube.delete(doc["apiVersion"], doc["kind"], meta["name"], meta.get("namespace"))
+            remove_recorded(self.plane, self.applied)
 
     def __enter__(self) -> TenantStack:
         return self
@@ -277,21 +276,7 @@ class TenantStack:
 
 
 def _apply(stack: TenantStack, docs: Sequence[JSON], identity: str = "admin") -> None:
-    kube = stack.plane.kube(identity)
-    for doc in docs:
-        # Recorded before the request, so a half-applied stack is still cleaned up; an upgrade
-        # applies the same objects again, which are removed once.
-        if not any(_same(doc, seen) for seen in stack.applied):
-            stack.applied.append(doc)
-        kube.apply(doc, field_manager=FIELD_MANAGER)
-
-
-def _same(a: JSON, b: JSON) -> bool:
-    return (a["kind"], a["metadata"]["name"], a["metadata"].get("namespace")) == (
-        b["kind"],
-        b["metadata"]["name"],
-        b["metadata"].get("namespace"),
-    )
+    apply_recorded(stack.plane, stack.applied, docs, identity, FIELD_MANAGER)
 
 
 def _pod_template(part: Rendered, deployment: str) -> JSON:

@@ -13,13 +13,17 @@
 PYTHON ?= .venv/bin/python
 PYTEST ?= .venv/bin/pytest
 
-.PHONY: controlplane node test-e2e demo-guard
+.PHONY: controlplane node node-tools-test test-e2e demo-guard
 
 controlplane:
 	tools/k8sbin/build.sh
 
 node:
 	tools/k8sbin/build-node.sh
+
+# The node tools' own tests (the simulated GPUs' device plugin against a kubelet stand-in).
+node-tools-test:
+	PATH=/usr/local/go/bin:$$PATH GOTOOLCHAIN=local GOFLAGS=-mod=readonly go -C tools/k8sbin/nodetools test ./...
 
 test-e2e: node
 	$(PYTEST) tests/e2e -m e2e

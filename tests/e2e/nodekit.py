@@ -5,7 +5,6 @@ whose engine images are the imported probe, and readings of what the kubelet rea
 from __future__ import annotations
 
 import contextlib
-import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -24,9 +23,8 @@ from localcluster.node_images import (
 from localcluster.node_stack import ChartStack, deploy_chart
 from localcluster.process import wait_until
 from localcluster.realnode import RealNode
-from localcluster.stack import StackSettings, TenantStack, deploy_stack
-from tests.e2e.stackkit import whole_h100_envelope
-from tests.profilekit import CLUSTER, Owner
+from localcluster.stack import TenantStack
+from tests.e2e.stackkit import owner_settings, tenant_stack, whole_h100_envelope
 
 RUNNING_TIMEOUT = 90.0
 
@@ -42,21 +40,24 @@ def real_node_stack(
 ) -> Iterator[TenantStack]:
     """The tenant stack (local-process servers) with the whole-H100 profile, planning engines
     onto the probe image, with the real node seen by the extender."""
-    owner = Owner()
-    namespace = f"{prefix}-{uuid.uuid4().hex[:6]}"
-    settings = StackSettings(
-        owner_public_keys=(owner.public_key,),
-        cluster_binding_id=CLUSTER,
-        namespace=namespace,
-        scheduling_timeout_seconds=scheduling_timeout_seconds,
-        engine_image_map=engine_image_map(node.images[PROBE]),
-    )
-    profile = owner.sign(whole_h100_envelope(owner, namespace))
-    with deploy_stack(plane, settings, profile) as up:
-        plane.grant_namespace_admin("tmi-installer", namespace)
+    probe = engine_image_map(node.images[PROBE])
+    with tenant_stack(plane, prefix, whole_h100_envelope, scheduling_timeout_seconds, probe) as up:
         assert up.extender is not None
         up.extender.wait_nodes([node.name])
         yield up
+
+
+def probe_pod(namespace: str, name: str, env: dict[str, str] | None = None) -> dict[str, Any]:
+    """A plain Pod of the probe image, one container ``tool`` (with ``env`` in its spec)."""
+    container: dict[str, Any] = {"name": "tool", "image": PROBE, "imagePullPolicy": "IfNotPresent"}
+    if env:
+        container["env"] = [{"name": k, "value": v} for k, v in env.items()]
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"containers": [container], "terminationGracePeriodSeconds": 0},
+    }
 
 
 def running(pod: dict[str, Any]) -> bool:
@@ -94,16 +95,8 @@ def wait_pod(
 @contextlib.contextmanager
 def chart_on_node(plane: ControlPlane, node: RealNode, prefix: str) -> Iterator[ChartStack]:
     """The chart with its Deployments on the node, the whole-H100 profile, engines on the probe."""
-    owner = Owner()
-    namespace = f"{prefix}-{uuid.uuid4().hex[:6]}"
-    settings = StackSettings(
-        owner_public_keys=(owner.public_key,),
-        cluster_binding_id=CLUSTER,
-        namespace=namespace,
-        scheduling_timeout_seconds=120,
-        engine_image_map=engine_image_map(node.images[PROBE]),
-    )
-    profile = owner.sign(whole_h100_envelope(owner, namespace))
+    probe = engine_image_map(node.images[PROBE])
+    settings, profile = owner_settings(prefix, whole_h100_envelope, 120, probe)
     images = {image.repository: image for image in node.images.values()}
     with deploy_chart(
         plane,
@@ -113,7 +106,7 @@ def chart_on_node(plane: ControlPlane, node: RealNode, prefix: str) -> Iterator[
         tmi=images[TMI_REPOSITORY],
         scheduler=images[SCHEDULER_REPOSITORY],
     ) as up:
-        plane.grant_namespace_admin("tmi-installer", namespace)
+        plane.grant_namespace_admin("tmi-installer", settings.namespace)
         yield up
 
 

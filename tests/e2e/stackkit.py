@@ -57,15 +57,13 @@ def dated(envelope: dict[str, Any], namespace: str) -> dict[str, Any]:
     return envelope
 
 
-@contextlib.contextmanager
-def tenant_stack(
-    control_plane: ControlPlane,
+def owner_settings(
     prefix: str,
     envelope_for: Callable[[Owner, str], dict[str, Any]],
     scheduling_timeout_seconds: int,
-) -> Iterator[TenantStack]:
-    """The stack in a fresh namespace `prefix-…`, with the owner's signed `envelope_for` and
-    `tmi-installer` as the namespace's admin."""
+    engine_image_map: tuple[tuple[str, str], ...] = (),
+) -> tuple[StackSettings, dict[str, Any]]:
+    """A new owner's settings for a fresh namespace `prefix-…`, and its signed `envelope_for`."""
     owner = Owner()
     namespace = f"{prefix}-{uuid.uuid4().hex[:6]}"
     settings = StackSettings(
@@ -73,9 +71,26 @@ def tenant_stack(
         cluster_binding_id=CLUSTER,
         namespace=namespace,
         scheduling_timeout_seconds=scheduling_timeout_seconds,
+        engine_image_map=engine_image_map,
     )
-    with deploy_stack(control_plane, settings, owner.sign(envelope_for(owner, namespace))) as up:
-        control_plane.grant_namespace_admin("tmi-installer", namespace)
+    return settings, owner.sign(envelope_for(owner, namespace))
+
+
+@contextlib.contextmanager
+def tenant_stack(
+    control_plane: ControlPlane,
+    prefix: str,
+    envelope_for: Callable[[Owner, str], dict[str, Any]],
+    scheduling_timeout_seconds: int,
+    engine_image_map: tuple[tuple[str, str], ...] = (),
+) -> Iterator[TenantStack]:
+    """The stack in a fresh namespace `prefix-…`, with the owner's signed `envelope_for` and
+    `tmi-installer` as the namespace's admin."""
+    settings, profile = owner_settings(
+        prefix, envelope_for, scheduling_timeout_seconds, engine_image_map
+    )
+    with deploy_stack(control_plane, settings, profile) as up:
+        control_plane.grant_namespace_admin("tmi-installer", settings.namespace)
         yield up
 
 

@@ -23,8 +23,9 @@ from typing import Any
 import pytest
 
 from localcluster import ApiError, ControlPlane, Kube
+from localcluster.engine_pods import engine_deployment
 from localcluster.stack import CONDITION, TenantStack, condition, granted, metric
-from localcluster.webhook import ENGINE_LABEL, PLAN_ANNOTATION, REQUEST_ANNOTATION
+from localcluster.webhook import PLAN_ANNOTATION, REQUEST_ANNOTATION
 from tests.e2e.stackkit import (
     LARGE,
     WHOLE,
@@ -46,34 +47,6 @@ def stack(control_plane: ControlPlane) -> Iterator[TenantStack]:
         control_plane, "tmi-rollout", 120, gpus=GPUS, gpu_product="NVIDIA-H100-80GB-HBM3"
     ) as up:
         yield up
-
-
-def deployment(namespace: str, name: str, request: dict[str, Any]) -> dict[str, Any]:
-    """An engine Deployment as the platform's installer creates it."""
-    return {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": {"name": name, "namespace": namespace},
-        "spec": {
-            "replicas": REPLICAS,
-            "selector": {"matchLabels": {"app": name}},
-            "strategy": {
-                "type": "RollingUpdate",
-                "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0},
-            },
-            "template": {
-                "metadata": {
-                    "labels": {"app": name, ENGINE_LABEL: name},
-                    "annotations": {REQUEST_ANNOTATION: json.dumps(request)},
-                },
-                "spec": {
-                    "containers": [{"name": "engine", "image": "placeholder.invalid/engine:1"}],
-                    # No kubelet confirms termination; nothing is gained by waiting for one.
-                    "terminationGracePeriodSeconds": 0,
-                },
-            },
-        },
-    }
 
 
 def rolled_out(dep: dict[str, Any]) -> bool:
@@ -132,7 +105,10 @@ def test_a_deployment_rolls_to_a_new_request_pod_by_pod(
     assert stack.extender is not None
     accounted_before = metric(stack.extender.metrics(), "tmi_extender_accounted_pods")
 
-    installer.create(deployment(namespace, name, LARGE))
+    # No kubelet confirms termination here; nothing is gained by waiting for one.
+    installer.create(
+        engine_deployment(namespace, name, LARGE, replicas=REPLICAS, max_surge=1, max_unavailable=0)
+    )
     try:
         admin.wait_for(
             "apps/v1",

@@ -19,16 +19,20 @@ from pathlib import Path
 
 import pytest
 
-from localcluster import ControlPlane
+from localcluster import ControlPlane, FakeNode, create_fake_nodes, delete_fake_nodes
+from localcluster.binaries import versions
+from localcluster.components import KWOK_NODE_ANNOTATION
 from localcluster.engine_pods import CONDITION, condition, engine_pod
 from localcluster.image import Layout
 from localcluster.node_images import PROBE
+from localcluster.nodes import is_node_ready
 from localcluster.realnode import RealNode, probe_report
 from localcluster.stack import TenantStack
 from tests.e2e.nodekit import (
     condition_is,
     container_pid,
     is_ready,
+    probe_pod,
     real_node_stack,
     wait_pod,
 )
@@ -59,6 +63,28 @@ def _engine(stack: TenantStack, name: str) -> dict[str, object]:
         {"name": "sidecar", "image": PROBE, "imagePullPolicy": "IfNotPresent"}
     )
     return pod
+
+
+def test_the_real_node_joins_beside_kwok_nodes_with_its_own_runtime(
+    node_plane: ControlPlane, real_node: RealNode
+) -> None:
+    admin = node_plane.kube("admin")
+    (fake,) = create_fake_nodes(admin, [FakeNode(f"kwok-{real_node.name}", gpus=0, vram_gb=None)])
+    try:
+        real = admin.get("v1", "Node", real_node.name)
+        info = real["status"]["nodeInfo"]
+        # Registered by the kubelet itself, under the identity the harness issued.
+        assert info["kubeletVersion"] == versions().kubernetes
+        assert info["containerRuntimeVersion"].startswith("containerd://2.")
+        assert KWOK_NODE_ANNOTATION not in (real["metadata"].get("annotations") or {})
+        assert is_node_ready(real) and is_node_ready(fake)
+        labels = real["metadata"]["labels"]
+        assert labels["nvidia.com/gpu.product"] == real_node.fixture.product
+        assert real["status"]["allocatable"]["nvidia.com/gpu"] == str(
+            len(real_node.fixture.devices)
+        )
+    finally:
+        delete_fake_nodes(admin, [fake["metadata"]["name"]])
 
 
 def test_the_probe_image_itself_asks_for_every_gpu(real_node: RealNode) -> None:
@@ -97,16 +123,8 @@ def test_a_pod_whose_image_sets_all_runs_with_void(
 ) -> None:
     ns = stack.settings.namespace
     tenant = node_plane.kube("tmi-installer")
-    pod = {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": "plain", "namespace": ns},
-        "spec": {
-            "nodeSelector": {"kubernetes.io/hostname": real_node.name},
-            "containers": [{"name": "tool", "image": PROBE, "imagePullPolicy": "IfNotPresent"}],
-            "terminationGracePeriodSeconds": 0,
-        },
-    }
+    pod = probe_pod(ns, "plain")
+    pod["spec"]["nodeSelector"] = {"kubernetes.io/hostname": real_node.name}
     tenant.create(pod)
     try:
         wait_pod(tenant, ns, "plain")
@@ -180,24 +198,9 @@ def test_evidence_maps_running_containers_to_their_pods_and_reports_two_on_one_u
         wait_pod(admin, ns, "engine-evidence", is_ready)
         (uuid,) = real_node.allocations(engine["metadata"]["uid"])[("engine", "nvidia.com/gpu")]
         # A Pod tmi never saw (its namespace is not a tenant's) given the same device by hand.
-        admin.create(
-            {
-                "apiVersion": "v1",
-                "kind": "Pod",
-                "metadata": {"name": "rogue", "namespace": rogue_name},
-                "spec": {
-                    "nodeName": real_node.name,
-                    "containers": [
-                        {
-                            "name": "tool",
-                            "image": PROBE,
-                            "env": [{"name": "NVIDIA_VISIBLE_DEVICES", "value": uuid}],
-                        }
-                    ],
-                    "terminationGracePeriodSeconds": 0,
-                },
-            }
-        )
+        rogue = probe_pod(rogue_name, "rogue", env={"NVIDIA_VISIBLE_DEVICES": uuid})
+        rogue["spec"]["nodeName"] = real_node.name
+        admin.create(rogue)
         wait_pod(admin, rogue_name, "rogue")
         pods = [
             admin.get("v1", "Pod", "engine-evidence", ns),

@@ -20,11 +20,11 @@ from typing import Any
 import pytest
 
 from localcluster import ApiError, ControlPlane
-from localcluster.engine_pods import CONDITION, condition, engine_pod
+from localcluster.engine_pods import CONDITION, condition, engine_deployment, engine_pod
 from localcluster.node_stack import CONTROLLER, EXTENDER, WEBHOOK, ChartStack
 from localcluster.process import wait_until
 from localcluster.realnode import RealNode, probe_report
-from localcluster.webhook import ENGINE_LABEL, PLAN_ANNOTATION, REQUEST_ANNOTATION
+from localcluster.webhook import PLAN_ANNOTATION, REQUEST_ANNOTATION
 from tests.e2e.nodekit import (
     chart_on_node,
     container_pid,
@@ -149,39 +149,17 @@ def test_a_killed_webhook_pod_is_restarted_by_the_kubelet_while_creates_continue
         assert PLAN_ANNOTATION in pod["metadata"]["annotations"]
 
 
-def _engine_deployment(namespace: str, name: str, request: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": {"name": name, "namespace": namespace},
-        "spec": {
-            "replicas": 2,
-            "selector": {"matchLabels": {"app": name}},
-            # Two GPUs for two replicas: an old Pod must go before a new one fits.
-            "strategy": {
-                "type": "RollingUpdate",
-                "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1},
-            },
-            "template": {
-                "metadata": {
-                    "labels": {"app": name, ENGINE_LABEL: name},
-                    "annotations": {REQUEST_ANNOTATION: json.dumps(request)},
-                },
-                "spec": {
-                    "containers": [{"name": "engine", "image": "placeholder.invalid/engine:1"}],
-                    "terminationGracePeriodSeconds": 1,
-                },
-            },
-        },
-    }
-
-
 def test_an_engine_deployment_rolls_out_with_real_readiness(
     node_plane: ControlPlane, real_node: RealNode, chart: ChartStack
 ) -> None:
     ns, name = chart.namespace, f"engine-{uuid.uuid4().hex[:6]}"
     tenant = node_plane.kube("tmi-installer")
-    tenant.create(_engine_deployment(ns, name, LARGE))
+    # Two GPUs for two replicas: an old Pod must go before a new one fits.
+    tenant.create(
+        engine_deployment(
+            ns, name, LARGE, replicas=2, max_surge=0, max_unavailable=1, grace_seconds=1
+        )
+    )
 
     def rolled_out(generation: int) -> list[dict[str, Any]] | None:
         dep = tenant.get("apps/v1", "Deployment", name, ns)

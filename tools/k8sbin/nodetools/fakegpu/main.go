@@ -33,7 +33,7 @@ import (
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 )
 
-// Fixture is the simulated node's GPUs; localcluster/realnode.py reads the same file for the
+// Fixture is the simulated node's GPUs; localcluster/fake_gpus.py reads the same file for the
 // labels GPU Feature Discovery would publish.
 type Fixture struct {
 	// Read by localcluster (GPU Feature Discovery labels) and not by the plugin.
@@ -240,6 +240,11 @@ func run(dir string, plugins []*plugin, stop <-chan os.Signal) error {
 	}
 }
 
+// socketName is the plugin's socket in the kubelet's directory, one per resource.
+func socketName(resource string) string {
+	return "tmi-fakegpu-" + strings.NewReplacer("/", "-", ".", "-").Replace(resource) + ".sock"
+}
+
 func main() {
 	fixture := flag.String("fixture", "", "JSON file describing the simulated GPUs")
 	dir := flag.String("plugin-dir", pluginapi.DevicePluginPath, "the kubelet's device-plugin directory")
@@ -261,8 +266,7 @@ func main() {
 	}
 	var plugins []*plugin
 	for _, r := range res {
-		socket := "tmi-fakegpu-" + strings.NewReplacer("/", "-", ".", "-").Replace(r.name) + ".sock"
-		plugins = append(plugins, &plugin{res: r, socket: socket})
+		plugins = append(plugins, &plugin{res: r, socket: socketName(r.name)})
 	}
 	stop := make(chan os.Signal, 1)
 	signal.Notify(stop, syscall.SIGTERM, syscall.SIGINT)

@@ -15,19 +15,14 @@ set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 # shellcheck source=versions.env
 source "$here/versions.env"
+# shellcheck source=lib.sh
+source "$here/lib.sh"
 
 # The node tools are the project's own code: their sources are part of the key.
 tools_hash="$(cat "$here"/nodetools/go.mod "$here"/nodetools/go.sum "$here"/nodetools/*/*.go | sha256sum | cut -c1-12)"
 key="${K8S_VERSION}-containerd${CONTAINERD_VERSION#v}-runc${RUNC_VERSION#v}-cni${CNI_PLUGINS_VERSION#v}-tools${tools_hash}"
 bin_dir="${TMI_NODE_BIN_DIR:-$HOME/.cache/tmi/nodebin/$key}"
 binaries=(kubelet kube-proxy containerd containerd-shim-runc-v2 ctr runc bridge host-local loopback portmap tmi-fakegpu tmi-probe)
-
-all_present() {
-  local b
-  for b in "${binaries[@]}"; do
-    [[ -x "$bin_dir/$b" ]] || return 1
-  done
-}
 
 # What the node needs from the machine itself: kube-proxy programs Services with iptables.
 if ! command -v iptables-restore >/dev/null; then
@@ -41,20 +36,8 @@ if all_present; then
   exit 0
 fi
 
-if [[ -x /usr/local/go/bin/go ]]; then
-  export PATH="/usr/local/go/bin:$PATH"
-fi
-command -v go >/dev/null || { echo "error: go (>= 1.26) not found on PATH" >&2; exit 1; }
-export GOTOOLCHAIN=local GOFLAGS="-mod=readonly -buildvcs=false"
+use_go
 
-check_pin() {  # check_pin <dir> <module> <expected>
-  local got
-  got="$(go -C "$1" list -m -f '{{.Version}}' "$2")"
-  if [[ "$got" != "$3" ]]; then
-    echo "error: $1/go.mod pins $2 at $got but versions.env says $3" >&2
-    exit 1
-  fi
-}
 check_pin "$here" k8s.io/kubernetes "$K8S_VERSION"
 check_pin "$here/containerd" github.com/containerd/containerd/v2 "$CONTAINERD_VERSION"
 check_pin "$here/runc" github.com/opencontainers/runc "$RUNC_VERSION"

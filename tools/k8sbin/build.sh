@@ -12,17 +12,12 @@ set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 # shellcheck source=versions.env
 source "$here/versions.env"
+# shellcheck source=lib.sh
+source "$here/lib.sh"
 
 key="${K8S_VERSION}-etcd${ETCD_VERSION#v}-kwok${KWOK_VERSION#v}-helm${HELM_VERSION#v}-kustomize${KUSTOMIZE_VERSION#v}"
 bin_dir="${TMI_K8S_BIN_DIR:-$HOME/.cache/tmi/k8sbin/$key}"
 binaries=(etcd kube-apiserver kube-scheduler kube-controller-manager kwok helm kustomize tmi-oci)
-
-all_present() {
-  local b
-  for b in "${binaries[@]}"; do
-    [[ -x "$bin_dir/$b" ]] || return 1
-  done
-}
 
 if all_present; then
   echo "control-plane binaries already present (${key}): $bin_dir" >&2
@@ -30,27 +25,8 @@ if all_present; then
   exit 0
 fi
 
-# Debian/Ubuntu Go packages are too old for k8s 1.36; prefer the upstream toolchain.
-if [[ -x /usr/local/go/bin/go ]]; then
-  export PATH="/usr/local/go/bin:$PATH"
-fi
-command -v go >/dev/null || { echo "error: go (>= 1.26) not found on PATH" >&2; exit 1; }
-
-# GOTOOLCHAIN=local: never silently download a different toolchain.
-# -mod=readonly: the committed go.mod/go.sum are the pinned dependency graph.
-export GOTOOLCHAIN=local CGO_ENABLED=0 GOFLAGS="-mod=readonly -buildvcs=false"
-
-module_version() {  # module_version <dir> <module>
-  go -C "$1" list -m -f '{{.Version}}' "$2"
-}
-check_pin() {  # check_pin <dir> <module> <expected>
-  local got
-  got="$(module_version "$1" "$2")"
-  if [[ "$got" != "$3" ]]; then
-    echo "error: $1/go.mod pins $2 at $got but versions.env says $3" >&2
-    exit 1
-  fi
-}
+use_go
+export CGO_ENABLED=0
 check_pin "$here" k8s.io/kubernetes "$K8S_VERSION"
 check_pin "$here/etcd" go.etcd.io/etcd/server/v3 "$ETCD_VERSION"
 check_pin "$here/kwok" sigs.k8s.io/kwok "$KWOK_VERSION"

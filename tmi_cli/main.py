@@ -12,7 +12,6 @@ import argparse
 import os
 import sys
 from collections.abc import Sequence
-from datetime import UTC, datetime
 from typing import Any, NoReturn
 
 import orjson
@@ -21,8 +20,8 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from inference_policy.catalog import CatalogError
-from inference_policy.profile import ProfileSchemaError, parse_envelope, parse_timestamp
-from inference_policy.recipes import RecipeCatalogError, load_catalog, render_catalog
+from inference_policy.profile import ProfileSchemaError, parse_envelope
+from inference_policy.recipes import RecipeCatalogError, render_catalog
 from inference_policy.schedconfig import (
     DEFAULT_SCHEDULER_NAME,
     DEFAULT_SCHEDULER_NAMESPACE,
@@ -45,20 +44,23 @@ from inference_policy.signing import (
 )
 from policy_io.catalog import packaged_catalog
 from policy_io.files import InputError, read_bytes, read_json
-from policy_io.state import PolicySettings, PolicyState
+from tmi_cli.capacity_command import add_capacity_parser
 from tmi_cli.cleanup_command import add_cleanup_parser
 from tmi_cli.detect import TOOLKIT_CONFIG, DetectionError, detect_accelerator, detect_toolkit
 from tmi_cli.evidence_command import add_evidence_parser
-
-EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_UNAVAILABLE = 0, 1, 2, 3
-
-
-class CommandError(Exception):
-    """A failure to report as `error: <message>` with an exit status."""
-
-    def __init__(self, message: str, status: int = EXIT_FAILED) -> None:
-        super().__init__(message)
-        self.status = status
+from tmi_cli.policy_args import (
+    EXIT_FAILED,
+    EXIT_OK,
+    EXIT_UNAVAILABLE,
+    EXIT_USAGE,
+    CommandError,
+    add_policy_arguments,
+    configmap_name,
+    keys,
+    now_from,
+    policy_state,
+    positive_int,
+)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -71,15 +73,6 @@ class _Parser(argparse.ArgumentParser):
 def _emit(document: Any) -> None:
     sys.stdout.buffer.write(orjson.dumps(document, option=orjson.OPT_INDENT_2) + b"\n")
     sys.stdout.flush()
-
-
-def _now(value: str | None) -> datetime:
-    if value is None:
-        return datetime.now(UTC).replace(microsecond=0)
-    try:
-        return parse_timestamp(value)
-    except ValueError as exc:
-        raise CommandError(f"--now: {exc}", EXIT_USAGE) from None
 
 
 def _load_private_key(path: str) -> Ed25519PrivateKey:
@@ -139,7 +132,7 @@ def cmd_detect(args: argparse.Namespace) -> int:
 
 
 def cmd_sign(args: argparse.Namespace) -> int:
-    now = _now(args.now)
+    now = now_from(args.now)
     document = read_json(args.envelope, "envelope")
     key = _load_private_key(args.private_key)
     refused = "signed bundle would be refused: " + REFUSAL_PREFIX
@@ -171,32 +164,11 @@ def cmd_sign(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _keys(values: Sequence[str]) -> tuple[str, ...]:
-    keys = tuple(part.strip() for value in values for part in value.split(",") if part.strip())
-    if not keys:
-        raise CommandError("--owner-public-key is required", EXIT_USAGE)
-    return keys
-
-
-def _configmap_name(args: argparse.Namespace, configmap: Any) -> str:
-    if args.bundle_configmap:
-        return str(args.bundle_configmap)
-    if isinstance(configmap, dict):
-        name = (
-            configmap.get("metadata", {}).get("name")
-            if isinstance(configmap.get("metadata"), dict)
-            else None
-        )
-        if isinstance(name, str):
-            return name
-    return DEFAULT_CONFIGMAP_NAME
-
-
 def cmd_verify(args: argparse.Namespace) -> int:
-    now = _now(args.now)
+    now = now_from(args.now)
     configmap = read_json(args.bundle, "bundle ConfigMap")
     try:
-        trusted = TrustedKeys.from_base64(_keys(args.owner_public_key))
+        trusted = TrustedKeys.from_base64(keys(args.owner_public_key))
     except KeyError_ as exc:
         raise CommandError(f"--owner-public-key: {exc}", EXIT_USAGE) from None
     policy = VerifyPolicy(
@@ -204,7 +176,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
         cluster_binding_id=args.cluster_binding_id,
         namespace=args.namespace,
         minimum_version=args.minimum_bundle_version,
-        configmap_name=_configmap_name(args, configmap),
+        configmap_name=configmap_name(args, configmap),
     )
     try:
         verified = verify_configmap(configmap, policy, now)
@@ -219,10 +191,10 @@ def cmd_verify(args: argparse.Namespace) -> int:
 def cmd_render_scheduler_config(args: argparse.Namespace) -> int:
     """The owner's scheduler configuration, with the extender managing the verified profile's
     GPU resources; refuses a profile the servers would refuse."""
-    now = _now(args.now)
+    now = now_from(args.now)
     configmap = read_json(args.bundle, "bundle ConfigMap")
     try:
-        trusted = TrustedKeys.from_base64(_keys(args.owner_public_key))
+        trusted = TrustedKeys.from_base64(keys(args.owner_public_key))
     except KeyError_ as exc:
         raise CommandError(f"--owner-public-key: {exc}", EXIT_USAGE) from None
     policy = VerifyPolicy(
@@ -230,7 +202,7 @@ def cmd_render_scheduler_config(args: argparse.Namespace) -> int:
         cluster_binding_id=args.cluster_binding_id,
         namespace=args.namespace,
         minimum_version=args.minimum_bundle_version,
-        configmap_name=_configmap_name(args, configmap),
+        configmap_name=configmap_name(args, configmap),
     )
     try:
         verified = verify_configmap(configmap, policy, now)
@@ -275,61 +247,10 @@ def cmd_catalog(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _image_map(path: str | None) -> dict[str, str] | None:
-    if path is None:
-        return None
-    document = read_json(path, "engine image map")
-    if not isinstance(document, dict) or not all(
-        isinstance(k, str) and isinstance(v, str) for k, v in document.items()
-    ):
-        raise CommandError(
-            f"engine image map {path} must be a JSON object from catalog image to imported image",
-            EXIT_USAGE,
-        )
-    return document
-
-
 def cmd_plan(args: argparse.Namespace) -> int:
-    now = _now(args.now)
+    now = now_from(args.now)
     request = read_json(args.request, "deployment request")
-    configmap: Any = None
-    if not args.disabled:
-        missing = [
-            flag
-            for flag, value in (
-                ("--bundle", args.bundle),
-                ("--owner-public-key", args.owner_public_key),
-                ("--cluster-binding-id", args.cluster_binding_id),
-                ("--namespace", args.namespace),
-            )
-            if not value
-        ]
-        if missing:
-            raise CommandError(f"{', '.join(missing)} required unless --disabled", EXIT_USAGE)
-        configmap = read_json(args.bundle, "bundle ConfigMap")
-    settings = PolicySettings(
-        enabled=not args.disabled,
-        namespace=args.namespace or "kamiwaza",
-        bundle_configmap=_configmap_name(args, configmap),
-        owner_public_keys=_keys(args.owner_public_key) if args.owner_public_key else (),
-        cluster_binding_id=args.cluster_binding_id or "",
-        minimum_bundle_version=args.minimum_bundle_version,
-        engine_image_map=_image_map(args.engine_image_map),
-        image_registry_prefix=args.image_registry_prefix,
-        airgap_registry=args.airgap_registry,
-    )
-    state = PolicyState(settings, packaged_catalog())
-    if state.trust_error and not args.disabled:
-        raise CommandError(f"--owner-public-key: {state.trust_error}", EXIT_USAGE)
-    try:
-        if args.gpu_recipe_catalog:
-            state.gpu_recipes = load_catalog(read_json(args.gpu_recipe_catalog, "catalog"), "gpu")
-        if args.cpu_recipe_catalog:
-            state.cpu_recipes = load_catalog(read_json(args.cpu_recipe_catalog, "catalog"), "cpu")
-    except RecipeCatalogError as exc:
-        raise CommandError(str(exc)) from None
-    if configmap is not None:
-        state.set_profile(configmap, None, now)
+    state = policy_state(args, now, disabled=args.disabled)
     decision = state.decide(request, now)
     _emit(decision.body)
     if decision.allowed:
@@ -364,6 +285,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_detect)
 
     add_evidence_parser(sub)
+    add_capacity_parser(sub)
     add_cleanup_parser(sub)
 
     p = sub.add_parser("sign", help="sign an envelope into an immutable ConfigMap")
@@ -378,7 +300,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--owner-public-key", required=True, action="append", metavar="B64")
     p.add_argument("--cluster-binding-id", required=True, metavar="ID")
     p.add_argument("--namespace", required=True, metavar="NS")
-    p.add_argument("--minimum-bundle-version", type=_positive_int, default=1, metavar="N")
+    p.add_argument("--minimum-bundle-version", type=positive_int, default=1, metavar="N")
     p.add_argument("--bundle-configmap", metavar="NAME", help="configured ConfigMap name")
     p.add_argument("--now", metavar="T")
     p.set_defaults(func=cmd_verify)
@@ -405,11 +327,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="the name the extender's certificate is checked against when --extender-url "
         "names an address (a ClusterIP, for a scheduler without cluster DNS)",
     )
-    p.add_argument("--minimum-bundle-version", type=_positive_int, default=1, metavar="N")
+    p.add_argument("--minimum-bundle-version", type=positive_int, default=1, metavar="N")
     p.add_argument("--bundle-configmap", metavar="NAME", help="configured ConfigMap name")
     p.add_argument("--scheduler-name", default=DEFAULT_SCHEDULER_NAME, metavar="NAME")
     p.add_argument("--scheduler-namespace", default=DEFAULT_SCHEDULER_NAMESPACE, metavar="NS")
-    p.add_argument("--weight", type=_positive_int, default=5, metavar="N")
+    p.add_argument("--weight", type=positive_int, default=5, metavar="N")
     p.add_argument("--http-timeout", default="5s", metavar="DURATION")
     p.add_argument("--format", choices=("json", "yaml"), default="json")
     p.add_argument("--now", metavar="T")
@@ -419,32 +341,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_catalog)
 
     p = sub.add_parser("plan", help="plan a deployment request exactly as the servers would")
-    p.add_argument("--bundle", metavar="CONFIGMAP_FILE")
-    p.add_argument("--owner-public-key", action="append", metavar="B64")
-    p.add_argument("--cluster-binding-id", metavar="ID")
-    p.add_argument("--namespace", metavar="NS")
+    add_policy_arguments(p)
     p.add_argument("--request", required=True, metavar="FILE")
-    p.add_argument("--minimum-bundle-version", type=_positive_int, default=1, metavar="N")
-    p.add_argument("--bundle-configmap", metavar="NAME")
-    p.add_argument("--now", metavar="T")
-    p.add_argument("--engine-image-map", metavar="FILE")
-    p.add_argument("--image-registry-prefix", metavar="P")
-    p.add_argument("--airgap-registry", metavar="URL")
-    p.add_argument("--gpu-recipe-catalog", metavar="FILE")
-    p.add_argument("--cpu-recipe-catalog", metavar="FILE")
     p.add_argument("--disabled", action="store_true", help="tenant-mode inference off")
     p.set_defaults(func=cmd_plan)
     return parser
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text, 10)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text!r} must be 1 or more")
-    return value
 
 
 def main(argv: Sequence[str] | None = None) -> int:

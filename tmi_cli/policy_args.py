@@ -1,0 +1,144 @@
+"""What the commands that decide as the servers do share: their exit statuses and error, the
+owner's trust and planning flags, and the policy state those flags make.
+
+`tmi plan` decides one request and `tmi capacity` replays many; both must read the same flags
+the same way, or the CLI would answer differently from the servers it stands in for.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from inference_policy.profile import parse_timestamp
+from inference_policy.recipes import RecipeCatalogError, load_catalog
+from inference_policy.signing import DEFAULT_CONFIGMAP_NAME
+from policy_io.catalog import packaged_catalog
+from policy_io.files import read_json
+from policy_io.state import PolicySettings, PolicyState
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_UNAVAILABLE = 0, 1, 2, 3
+
+
+class CommandError(Exception):
+    """A failure to report as `error: <message>` with an exit status."""
+
+    def __init__(self, message: str, status: int = EXIT_FAILED) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+def now_from(value: str | None) -> datetime:
+    """`--now`, or the clock's reading without it."""
+    if value is None:
+        return datetime.now(UTC).replace(microsecond=0)
+    try:
+        return parse_timestamp(value)
+    except ValueError as exc:
+        raise CommandError(f"--now: {exc}", EXIT_USAGE) from None
+
+
+def positive_int(text: str) -> int:
+    try:
+        value = int(text, 10)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} must be 1 or more")
+    return value
+
+
+def keys(values: Sequence[str]) -> tuple[str, ...]:
+    found = tuple(part.strip() for value in values for part in value.split(",") if part.strip())
+    if not found:
+        raise CommandError("--owner-public-key is required", EXIT_USAGE)
+    return found
+
+
+def configmap_name(args: argparse.Namespace, configmap: Any) -> str:
+    if args.bundle_configmap:
+        return str(args.bundle_configmap)
+    if isinstance(configmap, dict):
+        name = (
+            configmap.get("metadata", {}).get("name")
+            if isinstance(configmap.get("metadata"), dict)
+            else None
+        )
+        if isinstance(name, str):
+            return name
+    return DEFAULT_CONFIGMAP_NAME
+
+
+def image_map(path: str | None) -> dict[str, str] | None:
+    if path is None:
+        return None
+    document = read_json(path, "engine image map")
+    if not isinstance(document, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in document.items()
+    ):
+        raise CommandError(
+            f"engine image map {path} must be a JSON object from catalog image to imported image",
+            EXIT_USAGE,
+        )
+    return document
+
+
+def add_policy_arguments(p: argparse.ArgumentParser) -> None:
+    """The flags of the profile, its trust and the planning settings (`tmi plan`'s)."""
+    p.add_argument("--bundle", metavar="CONFIGMAP_FILE")
+    p.add_argument("--owner-public-key", action="append", metavar="B64")
+    p.add_argument("--cluster-binding-id", metavar="ID")
+    p.add_argument("--namespace", metavar="NS")
+    p.add_argument("--minimum-bundle-version", type=positive_int, default=1, metavar="N")
+    p.add_argument("--bundle-configmap", metavar="NAME")
+    p.add_argument("--now", metavar="T")
+    p.add_argument("--engine-image-map", metavar="FILE")
+    p.add_argument("--image-registry-prefix", metavar="P")
+    p.add_argument("--airgap-registry", metavar="URL")
+    p.add_argument("--gpu-recipe-catalog", metavar="FILE")
+    p.add_argument("--cpu-recipe-catalog", metavar="FILE")
+
+
+def policy_state(args: argparse.Namespace, now: datetime, *, disabled: bool = False) -> PolicyState:
+    """The policy state the servers would hold with these flags, the profile set at ``now``."""
+    configmap: Any = None
+    if not disabled:
+        missing = [
+            flag
+            for flag, value in (
+                ("--bundle", args.bundle),
+                ("--owner-public-key", args.owner_public_key),
+                ("--cluster-binding-id", args.cluster_binding_id),
+                ("--namespace", args.namespace),
+            )
+            if not value
+        ]
+        if missing:
+            raise CommandError(f"{', '.join(missing)} required unless --disabled", EXIT_USAGE)
+        configmap = read_json(args.bundle, "bundle ConfigMap")
+    settings = PolicySettings(
+        enabled=not disabled,
+        namespace=args.namespace or "kamiwaza",
+        bundle_configmap=configmap_name(args, configmap),
+        owner_public_keys=keys(args.owner_public_key) if args.owner_public_key else (),
+        cluster_binding_id=args.cluster_binding_id or "",
+        minimum_bundle_version=args.minimum_bundle_version,
+        engine_image_map=image_map(args.engine_image_map),
+        image_registry_prefix=args.image_registry_prefix,
+        airgap_registry=args.airgap_registry,
+    )
+    state = PolicyState(settings, packaged_catalog())
+    if state.trust_error and not disabled:
+        raise CommandError(f"--owner-public-key: {state.trust_error}", EXIT_USAGE)
+    try:
+        if args.gpu_recipe_catalog:
+            state.gpu_recipes = load_catalog(read_json(args.gpu_recipe_catalog, "catalog"), "gpu")
+        if args.cpu_recipe_catalog:
+            state.cpu_recipes = load_catalog(read_json(args.cpu_recipe_catalog, "catalog"), "cpu")
+    except RecipeCatalogError as exc:
+        raise CommandError(str(exc)) from None
+    if configmap is not None:
+        state.set_profile(configmap, None, now)
+    return state

@@ -2,9 +2,10 @@
 deployed.
 
 The owner gives the signed profile and its trust (the flags of `tmi plan`), the deployments (a
-JSON list of `{"name", "request"}`, or engine Pods as `kubectl get pods -o json` prints them,
-read by their request annotation) and the fleet (`kubectl get nodes -o json`, or a list of
-Nodes: GFD labels and allocatable are what count). The replay is `inference_policy.capacity`'s:
+JSON list of `{"name", "request"}`, engine Pods as `kubectl get pods -o json` prints them, read by
+their request annotation, or a namespace's engine Pods read through the API server) and the
+fleet (`kubectl get nodes -o json`, a list of Nodes, or the cluster's Nodes read through the API
+server: GFD labels and allocatable are what count). The replay is `inference_policy.capacity`'s:
 the servers' own planning and placement, in order. Prints a table, or with `-o json` the report.
 """
 
@@ -29,6 +30,37 @@ from tmi_cli.policy_args import (
 )
 
 
+def _from_api(kubeconfig: str | None, what: str, namespace: str | None = None) -> Any:
+    """The namespace's engine Pods, or with no namespace the Nodes, read through the API server
+    (the kubeconfig, else in-cluster credentials)."""
+    import kubernetes.client  # noqa: PLC0415 - only this path needs the client
+
+    from serving.kube import ClientConfigError, load_configuration  # noqa: PLC0415
+
+    try:
+        configuration = load_configuration(kubeconfig)
+    except ClientConfigError as exc:
+        raise CommandError(str(exc)) from None
+    # The official client is only partly typed; it is used through one untyped handle.
+    kube: Any = kubernetes.client
+    client = kube.ApiClient(configuration)
+    api = kube.CoreV1Api(client)
+    try:
+        if namespace is None:
+            response = api.list_node(_preload_content=False)
+        else:
+            response = api.list_namespaced_pod(
+                namespace, label_selector=ENGINE_LABEL, _preload_content=False
+            )
+    except kube.ApiException as exc:
+        raise CommandError(f"cannot list {what}: HTTP {exc.status} {exc.reason}") from None
+    except OSError as exc:
+        raise CommandError(f"cannot list {what}: {exc}") from None
+    finally:
+        client.close()
+    return orjson.loads(response.data)
+
+
 def _items(document: Any, what: str, path: str) -> list[Any]:
     if isinstance(document, dict) and isinstance(document.get("items"), list):
         return list(document["items"])
@@ -37,9 +69,9 @@ def _items(document: Any, what: str, path: str) -> list[Any]:
     raise CommandError(f"{what} {path} must be a JSON list or an object with items", EXIT_USAGE)
 
 
-def _deployments(path: str) -> list[Deployment]:
+def _deployments(document: Any, path: str) -> list[Deployment]:
     out: list[Deployment] = []
-    for i, item in enumerate(_items(read_json(path, "deployments"), "deployments", path)):
+    for i, item in enumerate(_items(document, "deployments", path)):
         if not isinstance(item, dict):
             raise CommandError(f"deployments {path}: item {i} is not an object", EXIT_USAGE)
         if item.get("kind") == "Pod":
@@ -69,8 +101,8 @@ def _deployments(path: str) -> list[Deployment]:
     return out
 
 
-def _nodes(path: str) -> list[dict[str, Any]]:
-    nodes = _items(read_json(path, "fleet"), "fleet", path)
+def _nodes(document: Any, path: str) -> list[dict[str, Any]]:
+    nodes = _items(document, "fleet", path)
     for i, node in enumerate(nodes):
         if not isinstance(node, dict) or not (node.get("metadata") or {}).get("name"):
             raise CommandError(f"fleet {path}: item {i} is not a named Node", EXIT_USAGE)
@@ -116,8 +148,18 @@ def render(report: Report) -> str:
 
 def cmd_capacity(args: argparse.Namespace) -> int:
     now = now_from(args.now)
-    deployments = _deployments(args.deployments)
-    nodes = _nodes(args.fleet)
+    if args.deployments:
+        deployments = _deployments(read_json(args.deployments, "deployments"), args.deployments)
+    else:
+        ns = args.deployments_from_namespace
+        listed = _from_api(args.kubeconfig, f"the engine Pods of namespace {ns}", ns)
+        # Each Pod's kind is implied by the list it came in.
+        pods = [{**pod, "kind": "Pod"} for pod in listed.get("items") or []]
+        deployments = _deployments(pods, f"namespace {ns}")
+    if args.fleet:
+        nodes = _nodes(read_json(args.fleet, "fleet"), args.fleet)
+    else:
+        nodes = _nodes(_from_api(args.kubeconfig, "Nodes"), "the API's Nodes")
     state = policy_state(args, now)
     report = replay(deployments, nodes, state.context(now))
     if args.output == "json":
@@ -135,7 +177,20 @@ def add_capacity_parser(sub: Any) -> None:
         "what waits and why, and the capacity left stranded",
     )
     add_policy_arguments(p)
-    p.add_argument("--deployments", required=True, metavar="FILE")
-    p.add_argument("--fleet", required=True, metavar="FILE")
+    deployments = p.add_mutually_exclusive_group(required=True)
+    deployments.add_argument("--deployments", metavar="FILE")
+    deployments.add_argument(
+        "--deployments-from-namespace",
+        metavar="NS",
+        help="the engine Pods of NS, read through the API server (the tenant may)",
+    )
+    fleet = p.add_mutually_exclusive_group(required=True)
+    fleet.add_argument("--fleet", metavar="FILE")
+    fleet.add_argument(
+        "--fleet-from-api",
+        action="store_true",
+        help="the cluster's Nodes, read through the API server (the owner may; a tenant may not)",
+    )
+    p.add_argument("--kubeconfig", metavar="FILE", help="for the API reads (else in-cluster)")
     p.add_argument("-o", "--output", choices=("table", "json"), default="table")
     p.set_defaults(func=cmd_capacity)

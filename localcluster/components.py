@@ -22,7 +22,7 @@ from typing import Any
 
 import yaml
 
-from localcluster.pki import CertificateAuthority, KeyPair, write_service_account_key
+from localcluster.pki import CertificateAuthority, write_service_account_key
 from localcluster.podnet import PodNetwork
 from localcluster.process import ComponentError, ManagedProcess, free_port, http_ok, wait_until
 
@@ -116,7 +116,6 @@ class Components:
     server: str = ""
     # Set when a real node joins: the API server then serves Pods as a real cluster's does.
     pod_network: PodNetwork | None = None
-    kubelet_client: KeyPair | None = None
     core: dict[str, ManagedProcess] = field(default_factory=dict)
     schedulers: dict[str, Scheduler] = field(default_factory=dict)
 
@@ -193,6 +192,7 @@ class Components:
         net = self.pod_network
         hosts = (HOST, "localhost", *(net.apiserver_hosts() if net else ()))
         serving = self.ca.issue_serving("apiserver", hosts)
+        node_args = self._real_node_args(net) if net else self._fake_node_args()
         sa = write_service_account_key(pki / "sa.key", pki / "sa.pub")
         ca_context = ssl.create_default_context(cafile=str(self.ca.cert_file))
 
@@ -208,12 +208,12 @@ class Components:
                 "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
                 f"--service-account-key-file={sa.cert_file}",
                 f"--service-account-signing-key-file={sa.key_file}",
-                f"--service-cluster-ip-range={net.service_cidr if net else '10.96.0.0/24'}",
+                f"--service-cluster-ip-range={(net or PodNetwork()).service_cidr}",
                 # Privileged pods must reach admission so the pod guard (not pod
                 # validation) is what refuses them.
                 "--allow-privileged=true",
                 "--profiling=false",
-                *(self._real_node_args() if net else self._fake_node_args()),
+                *node_args,
                 *audit_args,
                 *extra_args,
             ]
@@ -240,18 +240,16 @@ class Components:
             "--endpoint-reconciler-type=none",
         ]
 
-    def _real_node_args(self) -> list[str]:
+    def _real_node_args(self, net: PodNetwork) -> list[str]:
         """A real kubelet's cluster: Pods reach the API server at the bridge's gateway (behind
         the ``kubernetes`` Service), the API server reaches Pods (webhooks by endpoint, logs
         through the kubelet) and the kubelet is held to its own node."""
-        assert self.pod_network is not None
-        client = self.kubelet_client or self.ca.issue_client(
+        client = self.ca.issue_client(
             "apiserver-kubelet-client", "kube-apiserver-kubelet-client", ("system:masters",)
         )
-        self.kubelet_client = client
         return [
             "--bind-address=0.0.0.0",
-            f"--advertise-address={self.pod_network.gateway}",
+            f"--advertise-address={net.gateway}",
             "--authorization-mode=Node,RBAC",
             "--enable-admission-plugins=NodeRestriction",
             # The node lifecycle controller, which would lift the not-ready taint, is off.

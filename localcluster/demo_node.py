@@ -106,7 +106,7 @@ def node_story(
                 engine_image_map=engine_image_map(node.images[PROBE]),
             )
             with deploy_chart(
-                plane, node, settings, configmap, tmi=images[0], scheduler=images[1]
+                plane, settings, configmap, tmi=images[0], scheduler=images[1]
             ) as chart:
                 print(_chart_pods(plane, chart))
                 print(f"every Deployment available in {time.monotonic() - begun:.1f}s")

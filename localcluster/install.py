@@ -104,15 +104,19 @@ class Rendered:
     def get(self, kind: str, name: str) -> JSON:
         return find(self.docs, kind, name)
 
-    def applied(self) -> list[JSON]:
-        """What an install applies: not the Deployments (the harness runs their servers), nor
-        Helm hooks (they run only on their event)."""
+    def installed(self) -> list[JSON]:
+        """What an install applies on a cluster that runs containers: all but Helm hooks (they
+        run only on their event)."""
         return [
             d
             for d in self.docs
-            if d["kind"] not in NOT_APPLIED
-            and "helm.sh/hook" not in ((d.get("metadata") or {}).get("annotations") or {})
+            if "helm.sh/hook" not in ((d.get("metadata") or {}).get("annotations") or {})
         ]
+
+    def applied(self) -> list[JSON]:
+        """What an install applies here, on nodes that run nothing: not the Deployments either
+        (the harness runs their servers)."""
+        return [d for d in self.installed() if d["kind"] not in NOT_APPLIED]
 
     def container(self, deployment: str) -> JSON:
         (container,) = self.get("Deployment", deployment)["spec"]["template"]["spec"]["containers"]

@@ -48,7 +48,6 @@ from localcluster.install import (
 from localcluster.kube import JSON, ApiError
 from localcluster.node_images import SCHEDULER_REPOSITORY, TMI_REPOSITORY, NodeImage
 from localcluster.process import wait_until
-from localcluster.realnode import RealNode
 from localcluster.stack_settings import StackSettings
 from localcluster.webhook_objects import (
     apply_runtime_class,
@@ -77,16 +76,11 @@ def _tls_secret(name: str, namespace: str, cert: bytes, key: bytes, ca: bytes) -
     }
 
 
-def _hook(doc: Mapping[str, Any]) -> bool:
-    return "helm.sh/hook" in ((doc.get("metadata") or {}).get("annotations") or {})
-
-
 @dataclass
 class ChartStack:
     """The chart installed on the real node; build it with ``deploy_chart``."""
 
     plane: ControlPlane
-    node: RealNode
     settings: StackSettings
     verified: VerifiedProfile
     tenant: Rendered | None = None
@@ -97,10 +91,6 @@ class ChartStack:
     @property
     def namespace(self) -> str:
         return self.settings.namespace
-
-    @property
-    def owner_namespace(self) -> str:
-        return self.settings.scheduler_namespace
 
     def deployments(self) -> list[tuple[str, str]]:
         """(namespace, name) of every Deployment the chart runs."""
@@ -190,16 +180,11 @@ def _apply(stack: ChartStack, docs: Sequence[JSON], identity: str = "admin") -> 
 
 
 def _owner_docs(owner: Rendered) -> list[JSON]:
-    return [
-        d
-        for d in owner.docs
-        if not _hook(d) and d["kind"] != "Namespace" and not is_policy_object(d)
-    ]
+    return [d for d in owner.installed() if d["kind"] != "Namespace" and not is_policy_object(d)]
 
 
 def deploy_chart(
     plane: ControlPlane,
-    node: RealNode,
     settings: StackSettings,
     profile: Mapping[str, Any],
     *,
@@ -207,10 +192,11 @@ def deploy_chart(
     scheduler: NodeImage,
 ) -> ChartStack:
     """Install both parts of the chart for ``settings.namespace`` and wait until every
-    Deployment is available on ``node`` and engine Pods are planned. Use as a context manager."""
+    Deployment is available (on the real node, the plane's only one that runs containers) and
+    engine Pods are planned. Use as a context manager."""
     configmap = copy.deepcopy(dict(profile))
     configmap["metadata"]["name"] = settings.bundle_configmap
-    stack = ChartStack(plane, node, settings, settings.verify(configmap))
+    stack = ChartStack(plane, settings, settings.verify(configmap))
     ns, owner_ns = settings.namespace, settings.scheduler_namespace
     try:
         plane.create_namespace(ns)
@@ -249,7 +235,7 @@ def deploy_chart(
         _apply(stack, _owner_docs(stack.owner))
 
         stack.tenant = render_tenant(values, ns)
-        _apply(stack, [d for d in stack.tenant.docs if not _hook(d)], INSTALLER)
+        _apply(stack, stack.tenant.installed(), INSTALLER)
         publish_profile(plane, configmap)
         for runtime_class in settings.runtime_classes:
             apply_runtime_class(plane, runtime_class)

@@ -61,7 +61,7 @@ def probe_report(kube: Kube, namespace: str, pod: str, container: str) -> dict[s
     raise RealNodeError(f"{namespace}/{pod} container {container} printed no report: {text!r}")
 
 
-def _containerd_config(work: Path, bins: Path, net: PodNetwork, sock: Path) -> str:
+def _containerd_config(work: Path, bins: Path, sock: Path) -> str:
     return f"""version = 3
 root = "{work / "containerd" / "root"}"
 state = "{work / "containerd" / "state"}"
@@ -192,7 +192,7 @@ class RealNode:
         self.network.up()
         (work / "cni" / "10-tmi.conflist").write_text(json.dumps(self.network.cni_config()))
         config = work / "containerd.toml"
-        config.write_text(_containerd_config(work, self.bins, self.network, self.socket))
+        config.write_text(_containerd_config(work, self.bins, self.socket))
         containerd = self._spawn(
             "containerd", [str(self.bins / "containerd"), "--config", str(config)]
         )
@@ -356,14 +356,28 @@ class RealNode:
             out[(entry["ContainerName"], entry["ResourceName"])] = sorted(ids)
         return out
 
-    def kill_container(self, pod: Mapping[str, Any], container: str) -> None:
-        """SIGKILL the container's processes, as an OOM kill or a crash would; the kubelet
-        restarts it by the Pod's restartPolicy."""
+    @staticmethod
+    def container_id(pod: Mapping[str, Any], container: str) -> str:
+        """containerd's id of the Pod's container, from the Pod's status."""
         statuses = pod.get("status", {}).get("containerStatuses") or []
         ids = [s.get("containerID", "") for s in statuses if s.get("name") == container]
         if not ids or not ids[0].startswith("containerd://"):
             raise RealNodeError(f"{pod['metadata']['name']} has no running {container}")
-        self.ctr("tasks", "kill", "-a", "-s", "SIGKILL", ids[0].removeprefix("containerd://"))
+        return str(ids[0]).removeprefix("containerd://")
+
+    def container_pid(self, pod: Mapping[str, Any], container: str) -> int:
+        """The host pid of the container's first process, from containerd's task list."""
+        cid = self.container_id(pod, container)
+        for line in self.ctr("tasks", "ls").splitlines()[1:]:
+            task, pid, *_ = line.split()
+            if task == cid:
+                return int(pid)
+        raise RealNodeError(f"no task {cid} on {self.name}")
+
+    def kill_container(self, pod: Mapping[str, Any], container: str) -> None:
+        """SIGKILL the container's processes, as an OOM kill or a crash would; the kubelet
+        restarts it by the Pod's restartPolicy."""
+        self.ctr("tasks", "kill", "-a", "-s", "SIGKILL", self.container_id(pod, container))
 
     # -- teardown ------------------------------------------------------------------------------
 

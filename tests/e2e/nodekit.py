@@ -100,7 +100,6 @@ def chart_on_node(plane: ControlPlane, node: RealNode, prefix: str) -> Iterator[
     images = {image.repository: image for image in node.images.values()}
     with deploy_chart(
         plane,
-        node,
         settings,
         profile,
         tmi=images[TMI_REPOSITORY],
@@ -108,14 +107,3 @@ def chart_on_node(plane: ControlPlane, node: RealNode, prefix: str) -> Iterator[
     ) as up:
         plane.grant_namespace_admin("tmi-installer", settings.namespace)
         yield up
-
-
-def container_pid(node: RealNode, pod: dict[str, Any], container: str) -> int:
-    """The host pid of the container's first process, from containerd."""
-    (status,) = [s for s in pod["status"]["containerStatuses"] if s["name"] == container]
-    cid = status["containerID"].removeprefix("containerd://")
-    for line in node.ctr("tasks", "ls").splitlines()[1:]:
-        task, pid, *_ = line.split()
-        if task == cid:
-            return int(pid)
-    raise AssertionError(f"no task {cid} on {node.name}")

@@ -27,7 +27,8 @@ import yaml
 
 from localcluster import ControlPlane
 from localcluster.controlplane import HOST
-from localcluster.image import USER, Layout, app_layer, assemble, base_layer, debian_closure
+from localcluster.image import USER, Layout
+from localcluster.node_images import tmi_image
 from localcluster.process import ManagedProcess, free_port, http_get, http_ok, wait_until
 from localcluster.webhook import IDENTITY, WebhookSettings, apply_webhook_rbac, publish_profile
 from tests.e2e.stackkit import dated
@@ -50,14 +51,12 @@ class Built:
 @pytest.fixture(scope="module")
 def built(tmp_path_factory: pytest.TempPathFactory) -> Built:
     work = tmp_path_factory.mktemp("image")
-    base = base_layer(work / "base.tar", debian_closure())
-    app = app_layer(work / "app.tar", work / "build")
-    digest = assemble(work / "layout", [base, app])
-    layout = Layout.read(work / "layout")
+    image = tmi_image(work)
+    layout = Layout.read(image.layout)
     rootfs = layout.unpack(work / "rootfs")
     # The Deployments mount an emptyDir at /tmp (the root filesystem is read-only).
     (rootfs / "tmp").chmod(0o1777)
-    return Built(layout, digest, rootfs)
+    return Built(layout, image.digest, rootfs)
 
 
 def as_image_user(rootfs: Path, *argv: str) -> list[str]:

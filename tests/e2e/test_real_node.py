@@ -30,7 +30,6 @@ from localcluster.realnode import RealNode, probe_report
 from localcluster.stack import TenantStack
 from tests.e2e.nodekit import (
     condition_is,
-    container_pid,
     is_ready,
     probe_pod,
     real_node_stack,
@@ -206,8 +205,8 @@ def test_evidence_maps_running_containers_to_their_pods_and_reports_two_on_one_u
             admin.get("v1", "Pod", "engine-evidence", ns),
             admin.get("v1", "Pod", "rogue", rogue_name),
         ]
-        pid_engine = container_pid(real_node, pods[0], "engine")
-        pid_rogue = container_pid(real_node, pods[1], "tool")
+        pid_engine = real_node.container_pid(pods[0], "engine")
+        pid_rogue = real_node.container_pid(pods[1], "tool")
         host = _smi_host(tmp_path / "smi", uuid, {pid_engine: 10240, pid_rogue: 2048})
         monkeypatch.setattr(evidence_command, "open_reader", lambda: NvidiaSmiReader(FakeSmi(host)))
         pods_file = tmp_path / "pods.json"

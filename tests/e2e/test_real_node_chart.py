@@ -27,7 +27,6 @@ from localcluster.realnode import RealNode, probe_report
 from localcluster.webhook import PLAN_ANNOTATION, REQUEST_ANNOTATION
 from tests.e2e.nodekit import (
     chart_on_node,
-    container_pid,
     is_ready,
     wait_pod,
 )
@@ -81,7 +80,7 @@ def test_every_chart_deployment_runs_on_the_real_node_as_the_chart_says(
             assert pod["spec"]["nodeName"] == real_node.name
             assert is_ready(pod), f"{pod['metadata']['name']} is not Ready"
             for container in pod["spec"]["containers"]:
-                pid = container_pid(real_node, pod, container["name"])
+                pid = real_node.container_pid(pod, container["name"])
                 # The chart's runAsUser and readOnlyRootFilesystem, in force on the process.
                 assert _status(pid, "Uid").split()[0] == "65532", (name, container["name"])
                 assert "ro" in _root_options(pid), (name, container["name"])

@@ -157,6 +157,7 @@ class Controller:
             may_write=self.may_write,
             monotonic=monotonic,
             background_events=True,
+            claims=api,
         )
         self._pod_revisions: dict[str, str | None] = {}
         self._departed: dict[str, str] = {}

@@ -72,6 +72,26 @@ class HttpKube(ApiClient):
             return None
         return pod
 
+    # -- ClaimReader -----------------------------------------------------------------------------
+
+    async def get_resource_claim(self, name: str) -> JSON | None:
+        try:
+            claim: JSON = await self.request(
+                "GET", self._path("resourceclaims", name, "resource.k8s.io/v1")
+            )
+        except NotFound:
+            return None
+        return claim
+
+    async def list_resource_slices(self, node: str) -> list[JSON]:
+        # Node-local devices only: the allocated device is on the Pod's node.
+        selector = quote(f"spec.nodeName={node}", safe="")
+        body: JSON = await self.request(
+            "GET", f"/apis/resource.k8s.io/v1/resourceslices?fieldSelector={selector}"
+        )
+        items = body.get("items")
+        return [item for item in items if isinstance(item, dict)] if isinstance(items, list) else []
+
     async def list_pods(self, label_selector: str) -> list[JSON]:
         pods = Collection("pods", "Pod", self._namespace, label_selector=label_selector)
         return (await list_all(self, pods)).items

@@ -20,6 +20,7 @@ from serving.kube import ApiError, Conflict, Gone, NotFound, api_error
 __all__ = [
     "JSON",
     "ApiError",
+    "ClaimReader",
     "Conflict",
     "Gone",
     "KubePort",
@@ -50,6 +51,14 @@ class PodPort(Protocol):
         """Create an events.k8s.io/v1 Event in the namespace."""
 
 
+class ClaimReader(Protocol):
+    """A DRA engine Pod's ResourceClaim and the ResourceSlices of its node."""
+
+    async def get_resource_claim(self, name: str) -> JSON | None: ...
+
+    async def list_resource_slices(self, node: str) -> list[JSON]: ...
+
+
 class LeasePort(Protocol):
     """What the leader elector needs: a coordination.k8s.io/v1 Lease, read and written with
     optimistic concurrency (a stale resourceVersion is a Conflict)."""
@@ -61,5 +70,5 @@ class LeasePort(Protocol):
     async def replace_lease(self, name: str, lease: Mapping[str, Any]) -> JSON: ...
 
 
-class KubePort(PodPort, ListWatch, LeasePort, Protocol):
+class KubePort(PodPort, ListWatch, LeasePort, ClaimReader, Protocol):
     """All three, as one API server connection provides them."""

@@ -31,8 +31,9 @@ from datetime import UTC, datetime
 from typing import Any
 
 from allocation_controller.metrics import Metrics
-from allocation_controller.ports import JSON, Conflict, NotFound, PodPort
+from allocation_controller.ports import JSON, ClaimReader, Conflict, NotFound, PodPort
 from allocation_controller.revisions import PolicyView
+from inference_policy.dra_allocation import allocation_verdict, claim_name_of, with_devices
 from inference_policy.grant import (
     CONDITION_TYPE,
     DEFAULT_SCHEDULING_TIMEOUT,
@@ -43,6 +44,7 @@ from inference_policy.grant import (
     node_name,
     read_plan,
 )
+from inference_policy.signing import VerifiedProfile
 
 log = logging.getLogger(__name__)
 
@@ -108,8 +110,12 @@ class Reconciler:
         may_write: Callable[[], bool] | None = None,
         monotonic: Callable[[], float] = time.monotonic,
         background_events: bool = False,
+        claims: ClaimReader | None = None,
     ) -> None:
         self.port = port
+        # Where a DRA engine Pod's allocation is read; without it such a Pod is held to its
+        # plan only.
+        self.claims = claims
         self.policy = policy
         self.settings = settings or ReconcileSettings()
         self.clock = clock or (lambda: datetime.now(UTC))
@@ -149,6 +155,8 @@ class Reconciler:
             verdict = evaluation.verdict
             if verdict is None:
                 return Result("waiting", requeue)
+            if verdict.verified and self.claims is not None:
+                verdict = await self._allocated(pod, verdict)
             current = condition(pod, CONDITION_TYPE)
             if _says(current, verdict):
                 return Result("unchanged", requeue)
@@ -165,6 +173,25 @@ class Reconciler:
             await self._record(updated, current, verdict, now)
             return Result("written", requeue)
         raise AssertionError("unreachable")  # pragma: no cover
+
+    async def _allocated(self, pod: JSON, verdict: Verdict) -> Verdict:
+        """A verified DRA engine Pod's verdict once its claim's devices are checked."""
+        assert self.claims is not None
+        plan = read_plan(pod)
+        if isinstance(plan, str) or plan.claim is None:
+            return verdict
+        profile = self.policy.revisions.get(plan.bundle_sha256 or "")
+        if not isinstance(profile, VerifiedProfile):  # pragma: no cover - verified above
+            return verdict
+        name = claim_name_of(pod, plan)
+        claim = await self.claims.get_resource_claim(name) if name else None
+        node = node_name(pod)
+        slices = await self.claims.list_resource_slices(node) if claim and node else []
+        wrong = allocation_verdict(plan, profile.envelope, claim, slices)
+        if wrong is not None:
+            return wrong
+        assert claim is not None
+        return with_devices(verdict, claim)
 
     async def reconcile_departed(self, name: str, uid: str) -> Result:
         """A Pod that left the engine-Pod watch. If it still exists (its label was removed rather

@@ -15,7 +15,9 @@ A Pod reaches for an accelerator through any of:
   name but the standard ones (`STANDARD_RESOURCES`, `hugepages-*`) counts, so a device plugin
   or a DRA-backed extended resource (`deviceclass.resource.kubernetes.io/<class>`) nobody listed
   is as refused as `nvidia.com/gpu`;
-* a dynamic resource claim: `spec.resourceClaims` or a container's `resources.claims`;
+* a dynamic resource claim: `spec.resourceClaims` or a container's `resources.claims` (an engine
+  Pod's `spec.resourceClaims` and its engine container's claims belong to its plan, as its
+  RuntimeClass does: the plan sets them, from the owner's claim templates, or removes them);
 * a device-selecting environment variable (`DEVICE_ENV`) the container runtime obeys, unless it
   explicitly selects no device (`NVIDIA_VISIBLE_DEVICES=void`);
 * on the engine container that holds the grant, an `envFrom` source that could set a
@@ -165,8 +167,9 @@ def reaches(
 ) -> list[Reach]:
     """Every way this Pod reaches for an accelerator on its own, in field order.
 
-    `engine` names the container a plan governs: its own resource asks, the Pod's RuntimeClass
-    and its plan annotation belong to the plan, so they are not reaches. `plan_annotation`
+    `engine` names the container a plan governs: its own resource asks and claims, the Pod's
+    RuntimeClass, resource claims and plan annotation belong to the plan, so they are not
+    reaches. `plan_annotation`
     False leaves the annotation out (an UPDATE judges it separately, as frozen).
     """
     spec = as_mapping(pod.get("spec"))
@@ -185,7 +188,7 @@ def reaches(
             Reach(f"spec.runtimeClassName ({runtime_class})", str(runtime_class), "runtime-class")
         )
     claims = spec.get("resourceClaims")
-    if isinstance(claims, list) and claims:
+    if engine is None and isinstance(claims, list) and claims:
         found.append(Reach("spec.resourceClaims", str(len(claims)), "claim"))
     if plan_annotation and engine is None:
         annotations = as_mapping(as_mapping(pod.get("metadata")).get("annotations"))

@@ -15,7 +15,8 @@ test holds the policies to the Python predicate on a corpus through a real API s
     but is not scheduled by the owner's scheduler (a policy parameter, not baked in) or names
     its node, a changed plan annotation or planned image, and any container that holds no grant
     but does not carry the shield, whatever a webhook did before it;
-  - `claim_refusal`: the tenant may not make ResourceClaims or ResourceClaimTemplates at all;
+  - the claims policy (`inference_policy.dra_cel`): a claim or claim template in the tenant
+    namespace is one the owner published for a DRA binding, or none;
 * `cel_condition`: on clusters without those APIs, the fallback guard webhook entry's
   matchCondition, which sends the webhook exactly the Pods it has something to do for.
 """
@@ -34,6 +35,11 @@ from inference_policy.access import (
     STANDARD_RESOURCES,
 )
 from inference_policy.cel_text import cel_string
+from inference_policy.dra_cel import (
+    ENGINE_CLAIMS_FROM_OWNER,
+    ENGINE_CLAIMS_MESSAGE,
+    claim_policy_parts,
+)
 from inference_policy.verdict_cel import verdict_parts
 from inference_policy.wire import ENGINE_CONTAINER_ANNOTATION, ENGINE_LABEL, PLAN_ANNOTATION
 
@@ -216,7 +222,7 @@ def _container_tests(kind: str, governed: bool) -> list[tuple[str, str]]:
         )
         for part in RESOURCE_PARTS
     ]
-    tests.append((_cel_claims("c"), f"{at}.resources.claims'"))
+    tests.append((f"{skip}{_cel_claims('c')}", f"{at}.resources.claims'"))
     tests.append(
         (
             f"has(c.env) && c.env.exists(e, {_device_env('e')})",
@@ -251,7 +257,8 @@ def _pod_tests() -> list[tuple[str, str]]:
             "'spec.runtimeClassName (' + object.spec.runtimeClassName + ')'",
         ),
         (
-            "has(object.spec.resourceClaims) && size(object.spec.resourceClaims) > 0",
+            "!variables.engine && has(object.spec.resourceClaims) &&\n"
+            "  size(object.spec.resourceClaims) > 0",
             "'spec.resourceClaims'",
         ),
     ]
@@ -323,6 +330,7 @@ def guard_variables() -> list[dict[str, str]]:
         {
             "name": "holdsGrant",
             "expression": "variables.engine && (has(object.spec.runtimeClassName) ||\n"
+            "  (has(object.spec.resourceClaims) && size(object.spec.resourceClaims) > 0) ||\n"
             "  variables.containers.exists(c, c.name == variables.granted && (\n    "
             + _cel_resources("c")
             + ")))",
@@ -393,6 +401,7 @@ def guard_validations() -> list[dict[str, str]]:
             f"'tenant-mode inference: an engine Pod holding an accelerator grant carries the "
             f"plan ({PLAN_ANNOTATION}) the tenant webhook wrote for it; this one has none'",
         ),
+        (f"request.operation != 'CREATE' || {ENGINE_CLAIMS_FROM_OWNER}", ENGINE_CLAIMS_MESSAGE),
         (
             "request.operation != 'CREATE' || !variables.engine ||\n"
             "  !has(object.spec.nodeName) || object.spec.nodeName == ''",
@@ -427,19 +436,6 @@ def guard_validations() -> list[dict[str, str]]:
     return [{"expression": expression, "messageExpression": message, "reason": "Forbidden"}]
 
 
-# What a tenant may not make at all: a claim on a device (through a Pod it is refused above; the
-# objects themselves would be allocated devices by the scheduler the moment a Pod used them).
-CLAIM_RESOURCES = ("resourceclaims", "resourceclaimtemplates")
-
-
-def claim_refusal() -> str:
-    return (
-        "'tenant-mode inference: ' + request.kind.kind + ' ' + object.metadata.name + ' "
-        "claims devices outside the owner\\'s grant; engine Pods get their devices from the "
-        "signed profile, through the tenant webhook\\'s plan'"
-    )
-
-
 def policy_parts() -> dict[str, Any]:
     """What the chart's admission-policies template takes from the core, as one document."""
     return {
@@ -451,23 +447,16 @@ def policy_parts() -> dict[str, Any]:
             "expression": shield_mutation(),
         },
         "guard": {"variables": guard_variables(), "validations": guard_validations()},
-        "claims": {
-            "resources": list(CLAIM_RESOURCES),
-            "validations": [
-                {"expression": "false", "messageExpression": claim_refusal(), "reason": "Forbidden"}
-            ],
-        },
+        "claims": claim_policy_parts(),
         "verdict": verdict_parts(),
     }
 
 
 __all__ = [
-    "CLAIM_RESOURCES",
     "FORGERY_PREFIX",
     "SCHEDULER_PARAM",
     "cel_condition",
     "cel_string",
-    "claim_refusal",
     "guard_validations",
     "guard_variables",
     "has_unshielded",

@@ -18,6 +18,9 @@ RESOURCES_MISMATCH = "ResourcesMismatch"
 UNPLANNED_DEVICE_ACCESS = "UnplannedDeviceAccess"
 RUNTIME_CLASS_MISMATCH = "RuntimeClassMismatch"
 NODE_SELECTOR_MISMATCH = "NodeSelectorMismatch"
+# A DRA plan's claim: not allocated as the plan says, or allocated a device not the binding's.
+CLAIM_UNALLOCATED = "ClaimUnallocated"
+DEVICE_MISMATCH = "DeviceMismatch"
 PLAN_MISMATCH = "PlanMismatch"
 PROFILE_REVISION_UNKNOWN = "ProfileRevisionUnknown"
 PROFILE_REFUSED = "ProfileRefused"
@@ -37,6 +40,8 @@ REASONS = (
     UNPLANNED_DEVICE_ACCESS,
     RUNTIME_CLASS_MISMATCH,
     NODE_SELECTOR_MISMATCH,
+    CLAIM_UNALLOCATED,
+    DEVICE_MISMATCH,
     PLAN_MISMATCH,
     PROFILE_REVISION_UNKNOWN,
     PROFILE_REFUSED,

@@ -7,8 +7,9 @@ server.
 
 * `planned_pod`: the plan replaces what it governs. The engine container gets the plan's image
   and accelerator asks (its own cpu and memory asks stay; a CPU plan drops its limits, as the
-  seed says); the Pod gets the plan's RuntimeClass (removed for a CPU plan), the whole
-  nodeSelector, the owner's scheduler, the staging pull Secret and the AllocationVerified
+  seed says) and, for a DRA binding, the claim; the Pod gets the plan's RuntimeClass (removed
+  for a CPU plan) and resource claims (a DRA plan's, from the owner's template; else none), the
+  whole nodeSelector, the owner's scheduler, the staging pull Secret and the AllocationVerified
   readiness gate, and carries the plan as its annotation.
 * `admission_refusal`: an engine Pod may not reach for an accelerator outside its engine
   container's plan, nor name its node (which would bypass the scheduler that checks the
@@ -48,7 +49,7 @@ from inference_policy.wire import (
 )
 
 READINESS_GATE = ALLOCATION_VERIFIED
-_PLANNED_PARTS = frozenset(("requests", "limits"))
+_PLANNED_PARTS = frozenset(("requests", "limits", "claims"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -182,6 +183,7 @@ def plan_fields(
     )
     tail = [
         Edit(("spec", "runtimeClassName"), plan.runtimeClassName, not plan.runtimeClassName),
+        Edit(("spec", "resourceClaims"), planned_pod_claims(plan), plan.claim is None),
         Edit(("spec", "nodeSelector"), dict(plan.nodeSelector or {})),
         Edit(("spec", "schedulerName"), scheduler_name),
     ]
@@ -315,7 +317,16 @@ def planned_resources(current: Mapping[str, Any], plan: Plan) -> dict[str, Any]:
         kept.update(plan.requests if part == "requests" else plan.limits)
         if kept:
             out[part] = kept
+    if plan.claim is not None:
+        out["claims"] = [{"name": plan.claim.name}]
     return out
+
+
+def planned_pod_claims(plan: Plan) -> list[dict[str, str]] | None:
+    """The Pod's `spec.resourceClaims` under this plan: its claim from the owner's template."""
+    if plan.claim is None:
+        return None
+    return [{"name": plan.claim.name, "resourceClaimTemplateName": plan.claim.template}]
 
 
 __all__ = [
@@ -330,6 +341,7 @@ __all__ = [
     "plan_edits",
     "plan_fields",
     "planned_pod",
+    "planned_pod_claims",
     "planned_resources",
     "shield_edits",
     "to_shield",

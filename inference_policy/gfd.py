@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 from inference_policy.verdict_codes import NodeVerdictCode, Verdict, refuse
 
 if TYPE_CHECKING:
-    from inference_policy.profile import ExtendedResourceBinding, VramPluginBinding
+    from inference_policy.profile import GpuBinding
 
 # GPU Feature Discovery label names (NVIDIA/k8s-device-plugin, docs/gpu-feature-discovery).
 GFD_CC_MAJOR = "nvidia.com/gpu.compute.major"
@@ -50,9 +50,7 @@ def sharing(labels: Mapping[str, str], strategy_key: str, replicas_key: str, pro
     return ""
 
 
-def memory_verdict(
-    binding: ExtendedResourceBinding | VramPluginBinding, labels: Mapping[str, str], key: str
-) -> Verdict | None:
+def memory_verdict(binding: GpuBinding, labels: Mapping[str, str], key: str) -> Verdict | None:
     mib = int_label(labels, key)
     if mib is None or mib <= 0:
         # GFD omits the label when NVML reports no memory (unified-memory parts).

@@ -16,12 +16,13 @@ from inference_policy.allocation import AllocationClass, Fit
 from inference_policy.bounded import keep
 from inference_policy.catalog import Engine, EngineCatalog
 from inference_policy.decision import Decision, PlanContext, Refusal
+from inference_policy.dra_claims import template_for
 from inference_policy.plan import Plan
 from inference_policy.profile import (
     ARCH_KEY,
-    ExtendedResourceBinding,
+    DraBinding,
+    GpuBinding,
     Profile,
-    VramPluginBinding,
 )
 from inference_policy.quantity import (
     QuantityError,
@@ -44,7 +45,7 @@ class _Option(NamedTuple):
 
     order: int
     profile: Profile
-    binding: ExtendedResourceBinding | VramPluginBinding
+    binding: GpuBinding
     allocation: AllocationClass
     chosen: tuple[str, str] | str
 
@@ -132,6 +133,7 @@ class GpuSizing(NamedTuple):
     quantity: int
     engine_args: tuple[tuple[str, Any], ...]
     isolation: str
+    pinned_profile: bool
 
 
 class GpuPath(PlannerBase):
@@ -225,6 +227,7 @@ class GpuPath(PlannerBase):
             quantity,
             tuple(args.items()),
             accel.isolation if accel else "any-qualified",
+            accel is not None and accel.profile is not None,
         )
         return kept.plan(self.ctx, best, recipe, sizing, profile)
 
@@ -232,7 +235,7 @@ class GpuPath(PlannerBase):
         self,
         engine: Engine,
         prof: Profile,
-        binding: ExtendedResourceBinding | VramPluginBinding,
+        binding: GpuBinding,
         recipe: Recipe | None,
     ) -> tuple[str, str] | str:
         vendor, arch = binding.accelerator.vendor, binding.architecture
@@ -260,9 +263,7 @@ class GpuPath(PlannerBase):
             return f"profile {prof.name} does not list variant {variant}"
         return selection.image.reference, variant
 
-    def _count_reason(
-        self, binding: ExtendedResourceBinding | VramPluginBinding, allocation: AllocationClass
-    ) -> str | None:
+    def _count_reason(self, binding: GpuBinding, allocation: AllocationClass) -> str | None:
         if self.devices == 1:
             return None
         if not allocation.multi_device:
@@ -312,6 +313,14 @@ def _gpu_body(
     assert not isinstance(option.chosen, str)
     image, variant = option.chosen
     quantity = str(sizing.quantity)
+    if isinstance(binding, DraBinding):
+        # The devices come through the claim; the container's resources name none.
+        granted: dict[str, str] = {}
+        spill = sizing.isolation == "any-qualified" and not sizing.pinned_profile
+        claim = template_for(profile.envelope, binding, sizing.devices, spill).plan_claim()
+    else:
+        granted = {binding.resource.name: quantity}
+        claim = None
     body: dict[str, Any] = {
         "status": 200,
         "path": "gpu",
@@ -323,10 +332,7 @@ def _gpu_body(
         "image": image,
         "runtimeClassName": binding.runtimeClassName,
         "nodeSelector": {ARCH_KEY: binding.architecture},
-        "resources": {
-            "requests": {binding.resource.name: quantity},
-            "limits": {binding.resource.name: quantity},
-        },
+        "resources": {"requests": granted, "limits": dict(granted)},
         "deviceCount": sizing.devices,
         "engineArgs": dict(sizing.engine_args),
         "inferenceResources": {
@@ -344,6 +350,8 @@ def _gpu_body(
     }
     if recipe is not None:
         body["recipe"] = recipe.id
+    if claim is not None:
+        body["claim"] = claim
     return body
 
 

@@ -118,10 +118,10 @@ class Evaluation:
 
 
 def _false(reason: str, message: str) -> Verdict:
-    return Verdict("False", reason, _clip(message))
+    return Verdict("False", reason, clip(message))
 
 
-def _clip(message: str) -> str:
+def clip(message: str) -> str:
     return message if len(message) <= MAX_MESSAGE else message[: MAX_MESSAGE - 1] + "…"
 
 
@@ -212,7 +212,7 @@ def _lapse(pod: Mapping[str, Any], lapse: Lapse, sticky_reason: str) -> Verdict:
         return Verdict(
             "True",
             sticky_reason,
-            _clip(
+            clip(
                 f"the Pod still matches the plan it was verified against; {lapse.message}. It "
                 "stays verified: publish a new profile revision and redeploy to renew the grant"
             ),
@@ -223,6 +223,8 @@ def _lapse(pod: Mapping[str, Any], lapse: Lapse, sticky_reason: str) -> Verdict:
 def _grant_summary(pod: Mapping[str, Any], plan: Plan) -> str:
     shown = plan.limits or plan.requests
     granted = ", ".join(f"{k}={v}" for k, v in sorted(shown.items())) or "no resources"
+    if plan.claim is not None:
+        granted = f"{plan.claim.count} device(s) claimed from template {plan.claim.template}"
     runtime = plan.runtimeClassName or "none"
     binding = plan.bindingId or plan.path
     return (
@@ -300,7 +302,7 @@ def check_grant(
     return Verdict(
         "True",
         VERIFIED,
-        _clip(f"the Pod runs its plan ({_grant_summary(pod, plan)}), as {source} plans it"),
+        clip(f"the Pod runs its plan ({_grant_summary(pod, plan)}), as {source} plans it"),
     )
 
 
@@ -443,6 +445,7 @@ __all__ = [
     "catalog_lapse",
     "check_grant",
     "check_placement",
+    "clip",
     "condition",
     "evaluate",
     "is_engine_pod",

@@ -9,6 +9,7 @@ first thing an operator can see and fix.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from typing import Any
 
@@ -21,7 +22,7 @@ from inference_policy.allocation_reasons import (
     RUNTIME_CLASS_MISMATCH,
     UNPLANNED_DEVICE_ACCESS,
 )
-from inference_policy.engine_pod import engine_container_name, to_shield
+from inference_policy.engine_pod import engine_container_name, planned_pod_claims, to_shield
 from inference_policy.plan import Plan
 from inference_policy.profile import ARCH_KEY
 from inference_policy.quantity import same_quantity
@@ -45,6 +46,28 @@ def _resource_findings(resources: Mapping[str, Any], plan: Plan, engine: str) ->
                     f"{_show(wanted)}"
                 )
     return found
+
+
+def _claim_findings(spec: Mapping[str, Any], resources: Mapping[str, Any], plan: Plan) -> list[str]:
+    # A DRA plan's devices are its claim: the Pod's claims and the engine container's must be
+    # exactly the plan's (from the owner's template), and a plan without one has none.
+    found: list[str] = []
+    want = planned_pod_claims(plan)
+    have = spec.get("resourceClaims") or None
+    if have != want:
+        found.append(f"spec.resourceClaims is {_compact(have)}, the plan says {_compact(want)}")
+    want_own = [{"name": plan.claim.name}] if plan.claim is not None else None
+    own = resources.get("claims") or None
+    if own != want_own:
+        found.append(
+            f"the engine container's resources.claims is {_compact(own)}, the plan says "
+            f"{_compact(want_own)}"
+        )
+    return found
+
+
+def _compact(value: Any) -> str:
+    return "absent" if value is None else json.dumps(value, separators=(",", ":"), sort_keys=True)
 
 
 def _strings_or_values(value: Any) -> dict[str, Any]:
@@ -87,6 +110,7 @@ def pod_findings(pod: Mapping[str, Any], plan: Plan) -> list[tuple[str, str]]:
         found.extend(
             (RESOURCES_MISMATCH, text) for text in _resource_findings(resources, plan, str(engine))
         )
+        found.extend((RESOURCES_MISMATCH, text) for text in _claim_findings(spec, resources, plan))
     # Everything else that reaches for an accelerator is outside the plan: the one predicate the
     # webhook refuses with, with the engine container's own asks left to the comparison above.
     for reach in reaches(pod, engine if engine_container is not None else None):

@@ -25,12 +25,9 @@ from inference_policy.gfd import (
     GFD_PRESENCE,
     int_label,
 )
-from inference_policy.profile import ARCH_KEY, ExtendedResourceBinding, VramPluginBinding
+from inference_policy.profile import ARCH_KEY, GpuBinding
 from inference_policy.quantity import QuantityError, resource_units
 from inference_policy.verdict_codes import FITS, NodeVerdictCode, Verdict, busy, refuse
-
-GpuBinding = ExtendedResourceBinding | VramPluginBinding
-
 
 # -- nodes --------------------------------------------------------------------------------------
 
@@ -88,6 +85,9 @@ def gfd_verdict(binding: GpuBinding, labels: Mapping[str, str]) -> Verdict | Non
     (the lowest compute capability and CUDA driver major among them), so any such node reporting
     less contradicts the signed profile.
     """
+    if binding.allocation.claimed:
+        # The DeviceClass's selector attests a claimed device, not the node's labels.
+        return None
     who = f"binding {binding.id}"
     if not any(key in labels for key in GFD_PRESENCE):
         return refuse(

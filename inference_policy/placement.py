@@ -48,17 +48,15 @@ from inference_policy.nodes import (
 from inference_policy.plan import Plan, PlanError, parse_plan
 from inference_policy.profile import (
     ARCH_KEY,
+    AnyBinding,
     CpuBinding,
-    ExtendedResourceBinding,
-    VramPluginBinding,
+    DraBinding,
 )
 from inference_policy.quantity import format_units
 from inference_policy.verdict_codes import NodeVerdictCode
 
 MAX_SCORE = 10
 MAX_MEMO = 256
-
-AnyBinding = CpuBinding | ExtendedResourceBinding | VramPluginBinding
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,12 +116,14 @@ def demand_for(
         )
     if isinstance(binding, CpuBinding):
         raise PlanError(f"the gpu plan names binding {binding.id}, which is a cpu binding")
-    resource = binding.resource.name
     if binding.architecture != plan.arch:
         raise PlanError(
             f"the plan places binding {binding.id} on {plan.arch}, but the binding runs on "
             f"{binding.architecture}"
         )
+    if isinstance(binding, DraBinding):
+        return _claimed_demand(plan, binding, requests, profile_sha256)
+    resource = binding.resource.name
     granted = granted_units.get(resource)
     if not granted:
         raise PlanError(
@@ -144,6 +144,27 @@ def demand_for(
         checked=(resource,),
         kind=(resource,),
         key=f"gpu/{profile_sha256}/{binding.id}",
+    )
+
+
+def _claimed_demand(
+    plan: Plan, binding: DraBinding, requests: Mapping[str, int], profile_sha256: str
+) -> Demand:
+    # kube-scheduler allocates a claim's devices from the DeviceClass, which pins the signed
+    # facts; nothing is counted here, and the node need only be of the binding's architecture.
+    if plan.claim is None:
+        raise PlanError(
+            f"binding {binding.id} hands out devices through a claim, and the plan names none; "
+            "the profile revision changed since the Pod was planned"
+        )
+    return Demand(
+        path="gpu",
+        arch=plan.arch or binding.architecture,
+        binding=binding,
+        requests=requests,
+        checked=(),
+        kind=(),
+        key=f"dra/{profile_sha256}/{binding.id}",
     )
 
 

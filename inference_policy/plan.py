@@ -9,7 +9,8 @@ never one another refuses.
 
 The wire form is the contract's (section 3) and does not change: fields appear in the contract's
 order, an external plan carries only `status`, `path`, `derived` and `engine`, a CPU plan has no
-`limits`, and `recipe` appears only when a recipe pinned the plan. Serialisation therefore dumps
+`limits`, `recipe` appears only when a recipe pinned the plan, and `claim` only on a plan for a
+DRA binding (whose `resources` then name no device: the claim does). Serialisation therefore dumps
 exactly the fields that were set, and parsing records exactly the fields that were present.
 """
 
@@ -70,6 +71,18 @@ class PlanResources(_Wire):
     limits: Quantities | None = None
 
 
+class PlanClaim(_Wire):
+    """A DRA plan's device claim: the owner's ResourceClaimTemplate the engine container's claim
+    comes from, the DeviceClasses it may be allocated from (its binding's first, then the ones
+    it spills to, in order), how many devices, and which rule chose the template."""
+
+    name: Annotated[str, Field(pattern=r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")]
+    template: Name
+    deviceClasses: Annotated[list[Name], Field(min_length=1, max_length=16)]
+    count: Annotated[int, Field(ge=1, le=8)]
+    spill: Literal["none", "firstAvailable"]
+
+
 class PlanBundle(_Wire):
     # A profile version, bounded as the profile bounds it.
     version: Annotated[int, Field(ge=1, le=MAX_VERSION)]
@@ -95,12 +108,13 @@ class Plan(_Wire):
     inferenceResources: InferenceResources | None = None
     bundle: PlanBundle | None = None
     recipe: Name | None = None
+    claim: PlanClaim | None = None
 
     @_model_validator(mode="after")
     def _shape(self) -> Plan:
         present = self.model_fields_set
         if self.path == "external":
-            extra = [name for name in (*LOCAL_FIELDS, "recipe") if name in present]
+            extra = [name for name in (*LOCAL_FIELDS, "recipe", "claim") if name in present]
             if extra:
                 raise ValueError(
                     "an external plan carries no local fields; found " + ", ".join(extra)
@@ -111,8 +125,10 @@ class Plan(_Wire):
             raise ValueError(f"a {self.path} plan must carry " + ", ".join(missing))
         if not (self.nodeSelector or {}).get(ARCH_KEY):
             raise ValueError(f"nodeSelector must name {ARCH_KEY}")
-        if self.resources is None or not self.resources.requests:
+        if self.resources is None or not (self.resources.requests or self.claim):
             raise ValueError("resources.requests must name what the Pod is granted")
+        if self.claim is not None and self.path != "gpu":
+            raise ValueError("only a gpu plan claims devices")
         if not self.image or not self.variantId:
             raise ValueError(f"a {self.path} plan must name its image and variantId")
         if self.path == "gpu":
@@ -270,4 +286,12 @@ def _validate(document: Any) -> Plan:
     return plan
 
 
-__all__ = ["MAX_PLAN_BYTES", "Plan", "PlanBundle", "PlanError", "PlanResources", "parse_plan"]
+__all__ = [
+    "MAX_PLAN_BYTES",
+    "Plan",
+    "PlanBundle",
+    "PlanClaim",
+    "PlanError",
+    "PlanResources",
+    "parse_plan",
+]

@@ -24,6 +24,7 @@ from pydantic import (
 )
 
 from inference_policy.allocation import AllocationClass, Guarantee, class_of
+from inference_policy.dra import DraDevice
 from inference_policy.errors import describe
 from inference_policy.quantity import QuantityError, parse_whole_binary
 from inference_policy.wire import WHOLE_GPU_RESOURCE
@@ -207,7 +208,6 @@ class CpuBinding(_BindingBase):
 class _GpuBindingBase(_BindingBase):
     allocator: str
     accelerator: Accelerator
-    resource: Resource
     runtimeClassName: Annotated[
         str, _matches(DNS_SUBDOMAIN, "a RuntimeClass name"), Field(max_length=253)
     ]
@@ -215,7 +215,12 @@ class _GpuBindingBase(_BindingBase):
     @cached_property
     def allocation(self) -> AllocationClass:
         """This binding's allocation class: what its devices guarantee and how they are used."""
-        return class_of(self.allocator, self.resource.name)
+        return class_of(self.allocator, self.allocation_key)
+
+    @property
+    def allocation_key(self) -> str:
+        """What tells this binding's class apart among its allocator's: the resource name."""
+        raise NotImplementedError
 
     @cached_property
     def usable_memory_bytes(self) -> int:
@@ -227,7 +232,17 @@ class _GpuBindingBase(_BindingBase):
         raise NotImplementedError
 
 
-class ExtendedResourceBinding(_GpuBindingBase):
+class _CountedBinding(_GpuBindingBase):
+    """A binding whose devices the kubelet counts as an extended resource."""
+
+    resource: Resource
+
+    @property
+    def allocation_key(self) -> str:
+        return self.resource.name
+
+
+class ExtendedResourceBinding(_CountedBinding):
     allocator: Literal["extended-resource"]
     capacity: SchedulerCapacity
 
@@ -254,7 +269,7 @@ class ExtendedResourceBinding(_GpuBindingBase):
         return self.capacity.usableMemory
 
 
-class VramPluginBinding(_GpuBindingBase):
+class VramPluginBinding(_CountedBinding):
     allocator: Literal["vram-plugin"]
     capacity: AccountedCapacity
 
@@ -273,10 +288,43 @@ class VramPluginBinding(_GpuBindingBase):
         return self.capacity.usableMemory
 
 
-GpuBinding = ExtendedResourceBinding | VramPluginBinding
-Binding = Annotated[
-    CpuBinding | ExtendedResourceBinding | VramPluginBinding, Field(discriminator="allocator")
-]
+class DraBinding(_GpuBindingBase):
+    """Devices allocated through Dynamic Resource Allocation: a claim on the owner's
+    DeviceClass for this binding, whose selector pins every fact of `device`."""
+
+    allocator: Literal["dra"]
+    capacity: SchedulerCapacity
+    device: DraDevice
+
+    @model_validator(mode="after")
+    def _dra_shape(self) -> DraBinding:
+        if self.capacity.usableMemory is None:
+            raise ValueError("capacity.usableMemory is required for a GPU binding")
+        if self.accelerator.vendor != "nvidia" or self.runtime.kind != "cuda":
+            raise ValueError("a dra binding must attest an nvidia accelerator and cuda")
+        if self.device.type == "mig" and "p2p" in self.accelerator.features:
+            raise ValueError("a mig device has no peer path; remove p2p from features")
+        if parse_whole_binary(self.capacity.usableMemory) > parse_whole_binary(self.device.memory):
+            raise ValueError(
+                f"capacity.usableMemory {self.capacity.usableMemory} exceeds the device's "
+                f"memory {self.device.memory}"
+            )
+        return self
+
+    @property
+    def allocation_key(self) -> str:
+        return self.device.type
+
+    @property
+    def capacity_memory(self) -> str:
+        assert self.capacity.usableMemory is not None
+        return self.capacity.usableMemory
+
+
+CountedBinding = ExtendedResourceBinding | VramPluginBinding
+GpuBinding = ExtendedResourceBinding | VramPluginBinding | DraBinding
+AnyBinding = CpuBinding | ExtendedResourceBinding | VramPluginBinding | DraBinding
+Binding = Annotated[AnyBinding, Field(discriminator="allocator")]
 
 
 class Profile(_Strict):
@@ -320,7 +368,7 @@ class Profile(_Strict):
         return self
 
 
-def binding_guarantee(binding: CpuBinding | ExtendedResourceBinding | VramPluginBinding) -> str:
+def binding_guarantee(binding: AnyBinding) -> str:
     """The guarantee a profile states for this binding: its allocation class's, or cpu."""
     if type(binding) is CpuBinding:
         return "cpu"
@@ -373,11 +421,11 @@ class Envelope(_Strict):
     def expires_at(self) -> datetime:
         return parse_timestamp(self.expiresAt)
 
-    def gpu_bindings(self) -> list[tuple[Profile, ExtendedResourceBinding | VramPluginBinding]]:
+    def gpu_bindings(self) -> list[tuple[Profile, GpuBinding]]:
         return self._gpu_bindings
 
     @cached_property
-    def _gpu_bindings(self) -> list[tuple[Profile, ExtendedResourceBinding | VramPluginBinding]]:
+    def _gpu_bindings(self) -> list[tuple[Profile, GpuBinding]]:
         # Computed once per verified revision: the planner walks it on every decision.
         return [
             (profile, binding)
@@ -398,9 +446,7 @@ class Envelope(_Strict):
             if isinstance(binding, CpuBinding)
         ]
 
-    def binding(
-        self, binding_id: str
-    ) -> tuple[Profile, CpuBinding | ExtendedResourceBinding | VramPluginBinding] | None:
+    def binding(self, binding_id: str) -> tuple[Profile, AnyBinding] | None:
         for profile in self.profiles:
             for binding in profile.bindings:
                 if binding.id == binding_id:

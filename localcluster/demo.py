@@ -26,6 +26,7 @@ from typing import Any
 
 from localcluster.binaries import BinariesMissingError
 from localcluster.controlplane import ControlPlane
+from localcluster.demo_dra import dra_story
 from localcluster.demo_node import node_story
 from localcluster.guard import apply_guard, dry_run_create, privileged_probe_pod
 from localcluster.kube import ApiError, Kube, pod_condition
@@ -370,6 +371,8 @@ def main() -> int:
         identity, configmap = owner_workflow(Path(tmp))
     try:
         status = cluster_story(identity, configmap)
+        if status == 0:
+            status = dra_story(_tmi, EXAMPLES, _catalog_image("llamacpp", "nvidia", "13"), CLUSTER)
         if status == 0:
             status = node_story(identity, configmap, CLUSTER, EXAMPLES)
     except ComponentError as exc:

@@ -56,6 +56,7 @@ def chart_values(
     admission_policies: bool = True,
     tenants: Sequence[Mapping[str, Any]] = (),
     engine_image_map: Mapping[str, str] | None = None,
+    dra: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The values file a test installs with: the seed's names, plus the local addresses
     (``admission_policies`` False: the fallback for clusters without admission policies)."""
@@ -85,6 +86,8 @@ def chart_values(
         "admissionPolicies": {"enabled": admission_policies},
         # Further tenant namespaces of the same owner release (owner.tenants).
         "tenants": [dict(t) for t in tenants],
+        # The DRA objects of each tenant's profile, as `tmi render-dra` writes them.
+        "dra": dict(dra or {}),
     }
     return {
         "core": {"inferenceResources": resources},

@@ -34,6 +34,8 @@ from typing import Any
 
 import yaml
 
+from inference_policy.dra_claims import owner_objects
+from inference_policy.profile import DraBinding
 from inference_policy.schedconfig import (
     render_scheduler_config,
 )
@@ -188,6 +190,7 @@ class TenantStack:
             ca_bundle=self.plane.ca_bundle,
             scheduler_config=yaml.safe_dump(self.scheduler_config, sort_keys=False),
             tenants=self.further_tenants,
+            dra=dra_values(self.verified, self.settings.namespace),
         )
 
     def upgrade(self, **changes: Any) -> list[str]:
@@ -320,6 +323,7 @@ def deploy_stack(
             webhook_url=f"https://{HOST}:{webhook_port}/mutate",
             ca_bundle=plane.ca_bundle,
             scheduler_config=yaml.safe_dump(stack.scheduler_config, sort_keys=False),
+            dra=dra_values(verified, ns),
         )
         stack.tenant = render_tenant(values, ns)
         stack.owner = render_owner(values, owner_ns)
@@ -374,6 +378,13 @@ def deploy_stack(
         stack.stop()
         raise
     return stack
+
+
+def dra_values(verified: VerifiedProfile, namespace: str) -> dict[str, Any]:
+    """The owner's `tmi render-dra` for a profile with dra bindings (the chart's owner.dra)."""
+    if not any(isinstance(b, DraBinding) for _, b in verified.envelope.gpu_bindings()):
+        return {}
+    return {namespace: owner_objects(verified.envelope)}
 
 
 def _wait_rbac(plane: ControlPlane, settings: StackSettings) -> None:

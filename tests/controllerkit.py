@@ -34,7 +34,13 @@ from inference_policy.engine_pod import planned_pod as _planned
 from inference_policy.plan import parse_plan
 from serving.informer import Collection, Page, WatchEvent
 
-_KINDS: dict[str, str] = {"pods": "Pod", "configmaps": "ConfigMap", "leases": "Lease"}
+_KINDS: dict[str, str] = {
+    "pods": "Pod",
+    "configmaps": "ConfigMap",
+    "leases": "Lease",
+    "resourceclaims": "ResourceClaim",
+    "resourceslices": "ResourceSlice",
+}
 
 
 def _now_text() -> str:
@@ -199,6 +205,20 @@ class MemoryKube:
         pending = self.failures.get(operation)
         if pending:
             raise pending.pop(0)
+
+    # -- ClaimReader ---------------------------------------------------------------------------
+
+    async def get_resource_claim(self, name: str) -> JSON | None:
+        await self._call("get_resource_claim")
+        return self.get("resourceclaims", name)
+
+    async def list_resource_slices(self, node: str) -> list[JSON]:
+        await self._call("list_resource_slices")
+        return [
+            copy.deepcopy(s)
+            for s in self.objects["resourceslices"].values()
+            if s.get("spec", {}).get("nodeName") == node
+        ]
 
     # -- PodPort -------------------------------------------------------------------------------
 

@@ -215,3 +215,38 @@ def with_profiles(owner: Owner, *profiles: dict[str, Any], keep_cpu: bool = True
 
 def clone(document: dict[str, Any]) -> dict[str, Any]:
     return copy.deepcopy(document)
+
+
+def dra_binding(
+    binding_id: str,
+    *,
+    device_type: str = "gpu",
+    product: str = "NVIDIA H100 80GB HBM3",
+    gpu_architecture: str = "Hopper",
+    device_memory: str = "80Gi",
+    usable: str = "79Gi",
+    cc: str = "9.0",
+    cuda: int | None = 13,
+    driver: str = "580.65.6",
+    mig_profile: str | None = None,
+    uuids: list[str] | None = None,
+    features: list[str] | None = None,
+) -> dict[str, Any]:
+    """A `dra` binding for NVIDIA's DRA driver, its device facts as the driver publishes them."""
+    binding = gpu_binding(binding_id, cc=cc, cuda=cuda, memory=usable, features=features)
+    del binding["resource"]
+    binding["allocator"] = "dra"
+    device: dict[str, Any] = {
+        "driver": "gpu.nvidia.com",
+        "type": device_type,
+        "productName": product,
+        "architecture": gpu_architecture,
+        "driverVersion": driver,
+        "memory": device_memory,
+    }
+    if mig_profile is not None:
+        device["migProfile"] = mig_profile
+    if uuids is not None:
+        device["uuids"] = uuids
+    binding["device"] = device
+    return binding

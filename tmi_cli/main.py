@@ -61,6 +61,7 @@ from tmi_cli.policy_args import (
     policy_state,
     positive_int,
 )
+from tmi_cli.render_dra_command import add_render_dra_parser
 
 
 class _Parser(argparse.ArgumentParser):
@@ -287,6 +288,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_evidence_parser(sub)
     add_capacity_parser(sub)
     add_cleanup_parser(sub)
+    add_render_dra_parser(sub)
 
     p = sub.add_parser("sign", help="sign an envelope into an immutable ConfigMap")
     p.add_argument("--envelope", required=True, metavar="FILE")

@@ -19,9 +19,9 @@ from inference_policy.quantity import GI, ceil_div, gib_ceil
 from inference_policy.verdict_codes import NodeVerdictCode, Verdict
 
 if TYPE_CHECKING:
-    from inference_policy.profile import ExtendedResourceBinding, VramPluginBinding
+    from inference_policy.profile import DraBinding, ExtendedResourceBinding, VramPluginBinding
 
-    GpuBinding: TypeAlias = ExtendedResourceBinding | VramPluginBinding
+    GpuBinding: TypeAlias = ExtendedResourceBinding | VramPluginBinding | DraBinding
 
 Guarantee = Literal["whole-device", "mig", "accounted-share"]
 
@@ -50,6 +50,14 @@ class AllocationClass:
     single_device: str = ""
     # Memory is handed out as a share of a bucket, sized by the engine's budget, not a device.
     shared_memory: bool = False
+    # A DRA class's device type (the driver's `type` attribute); empty for a counted resource.
+    device_type: str = ""
+
+    @property
+    def claimed(self) -> bool:
+        """Devices come through a resource claim (DRA), not a counted extended resource: the
+        scheduler allocates them against the DeviceClass, and no node label attests them."""
+        return bool(self.device_type)
 
     @property
     def multi_device(self) -> bool:
@@ -66,6 +74,8 @@ class AllocationClass:
         return NodeVerdictCode.VRAM_BUCKET if self.shared_memory else NodeVerdictCode.CAPACITY
 
     def owns(self, resource: str) -> bool:
+        if self.claimed:
+            return False
         return any(
             resource.startswith(name) if name.endswith("-") else resource == name
             for name in self.resources
@@ -92,7 +102,7 @@ class AllocationClass:
                 args["tensor_parallel_size"] = devices
         elif need > usable:
             return None
-        return Fit(request, devices * binding.resource.quantity, args)
+        return Fit(request, devices, args)
 
     def budget_fits(
         self,

@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 @dataclass(frozen=True, slots=True)
 class Mig(AllocationClass):
     def node_verdict(self, binding: GpuBinding, labels: Mapping[str, str]) -> Verdict | None:
-        resource = binding.resource.name
+        resource = binding.allocation_key
         shape = resource.removeprefix(MIG_RESOURCE_PREFIX)
         who = f"binding {binding.id}"
         strategy = labels.get(GFD_MIG_STRATEGY)

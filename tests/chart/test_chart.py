@@ -195,6 +195,9 @@ def test_the_admission_policies_are_the_cores_with_the_owners_parameters(
         "schedulerName": scheduler or "kamiwaza-inference-scheduler",
         "minimumBundleVersion": values["core"]["inferenceResources"].get("minimumBundleVersion", 1),
         "allocationController": (f"system:serviceaccount:{OWNER_NS}:tmi-allocation-controller"),
+        # No owner.dra: no claim in the namespace is admitted.
+        "deviceClasses": [],
+        "claimTemplates": [],
     }
     verdict_name = f"kamiwaza-tmi-verdict-{TENANT_NS}"
     verdict = find(docs, "ValidatingAdmissionPolicy", verdict_name)["spec"]

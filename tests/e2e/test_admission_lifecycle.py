@@ -167,9 +167,11 @@ def test_tenant_claims_are_refused(control_plane: ControlPlane, installer: Kube,
     with pytest.raises(ApiError) as as_admin:
         control_plane.kube("admin").create(claim, dry_run=True)
     assert as_admin.value.status == 403, as_admin.value
-    assert f"tenant-mode inference: {kind} {claim['metadata']['name']} claims devices" in (
-        as_admin.value.message
-    )
+    # With no dra binding the owner published no class, so every claim is refused.
+    assert (
+        f"tenant-mode inference: {kind} {claim['metadata']['name']} names a DeviceClass the "
+        "owner did not publish for this namespace; the owner's classes here are none"
+    ) in as_admin.value.message
 
 
 # -- uninstall and upgrade never block the namespace ---------------------------------------------

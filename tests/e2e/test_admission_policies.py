@@ -221,6 +221,18 @@ def test_a_webhook_that_plans_nothing_grants_nothing_the_guard_can_see(
             ),
             "unshielded sidecar": (_granted_engine_pod(), "container(s) sidecar hold no"),
             "no plan": (_granted_engine_pod(), f"carries the plan ({PLAN_ANNOTATION})"),
+            "a claim by name": (
+                _granted_engine_pod(
+                    resourceClaims=[{"name": "gpu", "resourceClaimName": "tenant-claim"}]
+                ),
+                "resource claims come from the claim templates the owner published",
+            ),
+            "a claim from a template of the tenant's": (
+                _granted_engine_pod(
+                    resourceClaims=[{"name": "gpu", "resourceClaimTemplateName": "tenant-own"}]
+                ),
+                "resource claims come from the claim templates the owner published",
+            ),
         }
         del cases["no plan"][0]["metadata"]["annotations"][PLAN_ANNOTATION]
         cases["envFrom on the granted container"][0]["spec"]["containers"][0]["envFrom"] = [

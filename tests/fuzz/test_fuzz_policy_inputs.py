@@ -43,7 +43,7 @@ from allocation_controller.config import settings_from_args as controller_settin
 from extender.config import settings_from_args as extender_settings
 from inference_policy import strictjson
 from inference_policy.plan import Plan, PlanError, parse_plan
-from inference_policy.profile import CpuBinding
+from inference_policy.profile import ExtendedResourceBinding, VramPluginBinding
 from inference_policy.signing import (
     BUNDLE_KEY,
     DIGEST_KEY,
@@ -316,7 +316,9 @@ def test_fuzz_plan_api(webhook: AppDriver) -> None:
             if plan.path == "gpu":
                 found = profile.envelope.binding(plan.bindingId or "")
                 assert found is not None, plan.bindingId
-                assert not isinstance(found[1], CpuBinding), plan.bindingId
+                assert isinstance(found[1], (ExtendedResourceBinding, VramPluginBinding)), (
+                    plan.bindingId
+                )
                 resource = found[1].resource.name
                 assert set(plan.requests) == {resource}, (plan.requests, resource)
             assert status != 503, "a published, valid profile must not be unavailable"

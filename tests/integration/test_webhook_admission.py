@@ -449,8 +449,11 @@ async def test_forgery_is_refused_403(
     assert message.startswith("tenant-mode inference: this Pod asks for accelerator access")
 
 
-# An engine Pod's RuntimeClass and plan annotation are the plan's to set, not forgeries.
-SIDECAR_FORGERIES = [f for f in FORGERIES if f[0] not in ("runtime class", "plan annotation")]
+# An engine Pod's RuntimeClass, resource claims and plan annotation are the plan's to set, not
+# forgeries (a claim its sidecar references is one: _with_container's cases).
+SIDECAR_FORGERIES = [
+    f for f in FORGERIES if f[0] not in ("runtime class", "plan annotation", "resource claim")
+]
 
 
 @pytest.mark.parametrize(
@@ -486,6 +489,20 @@ async def test_engine_container_own_gpu_ask_is_replaced_not_refused(
     assert planned["spec"]["containers"][0]["resources"]["limits"] == {
         "nvidia.com/mig-3g.40gb": "1"
     }
+
+
+async def test_engine_pods_own_claims_are_replaced_by_the_plans(
+    client: TestClient[Any, Any],
+) -> None:
+    pod = engine_pod(
+        request(),
+        containers=[{"name": "engine", "image": "x", "resources": {"claims": [{"name": "gpu"}]}}],
+    )
+    pod["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimName": "tenant-claim"}]
+    planned = apply_patch(pod, patch_of(await admit(client, review(pod))))
+    # A device-plugin plan holds no claim: the tenant's goes, with the container's reference.
+    assert "resourceClaims" not in planned["spec"]
+    assert "claims" not in planned["spec"]["containers"][0]["resources"]
 
 
 # -- UPDATE ------------------------------------------------------------------------------------

@@ -9,7 +9,6 @@ import pytest
 
 from inference_policy.allocation import (
     ACCOUNTED_SHARE,
-    BY_GUARANTEE,
     CLASSES,
     MIG,
     WHOLE_DEVICE,
@@ -41,11 +40,14 @@ def test_each_resource_name_has_at_most_one_class(resource: str, expected: objec
 
 
 def test_every_guarantee_a_profile_states_is_a_class() -> None:
-    assert set(get_args(Guarantee)) == set(BY_GUARANTEE)
+    assert set(get_args(Guarantee)) == {cls.guarantee for cls in CLASSES}
 
 
 def test_the_planner_prefers_the_stronger_isolation() -> None:
-    assert sorted(CLASSES, key=lambda c: c.rank) == [MIG, WHOLE_DEVICE, ACCOUNTED_SHARE]
+    ranks = {cls.guarantee: cls.rank for cls in CLASSES}
+    assert sorted(ranks, key=ranks.__getitem__) == ["mig", "whole-device", "accounted-share"]
+    # Every class of one guarantee ranks alike, whatever hands its devices out.
+    assert all(cls.rank == ranks[cls.guarantee] for cls in CLASSES)
 
 
 def test_only_whole_devices_span_several_devices() -> None:

@@ -1,0 +1,103 @@
+"""`tmi render-dra`: the owner's DRA objects for a tenant, from its verified profile.
+
+The DeviceClasses and claim templates of a profile's `dra` bindings are derived from the signed
+facts (`inference_policy.dra_claims`), so the owner renders them from the very bundle the
+tenant's servers verify, never by hand. The default output is the chart's values
+(`owner.dra.<namespace>`, pass it to the owner release with `-f`); `--objects` prints the
+Kubernetes objects themselves for an install without the chart.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+import orjson
+import yaml
+
+from inference_policy.dra_claims import (
+    device_class_object,
+    owner_objects,
+    published_templates,
+    template_object,
+)
+from inference_policy.profile import DraBinding
+from inference_policy.signing import (
+    KeyError_,
+    ProfileRefused,
+    TrustedKeys,
+    VerifyPolicy,
+    verify_configmap,
+)
+from policy_io.files import read_json
+from tmi_cli.policy_args import (
+    EXIT_FAILED,
+    EXIT_OK,
+    EXIT_USAGE,
+    CommandError,
+    configmap_name,
+    keys,
+    now_from,
+    positive_int,
+)
+
+
+def cmd_render_dra(args: argparse.Namespace) -> int:
+    now = now_from(args.now)
+    configmap = read_json(args.bundle, "bundle ConfigMap")
+    try:
+        trusted = TrustedKeys.from_base64(keys(args.owner_public_key))
+    except KeyError_ as exc:
+        raise CommandError(f"--owner-public-key: {exc}", EXIT_USAGE) from None
+    policy = VerifyPolicy(
+        trusted=trusted,
+        cluster_binding_id=args.cluster_binding_id,
+        namespace=args.namespace,
+        minimum_version=args.minimum_bundle_version,
+        configmap_name=configmap_name(args, configmap),
+    )
+    try:
+        verified = verify_configmap(configmap, policy, now)
+    except ProfileRefused as refusal:
+        raise CommandError(
+            f"{refusal.authorization_message} ({refusal.check})", EXIT_FAILED
+        ) from None
+    envelope = verified.envelope
+    rendered: Any
+    if args.objects:
+        items = [
+            device_class_object(b) for _, b in envelope.gpu_bindings() if isinstance(b, DraBinding)
+        ]
+        items += [template_object(t, args.namespace) for t in published_templates(envelope)]
+        rendered = {"apiVersion": "v1", "kind": "List", "items": items}
+    else:
+        rendered = {"owner": {"dra": {args.namespace: owner_objects(envelope)}}}
+    if args.format == "yaml":
+        sys.stdout.write(yaml.safe_dump(rendered, sort_keys=False))
+    else:
+        sys.stdout.buffer.write(orjson.dumps(rendered, option=orjson.OPT_INDENT_2) + b"\n")
+    return EXIT_OK
+
+
+def add_render_dra_parser(sub: Any) -> None:
+    p = sub.add_parser(
+        "render-dra",
+        help="print the DeviceClasses and claim templates of a profile's dra bindings",
+    )
+    p.add_argument("--bundle", required=True, metavar="CONFIGMAP_FILE", help="signed profile")
+    p.add_argument(
+        "--owner-public-key", required=True, action="append", metavar="B64", help="trusted key"
+    )
+    p.add_argument("--cluster-binding-id", required=True, metavar="ID")
+    p.add_argument("--namespace", required=True, metavar="NS", help="the tenant namespace")
+    p.add_argument("--minimum-bundle-version", type=positive_int, default=1, metavar="N")
+    p.add_argument("--bundle-configmap", metavar="NAME", help="configured ConfigMap name")
+    p.add_argument(
+        "--objects",
+        action="store_true",
+        help="print the Kubernetes objects (a List) instead of the chart's owner.dra values",
+    )
+    p.add_argument("--format", choices=("json", "yaml"), default="yaml")
+    p.add_argument("--now", metavar="T")
+    p.set_defaults(func=cmd_render_dra)

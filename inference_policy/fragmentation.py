@@ -24,7 +24,7 @@ own distribution.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 # A request seen this many requests ago weighs half as much as the newest one: long enough to
@@ -118,6 +118,54 @@ class RequestMix:
         return self._cached
 
 
+# Deltas closer than this are equal: they are sums of float probabilities.
+_SAME = 1e-9
+
+
+def fragmentation_scores(
+    frees: Sequence[int | None], want: int, sizes: Sizes, max_score: int
+) -> list[int] | None:
+    """FGD within the 0..10 range, or None when every fitting node's delta is the same (best
+    fit then decides alone).
+
+    The nodes with the smallest rise in expected fragmentation score `max_score` (the one of them
+    best fit prefers) and one less (the rest of them); every other fitting node scores from 1 to
+    two less, linearly in its rise, so the extender's weight still separates good from poor
+    placements, not only the best.
+    """
+    deltas: dict[int, float] = {}
+    low = high = 0.0
+    first = True
+    for free in frees:
+        if free is None or free < want or free in deltas:
+            continue
+        delta = fragment_delta(free, want, sizes)
+        deltas[free] = delta
+        if first:
+            low = high = delta
+            first = False
+        elif delta < low:
+            low = delta
+        elif delta > high:
+            high = delta
+    if first or high - low <= _SAME:
+        return None
+    best_left = min(free - want for free, delta in deltas.items() if delta - low <= _SAME)
+    span = high - low
+    out: list[int] = []
+    append = out.append
+    for free in frees:
+        if free is None or free < want:
+            append(0)
+            continue
+        delta = deltas[free]
+        if delta - low <= _SAME:
+            append(max_score if free - want == best_left else max_score - 1)
+        else:
+            append(1 + min(max_score - 3, int((max_score - 2) * (high - delta) / span)))
+    return out
+
+
 __all__ = [
     "DEFAULT_HALF_LIFE",
     "RequestMix",
@@ -125,5 +173,6 @@ __all__ = [
     "Workload",
     "expected_fragment",
     "fragment_delta",
+    "fragmentation_scores",
     "tail",
 ]

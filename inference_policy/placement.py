@@ -33,7 +33,7 @@ from typing import Any, Literal
 from inference_policy.access import is_accelerator_resource
 from inference_policy.allocation import class_of_resource
 from inference_policy.bounded import keep
-from inference_policy.fragmentation import Sizes, Workload, fragment_delta
+from inference_policy.fragmentation import Workload, fragmentation_scores
 from inference_policy.ledger import pod_requests
 from inference_policy.nodes import (
     FITS,
@@ -391,7 +391,7 @@ def scores_from(
     want = demand.requests.get(name, 0)
     sizes = workload.of(name) if workload is not None else None
     if sizes is not None:
-        graded = _fragmentation_scores(frees, want, scale, sizes)
+        graded = fragmentation_scores(frees, want, sizes, MAX_SCORE)
         if graded is not None:
             return graded
     return _best_fit(frees, want, scale)
@@ -411,53 +411,6 @@ def _best_fit(frees: Sequence[int | None], want: int, scale: int) -> list[int]:
         else:
             graded = (MAX_SCORE * (scale - left)) // scale
             append(top if graded > top else 0 if graded < 0 else graded)
-    return out
-
-
-# Deltas closer than this are equal: they are sums of float probabilities.
-_SAME = 1e-9
-
-
-def _fragmentation_scores(
-    frees: Sequence[int | None], want: int, scale: int, sizes: Sizes
-) -> list[int] | None:
-    """FGD within the 0..10 range, or None when every fitting node's delta is the same (best
-    fit then decides alone).
-
-    The nodes with the smallest rise in expected fragmentation score 10 (the one of them best
-    fit prefers) and 9 (the rest of them); every other fitting node scores 1..8, linearly in its
-    rise, so the extender's weight still separates good from poor placements, not only the best.
-    """
-    deltas: dict[int, float] = {}
-    low = high = 0.0
-    first = True
-    for free in frees:
-        if free is None or free < want or free in deltas:
-            continue
-        delta = fragment_delta(free, want, sizes)
-        deltas[free] = delta
-        if first:
-            low = high = delta
-            first = False
-        elif delta < low:
-            low = delta
-        elif delta > high:
-            high = delta
-    if first or high - low <= _SAME:
-        return None
-    best_left = min(free - want for free, delta in deltas.items() if delta - low <= _SAME)
-    span = high - low
-    out: list[int] = []
-    append = out.append
-    for free in frees:
-        if free is None or free < want:
-            append(0)
-            continue
-        delta = deltas[free]
-        if delta - low <= _SAME:
-            append(MAX_SCORE if free - want == best_left else MAX_SCORE - 1)
-        else:
-            append(1 + min(7, int(8 * (high - delta) / span)))
     return out
 
 

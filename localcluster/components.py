@@ -289,6 +289,11 @@ class Components:
                 # Deployments roll within a test's patience.
                 "--concurrent-deployment-syncs=10",
                 "--concurrent-replicaset-syncs=10",
+                # Each controller's client is limited to 20 requests a second by default; the
+                # resource-claim controller spends two per DRA Pod (the claim, the Pod's claim
+                # status), which capped DRA scheduling at 10 Pods/s whatever the scheduler did.
+                "--kube-api-qps=200",
+                "--kube-api-burst=400",
                 "--profiling=false",
             ]
 

@@ -1,0 +1,226 @@
+"""DRA engine Pods scheduled through the real kube-scheduler, beside the extender path.
+
+One local control plane (etcd, kube-apiserver, kube-controller-manager, KWOK) holds two fleets
+of the same size in devices: KWOK nodes whose GPUs a test identity publishes as NVIDIA's DRA
+driver would (ResourceSlices of 8 devices a node, `localcluster.dra_driver`), and KWOK nodes
+advertising `nvidia.com/gpu` with GPU Feature Discovery's labels. The signed profile has a
+`dra` binding for the first and a device-plugin binding for the second; the owner's DeviceClass
+and claim templates are the core's (`inference_policy.dra_claims`). Three runs per size, in
+rotating order, each creating its Pods before the scheduler starts (the window is first to
+last binding, as `bench_scheduling` measures it, whose run loop this uses):
+
+* `dra_with_extender`: DRA engine Pods, the owner's scheduler configuration with the tmi
+  extender (`tmi render-scheduler-config`), the claims made by the resource-claim controller
+  from the owner's template and allocated by the scheduler's DynamicResources plugin;
+* `dra_without_extender`: the same Pods and scheduler without the extender: the same
+  scheduler's DRA figure without tmi;
+* `extender_path`: device-plugin engine Pods through the tmi extender, on the other fleet.
+
+Sizes: 500 and 5,000 devices (63 and 625 nodes per fleet). Upstream's scheduler_perf DRA
+claim-template tests run at 51-81 Pods/s at 500 nodes on CI machines. Needs the control-plane
+binaries (`make controlplane`). Run: `.venv/bin/python bench/bench_dra.py`. Writes
+bench/results/dra.json.
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.append(str(ROOT))  # the checkout, for a script run by path
+sys.path.append(str(ROOT / "bench"))
+
+from bench_scheduling import (  # noqa: E402
+    APISERVER_ARGS,
+    PROFILE_CONFIGMAP,
+    _clear,
+    _grant_extender,
+    _run,
+    _start_extender,
+)
+
+from inference_policy.dra_claims import (  # noqa: E402
+    device_class_object,
+    published_templates,
+    template_object,
+)
+from inference_policy.profile import DraBinding, parse_envelope  # noqa: E402
+from inference_policy.schedconfig import render_scheduler_config  # noqa: E402
+from inference_policy.wire import ENGINE_LABEL  # noqa: E402
+from localcluster import ControlPlane, FakeNode, create_fake_nodes  # noqa: E402
+from localcluster.dra_driver import Driver, published_device  # noqa: E402
+from localcluster.process import free_port, wait_until  # noqa: E402
+from localcluster.webhook import apply_runtime_class  # noqa: E402
+from tests.fleetkit import h100  # noqa: E402
+from tests.integration.extenderkit import block, plan_for, planned_pod, request  # noqa: E402
+from tests.profilekit import (  # noqa: E402
+    NAMESPACE,
+    Owner,
+    dra_binding,
+    gpu_binding,
+    gpu_profile,
+    with_profiles,
+)
+
+SIZES = (500, 5000)
+GPUS_PER_NODE = 8
+PODS = 300
+REPEATS = 3
+OTHER_NAMESPACE = "bench-dra-other"
+
+
+def envelope_of(owner: Owner) -> dict[str, Any]:
+    whole = gpu_binding("h100-whole", cc="9.0", memory="79Gi", features=["bf16", "p2p"])
+    dra = dra_binding("h100-dra")
+    return with_profiles(
+        owner,
+        gpu_profile("nvidia-whole", "whole-device", [whole]),
+        gpu_profile("nvidia-dra", "whole-device", [dra]),
+    )
+
+
+def _pods(
+    owner: Owner, envelope: dict[str, Any], profile: str, run: str, namespace: str
+) -> list[dict[str, Any]]:
+    plan = plan_for(owner, envelope, request(inferenceResources=block(profile)))
+    pods = []
+    for i in range(PODS):
+        pod = planned_pod(plan, name=f"{run}-{profile.split('-')[1]}-{i:03d}")
+        pod["apiVersion"], pod["kind"] = "v1", "Pod"
+        del pod["metadata"]["uid"]
+        del pod["status"]
+        pod["metadata"]["labels"] = {ENGINE_LABEL: f"{run}-{i:03d}"}
+        pod["metadata"]["namespace"] = namespace
+        pods.append(pod)
+    return pods
+
+
+def _fleets(plane: ControlPlane, driver: Driver, devices: int, size_tag: str) -> int:
+    nodes = devices // GPUS_PER_NODE + (1 if devices % GPUS_PER_NODE else 0)
+    admin = plane.kube("admin")
+    dra_nodes = [FakeNode(f"dra-{size_tag}-{i:04d}", gpus=0, vram_gb=None) for i in range(nodes)]
+    create_fake_nodes(admin, dra_nodes)
+    for index, node in enumerate(dra_nodes):
+        driver.publish(
+            node.name,
+            [
+                published_device(f"gpu-{g}", uuid=f"GPU-{index:08x}-0000-0000-0000-{g:012d}")
+                for g in range(GPUS_PER_NODE)
+            ],
+        )
+    create_fake_nodes(
+        admin, [h100(f"plugin-{size_tag}-{i:04d}", gpus=GPUS_PER_NODE) for i in range(nodes)]
+    )
+    return nodes
+
+
+def _clear_claims(plane: ControlPlane) -> None:
+    kube = plane.kube("admin")
+
+    def gone() -> bool:
+        return not any(
+            kube.request("GET", f"/apis/resource.k8s.io/v1/namespaces/{ns}/resourceclaims")["items"]
+            for ns in (NAMESPACE, OTHER_NAMESPACE)
+        )
+
+    wait_until(gone, timeout=120, what="resource claims to be gone")
+
+
+def main() -> None:
+    owner = Owner()
+    envelope = envelope_of(owner)
+    configmap = owner.sign(envelope, name=PROFILE_CONFIGMAP)
+    parsed = parse_envelope(envelope)
+    results: dict[str, Any] = {
+        "machine": platform.machine(),
+        "python": platform.python_version(),
+        "pods_per_run": PODS,
+        "repeats": REPEATS,
+        "sizes": {},
+    }
+    plane = ControlPlane.start(start_scheduler=False, apiserver_args=APISERVER_ARGS)
+    extender: subprocess.Popen[bytes] | None = None
+    try:
+        admin = plane.kube("admin")
+        plane.create_namespace(NAMESPACE)
+        plane.create_namespace(OTHER_NAMESPACE)
+        apply_runtime_class(plane, "nvidia")
+        admin.create({**configmap, "metadata": {**configmap["metadata"]}})
+        for _, binding in parsed.gpu_bindings():
+            if isinstance(binding, DraBinding):
+                admin.apply(device_class_object(binding))
+        for template in published_templates(parsed):
+            for ns in (NAMESPACE, OTHER_NAMESPACE):
+                admin.apply(template_object(template, ns))
+        _grant_extender(plane)
+        driver = Driver(plane)
+        port = free_port()
+        extender = _start_extender(plane, owner, port)
+        config = render_scheduler_config(parsed, extender_url=f"http://127.0.0.1:{port}")
+        config["leaderElection"] = {"leaderElect": False}
+        config["clientConnection"] = {"qps": 1000, "burst": 2000}
+        without = {k: v for k, v in config.items() if k != "extenders"}
+        modes = (
+            ("dra_with_extender", "nvidia-dra", config, extender.pid, NAMESPACE),
+            ("dra_without_extender", "nvidia-dra", without, None, OTHER_NAMESPACE),
+            ("extender_path", "nvidia-whole", config, extender.pid, NAMESPACE),
+        )
+        # Each size adds its fleets to the last: the 5,000-device runs see both sizes' nodes
+        # of the other kind too, as a mixed cluster would.
+        total_devices = 0
+        for devices in SIZES:
+            nodes = _fleets(plane, driver, devices, f"s{devices}")
+            total_devices += nodes * GPUS_PER_NODE
+            runs: dict[str, list[dict[str, Any]]] = {label: [] for label, *_ in modes}
+            for repeat in range(REPEATS):
+                shift = repeat % len(modes)
+                for label, profile, cfg, pid, ns in modes[shift:] + modes[:shift]:
+                    run_name = f"{label.replace('_', '')}{devices}r{repeat}"
+                    pods = _pods(owner, envelope, profile, run_name, ns)
+                    run = _run(plane, pods, label, cfg, pid)
+                    _clear(plane, pods)
+                    _clear_claims(plane)
+                    runs[label].append(
+                        {
+                            "pods_per_second": run["pods_per_second"],
+                            "bound": run["bound"],
+                            "algorithm_ms": run["scheduler_cycle"].get("algorithm_ms"),
+                            "machine_cpu_ms_per_pod": run["machine_cpu_ms_per_pod"],
+                            "extender_cpu_ms_per_pod": run["extender_cpu_ms_per_pod"],
+                        }
+                    )
+                    print(label, devices, run["pods_per_second"], flush=True)
+            summary: dict[str, Any] = {}
+            for label, values in runs.items():
+                rates = sorted(v["pods_per_second"] for v in values)
+                latencies = sorted(v["algorithm_ms"] or 0.0 for v in values)
+                summary[label] = {
+                    "median_pods_per_second": rates[len(rates) // 2],
+                    "median_algorithm_ms": latencies[len(latencies) // 2],
+                    "runs": values,
+                }
+            summary["nodes_per_fleet"] = nodes
+            summary["dra_devices_published"] = total_devices
+            summary["dra_with_vs_without_extender"] = round(
+                summary["dra_with_extender"]["median_pods_per_second"]
+                / summary["dra_without_extender"]["median_pods_per_second"],
+                3,
+            )
+            results["sizes"][str(devices)] = summary
+    finally:
+        if extender is not None:
+            extender.terminate()
+            extender.wait(15)
+        plane.stop()
+    text = json.dumps(results, indent=2)
+    print(text)
+    (ROOT / "bench" / "results" / "dra.json").write_text(text + "\n")
+
+
+if __name__ == "__main__":
+    main()

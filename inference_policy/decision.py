@@ -20,6 +20,7 @@ from inference_policy.signing import ProfileRefused, VerifiedProfile
 
 if TYPE_CHECKING:
     from inference_policy.gpu_plan import GpuOptions
+    from inference_policy.room import Room
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,6 +96,10 @@ class PlanContext(NamedTuple):
     options: GpuOptions | None = None
     """Where the per-revision part of a GPU decision is kept between decisions (a server's
     state holds one); None works it out for each decision."""
+    room: Room | None = None
+    """The owner's room figures to choose among compatible device-plugin bindings with, or a
+    plan's recorded choice to replay (`inference_policy.room`); None: the smallest binding that
+    fits, and the plan records no choice."""
 
 
 __all__ = ["Decision", "PlanContext", "Refusal"]

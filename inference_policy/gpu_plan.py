@@ -3,7 +3,9 @@ best, and the plan on it.
 
 Binding choice is deterministic. Among the bindings that can run the engine's image and hold the
 request, the smallest usable memory wins; ties go to the stronger isolation (the allocation
-classes' rank), then to the order of the envelope. What a revision offers each engine is kept in
+classes' rank), then to the order of the envelope. With the owner's room figures in the context
+the first of that order with room wins instead (`inference_policy.room`), unless the request
+pins its isolation or profile. What a revision offers each engine is kept in
 `GpuOptions` between decisions.
 """
 
@@ -17,7 +19,7 @@ from inference_policy.bounded import keep
 from inference_policy.catalog import Engine, EngineCatalog
 from inference_policy.decision import Decision, PlanContext, Refusal
 from inference_policy.dra_claims import template_for
-from inference_policy.plan import Plan
+from inference_policy.plan import Plan, PlanChoice
 from inference_policy.profile import (
     ARCH_KEY,
     DraBinding,
@@ -33,6 +35,7 @@ from inference_policy.quantity import (
 from inference_policy.recipes import Recipe
 from inference_policy.refusals import RefusalCode as C
 from inference_policy.request_rules import PlannerBase
+from inference_policy.room import choose
 from inference_policy.signing import VerifiedProfile
 from inference_policy.sizing import estimate_gpu
 
@@ -89,15 +92,17 @@ class GpuOptions:
         recipe: Recipe | None,
         sizing: GpuSizing,
         profile: VerifiedProfile,
+        choice: PlanChoice | None = None,
     ) -> Decision:
-        """The plan for this sizing on this option: distinct requests that size alike (the same
-        model in another deployment) share it."""
+        """The plan for this sizing on this option (and the choice that took it): distinct
+        requests that size alike (the same model in another deployment) share it."""
+        chosen = None if choice is None else (choice.rule, tuple(choice.passed))
         return self._kept(
             ctx,
             self._plans,
-            (option.order, sizing),
+            (option.order, sizing, chosen),
             recipe,
-            lambda: planned(_gpu_body(sizing, option, profile, recipe)),
+            lambda: planned(_gpu_body(sizing, option, profile, recipe, choice)),
         )
 
     def _kept(
@@ -189,9 +194,7 @@ class GpuPath(PlannerBase):
         image_reasons: list[str] = []
         count_reasons: list[str] = []
         memory_misses: list[tuple[int, str]] = []
-        best: _Option | None = None
-        best_fit: Fit | None = None
-        best_key: tuple[int, int, int] | None = None
+        fits: list[tuple[tuple[int, int, int], _Option, Fit]] = []
         accel = self.block.accelerator if self.block else None
         for option in options:
             order, prof, binding, allocation, chosen = option
@@ -213,11 +216,20 @@ class GpuPath(PlannerBase):
                 continue
             # The smallest usable memory, then the stronger isolation, then envelope order
             # (unique, so no two keys tie).
-            key = (binding.usable_memory_bytes, allocation.rank, order)
-            if best_key is None or key < best_key:
-                best_key, best, best_fit = key, option, fit
-        if best is None or best_fit is None:
+            fits.append(((binding.usable_memory_bytes, allocation.rank, order), option, fit))
+        if not fits:
             raise self._no_fit(engine, need, image_reasons, count_reasons, memory_misses)
+        fits.sort(key=lambda entry: entry[0])
+        pinned = accel is not None and (
+            accel.profile is not None or accel.isolation != "any-qualified"
+        )
+        index, choice = 0, None
+        if self.ctx.room is not None and not pinned:
+            index, choice = choose(
+                self.ctx.room,
+                [(o.binding.id, f[1], isinstance(o.binding, DraBinding)) for _, o, f in fits],
+            )
+        _, best, best_fit = fits[index]
         request_bytes, quantity, args = best_fit
         sizing = GpuSizing(
             engine.name,
@@ -229,7 +241,7 @@ class GpuPath(PlannerBase):
             accel.isolation if accel else "any-qualified",
             accel is not None and accel.profile is not None,
         )
-        return kept.plan(self.ctx, best, recipe, sizing, profile)
+        return kept.plan(self.ctx, best, recipe, sizing, profile, choice)
 
     def _binding_image(
         self,
@@ -306,7 +318,11 @@ class GpuPath(PlannerBase):
 
 
 def _gpu_body(
-    sizing: GpuSizing, option: _Option, profile: VerifiedProfile, recipe: Recipe | None
+    sizing: GpuSizing,
+    option: _Option,
+    profile: VerifiedProfile,
+    recipe: Recipe | None,
+    choice: PlanChoice | None = None,
 ) -> dict[str, Any]:
     """The GPU plan's body, from exactly what `GpuSizing` says it depends on."""
     binding = option.binding
@@ -352,6 +368,8 @@ def _gpu_body(
         body["recipe"] = recipe.id
     if claim is not None:
         body["claim"] = claim
+    if choice is not None:
+        body["choice"] = choice.model_dump(mode="json")
     return body
 
 

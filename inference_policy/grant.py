@@ -63,6 +63,7 @@ from inference_policy.plan import Plan
 from inference_policy.planner import PlanContext, decide
 from inference_policy.profile import ARCH_KEY, format_timestamp
 from inference_policy.recipe_inputs import unavailable
+from inference_policy.room import replaying
 from inference_policy.signing import ProfileRefused, VerifiedProfile
 from inference_policy.stored_pod import (
     CONDITION_TYPE,
@@ -188,7 +189,11 @@ def _rederive(
     except ValueError as exc:
         return _false(PLAN_MISMATCH, f"{exc}; the plan cannot be checked against the core")
     at = _plan_time(pod, profile, now)
-    context = ctx._replace(profile=profile, profile_refusal=None, now=at)
+    # The figures the webhook chose with are not the check's to see: the recorded choice is
+    # replayed, and must give this very plan (`inference_policy.room`).
+    context = ctx._replace(
+        profile=profile, profile_refusal=None, now=at, room=replaying(plan.choice)
+    )
     decision = decide(document, context)
     under = _revision_text(profile) if profile is not None else "this install's settings"
     if not decision.allowed:

@@ -49,6 +49,7 @@ from inference_policy.plan import Plan, PlanError, parse_plan
 from inference_policy.profile import (
     ARCH_KEY,
     AnyBinding,
+    CountedBinding,
     CpuBinding,
     DraBinding,
 )
@@ -136,9 +137,18 @@ def demand_for(
             f"the Pod requests {asked} {resource} but its plan grants {granted}; the Pod was "
             "changed after admission"
         )
+    return binding_demand(binding, requests, profile_sha256)
+
+
+def binding_demand(
+    binding: CountedBinding, requests: Mapping[str, int], profile_sha256: str
+) -> Demand:
+    """What a device-plugin binding's Pods are judged by: its resource on hardware it vouches
+    for (`demand_for` for a Pod; `room` for the binding's free capacity with no Pod at all)."""
+    resource = binding.resource.name
     return Demand(
         path="gpu",
-        arch=plan.arch,
+        arch=binding.architecture,
         binding=binding,
         requests=requests,
         checked=(resource,),

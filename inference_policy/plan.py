@@ -9,9 +9,11 @@ never one another refuses.
 
 The wire form is the contract's (section 3) and does not change: fields appear in the contract's
 order, an external plan carries only `status`, `path`, `derived` and `engine`, a CPU plan has no
-`limits`, `recipe` appears only when a recipe pinned the plan, and `claim` only on a plan for a
-DRA binding (whose `resources` then name no device: the claim does). Serialisation therefore dumps
-exactly the fields that were set, and parsing records exactly the fields that were present.
+`limits`, `recipe` appears only when a recipe pinned the plan, `claim` only on a plan for a
+DRA binding (whose `resources` then name no device: the claim does), and `choice` only on a GPU
+plan made with the owner's room figures in view (`inference_policy.room`). Serialisation
+therefore dumps exactly the fields that were set, and parsing records exactly the fields that
+were present.
 """
 
 from __future__ import annotations
@@ -83,6 +85,16 @@ class PlanClaim(_Wire):
     spill: Literal["none", "firstAvailable"]
 
 
+class PlanChoice(_Wire):
+    """Which rule chose the binding among the compatible ones (`inference_policy.room`):
+    `smallest-with-room` passed over the smaller bindings the owner's figures showed full,
+    `smallest-that-fits` took the smallest because the figures were missing, stale or showed
+    none with room."""
+
+    rule: Literal["smallest-with-room", "smallest-that-fits"]
+    passed: Annotated[list[Name], Field(max_length=32)]
+
+
 class PlanBundle(_Wire):
     # A profile version, bounded as the profile bounds it.
     version: Annotated[int, Field(ge=1, le=MAX_VERSION)]
@@ -109,12 +121,15 @@ class Plan(_Wire):
     bundle: PlanBundle | None = None
     recipe: Name | None = None
     claim: PlanClaim | None = None
+    choice: PlanChoice | None = None
 
     @_model_validator(mode="after")
     def _shape(self) -> Plan:
         present = self.model_fields_set
         if self.path == "external":
-            extra = [name for name in (*LOCAL_FIELDS, "recipe", "claim") if name in present]
+            extra = [
+                name for name in (*LOCAL_FIELDS, "recipe", "claim", "choice") if name in present
+            ]
             if extra:
                 raise ValueError(
                     "an external plan carries no local fields; found " + ", ".join(extra)
@@ -129,6 +144,8 @@ class Plan(_Wire):
             raise ValueError("resources.requests must name what the Pod is granted")
         if self.claim is not None and self.path != "gpu":
             raise ValueError("only a gpu plan claims devices")
+        if self.choice is not None and self.path != "gpu":
+            raise ValueError("only a gpu plan records a binding choice")
         if not self.image or not self.variantId:
             raise ValueError(f"a {self.path} plan must name its image and variantId")
         if self.path == "gpu":
@@ -290,6 +307,7 @@ __all__ = [
     "MAX_PLAN_BYTES",
     "Plan",
     "PlanBundle",
+    "PlanChoice",
     "PlanClaim",
     "PlanError",
     "PlanResources",

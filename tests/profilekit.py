@@ -145,6 +145,22 @@ _DELETE = object()
 DELETE: Any = _DELETE
 
 
+def pinned_request(isolation: str = "whole-device", minimum: str = "8Gi") -> dict[str, Any]:
+    """A request whose inferenceResources block pins its isolation (one device)."""
+    return request(
+        inferenceResources={
+            "schemaVersion": 1,
+            "accelerator": {
+                "capability": "gpu",
+                "count": 1,
+                "memory": {"minimum": minimum},
+                "isolation": isolation,
+            },
+            "runtime": {"selection": "automatic"},
+        }
+    )
+
+
 def gpu_binding(
     binding_id: str,
     *,

@@ -30,6 +30,7 @@ from tests.profilekit import (
     clone,
     dra_binding,
     gpu_profile,
+    pinned_request,
     request,
     with_profiles,
 )
@@ -239,18 +240,7 @@ def test_the_plan_claims_the_smallest_binding_and_spills_to_the_next() -> None:
 
 def test_a_request_that_pins_its_isolation_does_not_spill() -> None:
     state = dra_state(LARGE, SMALL)
-    document = request(
-        inferenceResources={
-            "schemaVersion": 1,
-            "accelerator": {
-                "capability": "gpu",
-                "count": 1,
-                "memory": {"minimum": "8Gi"},
-                "isolation": "whole-device",
-            },
-            "runtime": {"selection": "automatic"},
-        }
-    )
+    document = pinned_request()
     body = state.decide(document, NOW).body
     assert body["claim"]["spill"] == "none"
     assert body["claim"]["deviceClasses"] == body["claim"]["deviceClasses"][:1]

@@ -26,7 +26,15 @@ from inference_policy.room import (
     replaying,
 )
 from tests.fleetkit import h100
-from tests.profilekit import NOW, Owner, gpu_binding, gpu_profile, request, with_profiles
+from tests.profilekit import (
+    NOW,
+    Owner,
+    gpu_binding,
+    gpu_profile,
+    pinned_request,
+    request,
+    with_profiles,
+)
 
 OWNER = Owner()
 SMALL = gpu_binding("small", cc="9.0", memory="39Gi")
@@ -98,18 +106,7 @@ def test_without_usable_figures_the_smallest_that_fits_is_planned(room: Any) -> 
 
 def test_a_request_pinning_its_isolation_takes_no_room_choice() -> None:
     st = state()
-    document = request(
-        inferenceResources={
-            "schemaVersion": 1,
-            "accelerator": {
-                "capability": "gpu",
-                "count": 1,
-                "memory": {"minimum": "8Gi"},
-                "isolation": "whole-device",
-            },
-            "runtime": {"selection": "automatic"},
-        }
-    )
+    document = pinned_request()
     body = _decide(st, live(figures(st, 0, 2), sha(st), NOW), document).body
     assert body["bindingId"] == "small" and "choice" not in body
 

@@ -56,6 +56,7 @@ def prepare(settings: ExtenderSettings) -> Coroutine[Any, Any, None]:
         from_kubeconfig(settings.kubeconfig),
         resync_seconds=settings.resync_seconds,
         watch_seconds=settings.watch_seconds,
+        room_seconds=settings.room_seconds,
     )
     app = create_app(
         settings.policy,

@@ -49,6 +49,9 @@ class ExtenderSettings(ServingSettings):
     rollback_record: str | None = None
     # Every tenant (`extender.tenants`); empty: the one of `policy` and `rollback_record`.
     tenants: tuple[Tenant, ...] = ()
+    # How often the room figures are checked and changes published (`extender.room_publisher`);
+    # 0: none are published.
+    room_seconds: float = 2.0
 
     def every_tenant(self) -> tuple[Tenant, ...]:
         return self.tenants or (Tenant(self.policy, self.rollback_record),)
@@ -90,6 +93,12 @@ _OPTIONS: tuple[Option, ...] = (
         "--resync-seconds", "TMI_RESYNC_SECONDS", "how often to re-list nodes, pods and profile"
     ),
     Option("--watch-seconds", "TMI_WATCH_SECONDS", "length of one watch request"),
+    Option(
+        "--room-seconds",
+        "TMI_ROOM_SECONDS",
+        "how often each tenant's room figures (tmi-binding-room) are checked and a change "
+        "written; 0 writes none (default 2)",
+    ),
     options.SHUTDOWN_TIMEOUT,
     options.DRAIN_SECONDS,
     options.MAX_BODY_BYTES,
@@ -176,6 +185,7 @@ def settings_from_args(
         drain_seconds=given.seconds("--drain-seconds", defaults.drain_seconds),
         rollback_record=rollback,
         tenants=tenants,
+        room_seconds=given.number("--room-seconds", defaults.room_seconds, 0, 60),
         max_body_bytes=given.whole(
             "--max-body-bytes", defaults.max_body_bytes, 64 * 1024, 512 * 1024 * 1024
         ),

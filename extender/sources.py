@@ -16,6 +16,7 @@ nothing needs to be, because every accounted fact is in the API.
 The profile is read by the informers every server uses (`serving.revisions`): one named
 ConfigMap, or every signed revision when following them, into the view's `policy_io.feed`;
 with a rollback record named, the owner's TenantAdmission too (`extender.rollback_record`).
+What it writes besides is the room figures of each tenant (`extender.room_publisher`).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from typing import Any, Protocol
 
 from extender.config import ALL_NAMESPACES
 from extender.rollback_record import Requests, RollbackRecord
+from extender.room_publisher import DEFAULT_INTERVAL, RoomPublisher
 from extender.view import ClusterView
 from inference_policy.ledger import (
     HOLDING_PODS_FIELD_SELECTOR,
@@ -76,6 +78,7 @@ class KubernetesSource:
         resync_seconds: float = 1800,
         watch_seconds: int = 300,
         backoff_seconds: float = 1.0,
+        room_seconds: float = DEFAULT_INTERVAL,
     ) -> None:
         self.pod_namespaces = tuple(pod_namespaces)
         self.api = api
@@ -84,6 +87,8 @@ class KubernetesSource:
         self.backoff_seconds = backoff_seconds
         self.informers = Informers(api)
         self.records: list[RollbackRecord] = []
+        self.room_seconds = room_seconds
+        self.room: RoomPublisher | None = None
 
     @property
     def errors(self) -> int:
@@ -174,8 +179,13 @@ class KubernetesSource:
         for scope in self.pod_namespaces:
             self.informers.add(self._pods(view, scope))
         self.informers.start()
+        if self.room_seconds > 0:
+            self.room = RoomPublisher(view, self.api, view.clock, interval=self.room_seconds)
+            self.room.start()
 
     async def stop(self) -> None:
+        if self.room is not None:
+            await self.room.stop()
         await self.informers.stop()
         for record in self.records:
             await record.stop()

@@ -182,6 +182,8 @@ class ClusterView:
         self.pod_scopes = tuple(pod_scopes)
         self._pending: set[str] = {NODES, *(f"pods/{s}" for s in self.pod_scopes)}
         self.events = 0
+        # Bumped whenever a Node is listed, changes or leaves (what the room figures key on).
+        self.node_revision = 0
         self.mix = RequestMix()
         self._observed: OrderedDict[str, None] = OrderedDict()
         self._cycles: OrderedDict[tuple[Any, ...], _Cycle] = OrderedDict()
@@ -210,11 +212,13 @@ class ClusterView:
 
     def replace_nodes(self, nodes: Iterable[NodeFacts]) -> None:
         self.nodes = {node.name: node for node in nodes}
+        self.node_revision += 1
         self._pending.discard(NODES)
         self._cycles.clear()
 
     def node_changed(self, name: str, node: NodeFacts | None) -> None:
         self.events += 1
+        self.node_revision += 1
         if node is None:
             self.nodes.pop(name, None)
         else:

@@ -38,7 +38,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from inference_policy import strictjson
 from inference_policy.errors import describe
 from inference_policy.nodes import NodeFacts
-from inference_policy.placement import binding_demand, free_of
+from inference_policy.placement import Demand, binding_demand, free_of
 from inference_policy.plan import PlanChoice
 from inference_policy.profile import DraBinding, Envelope, format_timestamp, parse_timestamp
 
@@ -101,6 +101,30 @@ def parse_figures(text: str) -> RoomFigures:
     return figures
 
 
+def figures_with(
+    envelope: Envelope,
+    bundle_sha256: str,
+    frees: Callable[[Demand], Iterable[int | None]],
+    now: datetime,
+) -> RoomFigures:
+    """Each device-plugin binding's free capacity, from `frees`: the free amount of a demand
+    for each node it vouches for (None or 0: none there), as the extender judges a Pod of that
+    binding (`placement.free_of`). DRA bindings are left out: their claims spill through the
+    scheduler. The extender hands in its remembered frees; `figures_of` computes them."""
+    bindings: dict[str, BindingRoom] = {}
+    for _, binding in envelope.gpu_bindings():
+        if isinstance(binding, DraBinding) or binding.id in bindings:
+            continue
+        room = [free for free in frees(binding_demand(binding, {}, bundle_sha256)) if free]
+        bindings[binding.id] = BindingRoom(free=sum(room), largestOnNode=max(room, default=0))
+    return RoomFigures(
+        schemaVersion=1,
+        bundle=bundle_sha256,
+        observedAt=format_timestamp(now),
+        bindings=bindings,
+    )
+
+
 def figures_of(
     envelope: Envelope,
     bundle_sha256: str,
@@ -108,28 +132,13 @@ def figures_of(
     used_of: Callable[[str], Mapping[str, int]],
     now: datetime,
 ) -> RoomFigures:
-    """Each device-plugin binding's free capacity over the nodes it vouches for, judged as the
-    extender judges a Pod of that binding (`placement.free_of`). DRA bindings are left out:
-    their claims spill through the scheduler."""
+    """`figures_with` over `nodes`, each node's use read from `used_of`."""
     listed = list(nodes)
-    bindings: dict[str, BindingRoom] = {}
-    for _, binding in envelope.gpu_bindings():
-        if isinstance(binding, DraBinding) or binding.id in bindings:
-            continue
-        demand = binding_demand(binding, {}, bundle_sha256)
-        total = largest = 0
-        for node in listed:
-            free, _ = free_of(demand, node, used_of(node.name))
-            if free is not None and free > 0:
-                total += free
-                largest = max(largest, free)
-        bindings[binding.id] = BindingRoom(free=total, largestOnNode=largest)
-    return RoomFigures(
-        schemaVersion=1,
-        bundle=bundle_sha256,
-        observedAt=format_timestamp(now),
-        bindings=bindings,
-    )
+
+    def frees(demand: Demand) -> Iterable[int | None]:
+        return (free_of(demand, node, used_of(node.name))[0] for node in listed)
+
+    return figures_with(envelope, bundle_sha256, frees, now)
 
 
 @dataclass(frozen=True)
@@ -217,6 +226,7 @@ __all__ = [
     "choose",
     "configmap",
     "figures_of",
+    "figures_with",
     "live",
     "parse_figures",
     "replaying",

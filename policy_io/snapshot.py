@@ -18,6 +18,7 @@ from typing import Any
 from inference_policy.catalog import EngineCatalog
 from inference_policy.planner import Decision, GpuOptions, PlanContext, decide
 from inference_policy.recipe_inputs import Capability, RecipeInput
+from inference_policy.room import Room
 from inference_policy.signing import ProfileRefused, VerifiedProfile
 
 
@@ -58,7 +59,7 @@ class PolicySnapshot:
     def recipes(self, capability: Capability) -> RecipeInput:
         return self.gpu_recipes if capability == "gpu" else self.cpu_recipes
 
-    def context(self, now: datetime) -> PlanContext:
+    def context(self, now: datetime, room: Room | None = None) -> PlanContext:
         return PlanContext(
             catalog=self.catalog,
             now=now,
@@ -69,10 +70,11 @@ class PolicySnapshot:
             gpu_recipes=self.gpu_recipes,
             cpu_recipes=self.cpu_recipes,
             options=self.options,
+            room=room,
         )
 
-    def decide(self, request: Any, now: datetime) -> Decision:
-        return decide(request, self.context(now))
+    def decide(self, request: Any, now: datetime, room: Room | None = None) -> Decision:
+        return decide(request, self.context(now, room))
 
 
 __all__ = ["PolicySnapshot", "RefusedRevision", "Revision"]

@@ -19,7 +19,7 @@ with 503, which the core decides from what the feed hands it (`inference_policy.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Generic, Protocol, TypeVar
@@ -28,11 +28,21 @@ from inference_policy import strictjson
 from inference_policy.bounded import keep
 from inference_policy.catalog import EngineCatalog
 from inference_policy.planner import Decision
+from inference_policy.room import (
+    ROOM_CONFIGMAP,
+    ROOM_KEY,
+    Room,
+    RoomError,
+    RoomFigures,
+    live,
+    parse_figures,
+)
 from inference_policy.signing import DEFAULT_SKEW
 from policy_io.feed import PolicyFeed
 from policy_io.state import PolicySettings, PolicyState
 from serving.informer import Collection, Delta, Informer, Informers, ListWatch
-from serving.revisions import feed_informers
+from serving.kube import not_permitted
+from serving.revisions import NewInformer, feed_informers
 
 log = logging.getLogger(__name__)
 MEMO_ENTRIES = 1024
@@ -71,6 +81,11 @@ class PolicyStore:
         )
         self._window_generation = -1
         self._window: tuple[datetime, datetime] | None = None
+        # The owner's room figures as last read (`inference_policy.room`): None, and why, when
+        # none could be; `room_generation` moves only when what a choice reads of them does.
+        self.room_figures: RoomFigures | None = None
+        self.room_unreadable: str | None = None
+        self.room_generation = 0
         self.plans: Memo[str | bytes, Planned] = Memo(self)
 
     @property
@@ -97,10 +112,41 @@ class PolicyStore:
     def generation(self) -> int:
         return self.feed.generation
 
-    def epoch(self, now: datetime) -> int | None:
-        """What a memoised answer made now may be reused under: the inputs' generation, or
-        None when the clock is outside the profile's validity window (nothing is memoised
-        then, so the window refusal is always decided afresh)."""
+    def room_read(self, configmap: Mapping[str, Any] | None, why: str | None = None) -> None:
+        """The room ConfigMap as a watch or list found it (None: absent, or `why` not)."""
+        figures, unreadable = None, why
+        if configmap is not None:
+            text = (configmap.get("data") or {}).get(ROOM_KEY)
+            try:
+                if not isinstance(text, str):
+                    raise RoomError(f"{ROOM_CONFIGMAP} has no {ROOM_KEY} key")
+                figures = parse_figures(text)
+            except RoomError as exc:
+                unreadable = str(exc)
+                log.warning("%s", exc, extra={"code": "room-unreadable"})
+        before = self.room_figures
+        if figures is None or before is None or _choosing(figures) != _choosing(before):
+            self.room_generation += 1
+        self.room_figures, self.room_unreadable = figures, unreadable
+
+    def room(self, now: datetime) -> Room | None:
+        """The room this instant's decisions choose with (`inference_policy.room.live`); None
+        while no figures are published at all, so plans record no choice, as without spill."""
+        if self.room_figures is None and self.room_unreadable is None:
+            return None
+        profile = self.feed.snapshot.profile
+        return live(
+            self.room_figures,
+            profile.sha256 if profile is not None else None,
+            now,
+            unreadable=self.room_unreadable,
+        )
+
+    def epoch(self, now: datetime) -> tuple[int, int, bool] | None:
+        """What a memoised answer made now may be reused under: the inputs' generation and
+        the room's (and whether the room is usable now), or None when the clock is outside the
+        profile's validity window (nothing is memoised then, so the window refusal is always
+        decided afresh)."""
         generation = self.feed.generation
         if self._window_generation != generation:
             self._window_generation = generation
@@ -113,7 +159,8 @@ class PolicyStore:
         window = self._window
         if window is not None and not window[0] <= now < window[1]:
             return None
-        return generation
+        room = self.room(now)
+        return generation, self.room_generation, room is not None and room.largest is not None
 
     def plan_text(self, text: str | bytes, what: str, now: datetime, max_bytes: int) -> Planned:
         """Decode a request strictly and decide it, or reuse the decision for the same text."""
@@ -132,8 +179,14 @@ class PolicyStore:
         return planned
 
     def decide(self, request: Any, now: datetime | None = None) -> Decision:
-        """The core's decision on the feed's current snapshot."""
-        return self.feed.snapshot.decide(request, now or self.clock())
+        """The core's decision on the feed's current snapshot and the room figures."""
+        now = now or self.clock()
+        return self.feed.snapshot.decide(request, now, self.room(now))
+
+
+def _choosing(figures: RoomFigures) -> tuple[str, dict[str, int]]:
+    """What a choice reads of the figures: their revision and each binding's largest room."""
+    return figures.bundle, {k: v.largestOnNode for k, v in figures.bindings.items()}
 
 
 class Memo(Generic[K, V]):
@@ -150,7 +203,7 @@ class Memo(Generic[K, V]):
         self.entries = entries
         self.max_key = max_key
         self._values: dict[K, V] = {}
-        self._epoch = -1
+        self._epoch: object = None
         self.hits = 0
 
     def _current(self, now: datetime) -> bool:
@@ -234,8 +287,32 @@ class KubernetesSource:
 
         for informer in feed_informers(store.feed, new):
             self.informers.add(informer)
+        if store.settings.enabled:
+            self.informers.add(_room_informer(store, self.namespace, new))
         self.informers.start()
 
     async def stop(self) -> None:
         if self.informers is not None:
             await self.informers.stop()
+
+
+def _room_informer(store: PolicyStore, namespace: str, new: NewInformer) -> Informer:
+    """The owner's room figures in the webhook's namespace, by name; a read the Role refuses
+    leaves the store planning the smallest binding that fits, and saying why."""
+
+    def changed(delta: Delta) -> None:
+        if not delta.listed:
+            store.room_read(None if delta.type == "DELETED" else delta.object)
+
+    def listed(informer: Informer) -> None:
+        store.room_read(informer.store.get(ROOM_CONFIGMAP))
+
+    def failed(exc: Exception) -> None:
+        why = not_permitted(exc)
+        if why is not None:
+            store.room_read(None, f"{ROOM_CONFIGMAP} {why}")
+
+    collection = Collection(
+        "configmaps", "ConfigMap", namespace, field_selector=f"metadata.name={ROOM_CONFIGMAP}"
+    )
+    return new(collection, changed, listed, failed)

@@ -17,7 +17,9 @@ from typing import Any
 import pytest
 import yaml
 
+from extender.config import settings_from_args
 from inference_policy.access_cel import cel_condition, policy_parts
+from inference_policy.room import ROOM_CONFIGMAP
 from localcluster import chartgen
 from localcluster.chart import (
     CHART,
@@ -129,18 +131,48 @@ def test_the_owner_part_touches_the_tenant_namespace_only_with_its_servers_right
     values: dict[str, Any],
 ) -> None:
     """Only Roles for the owner's servers (in the owner's namespace) to read the profile and,
-    for the controller, write the verdict; nothing that runs there."""
+    for the controller, write the verdict, and for the extender the room figures; nothing that
+    runs there."""
     docs = rendered(values, OWNER)
     in_tenant = sorted(identity(d) for d in docs if d["metadata"].get("namespace") == TENANT_NS)
     assert in_tenant == [
         ("Role", TENANT_NS, "tmi-allocation-controller"),
         ("Role", TENANT_NS, "tmi-extender-read-profiles"),
+        ("Role", TENANT_NS, "tmi-extender-write-room"),
         ("RoleBinding", TENANT_NS, "tmi-allocation-controller"),
         ("RoleBinding", TENANT_NS, "tmi-extender-read-profiles"),
+        ("RoleBinding", TENANT_NS, "tmi-extender-write-room"),
     ]
     for binding in (d for d in docs if d["kind"] == "RoleBinding"):
         assert all(s["namespace"] == OWNER_NS for s in binding["subjects"])
     assert {d["kind"] for d in docs} >= {"MutatingWebhookConfiguration", "ClusterRole"}
+
+
+def test_the_extender_may_write_the_room_figures_only_while_it_publishes_them(
+    values: dict[str, Any],
+) -> None:
+    """The room Role names the one ConfigMap it may update; create cannot be named. With
+    roomSeconds 0 the extender is told to write none and no Role lets it; the tenant's webhook
+    may read the figures by name either way."""
+    docs = rendered(values, OWNER)
+    role = find(docs, "Role", "tmi-extender-write-room")
+    assert role["rules"] == [
+        {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["create"]},
+        {
+            "apiGroups": [""],
+            "resources": ["configmaps"],
+            "resourceNames": [ROOM_CONFIGMAP],
+            "verbs": ["update"],
+        },
+    ]
+    settings = find(docs, "ConfigMap", "tmi-extender-settings")["data"]
+    assert settings_from_args(["--plain-http"], settings).room_seconds == 2.0
+    off = rendered(merged(values, {"owner": {"extender": {"roomSeconds": 0}}}), OWNER)
+    assert not [d for d in off if d["metadata"]["name"] == "tmi-extender-write-room"]
+    settings = find(off, "ConfigMap", "tmi-extender-settings")["data"]
+    assert settings_from_args(["--plain-http"], settings).room_seconds == 0
+    webhook = find(rendered(values, TENANT), "Role", "tmi-webhook-read-profiles")
+    assert ROOM_CONFIGMAP in webhook["rules"][0]["resourceNames"]
 
 
 def test_the_fallback_guard_expression_is_the_cores(values: dict[str, Any]) -> None:

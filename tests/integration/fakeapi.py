@@ -65,6 +65,7 @@ class _FakeApi:
             app.router.add_get(path, self._handler(kind))
         for kind, path in ALL_NAMESPACES.items():
             app.router.add_get(path, self._handler(kind))
+        self._routes(app)
         # A client that goes away cancels its watch here, as the real server notices it.
         self.runner = web.AppRunner(
             app, access_log=None, shutdown_timeout=0.5, handler_cancellation=True
@@ -142,6 +143,9 @@ class _FakeApi:
         for watched, queue in self.watchers:
             if watched == kind:
                 queue.put_nowait((event, before))
+
+    def _routes(self, app: web.Application) -> None:
+        """Routes a subclass adds besides list and watch."""
 
     def _refusal(self, kind: str, request: web.Request) -> web.Response | None:
         return None
@@ -370,6 +374,33 @@ class FakeCluster(_FakeApi):
         # Kinds the extender's Role does not let it read: RBAC's 403.
         self.forbidden: set[str] = set()
         self.lists: dict[str, int] = dict.fromkeys(KINDS, 0)
+        # Every ConfigMap write, as (method, namespace, name), and how many to fail with a 500.
+        self.writes: list[tuple[str, str, str]] = []
+        self.fail_writes = 0
+
+    def _routes(self, app: web.Application) -> None:
+        # ConfigMap writes, as an update by name (404 when absent) and a create (409 when
+        # present): what the extender's room figures need.
+        collection = KINDS["configmaps"][0]
+        app.router.add_put(collection + "/{name}", self._write)
+        app.router.add_post(collection, self._write)
+
+    async def _write(self, request: web.Request) -> web.Response:
+        namespace = request.match_info["ns"]
+        body = await request.json()
+        name = request.match_info.get("name") or body["metadata"]["name"]
+        self.writes.append((request.method, namespace, name))
+        if self.fail_writes > 0:
+            self.fail_writes -= 1
+            return _failure(500, message="boom")
+        exists = f"{namespace}/{name}" in self.objects["configmaps"]
+        if request.method == "PUT" and not exists:
+            return _failure(404, reason="NotFound", message=f'configmaps "{name}" not found')
+        if request.method == "POST" and exists:
+            return _failure(409, reason="AlreadyExists")
+        body["metadata"]["namespace"] = namespace
+        self._put("configmaps", body)
+        return web.json_response(self.objects["configmaps"][f"{namespace}/{name}"])
 
     def put(self, kind: str, obj: dict[str, Any]) -> None:
         self._put(kind, obj)

@@ -21,6 +21,7 @@ from inference_policy.room import (
     RoomError,
     configmap,
     figures_of,
+    figures_with,
     live,
     parse_figures,
     replaying,
@@ -146,6 +147,22 @@ def test_the_figures_count_free_capacity_on_the_hardware_each_binding_vouches_fo
     assert found.bindings["small"].largestOnNode == 3
     assert parse_figures(found.text()) == found
     assert configmap("t", found)["data"]["room.json"] == found.text()
+
+
+def test_the_figures_from_remembered_frees_sum_the_nodes_with_room_and_name_the_largest() -> None:
+    st = state()
+    envelope = parse_envelope(ENVELOPE)
+    asked: list[str] = []
+
+    def frees(demand: Any) -> list[int | None]:
+        asked.append(demand.binding.id)
+        # A node the binding does not vouch for (None), a full one (0), two with room.
+        return [None, 0, 3, 1] if demand.binding.id == "small" else [None, None]
+
+    found = figures_with(envelope, sha(st), frees, NOW)
+    assert sorted(asked) == ["large", "small"]
+    assert (found.bindings["small"].free, found.bindings["small"].largestOnNode) == (4, 3)
+    assert (found.bindings["large"].free, found.bindings["large"].largestOnNode) == (0, 0)
 
 
 @pytest.mark.parametrize(

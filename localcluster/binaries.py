@@ -145,3 +145,27 @@ def node_bin_dir() -> Path:
             "Run `make node` (tools/k8sbin/build-node.sh)."
         )
     return path
+
+
+def fakedra_bin() -> Path:
+    """``tmi-fakedra``, the simulated GPUs' DRA kubelet plugin (``tools/k8sbin/build-fakedra.sh``,
+    a no-op once built), or raise BinariesMissingError."""
+    override = os.environ.get("TMI_FAKEDRA_BIN_DIR")
+    script = _versions_file().parent / "build-fakedra.sh"
+    if override:
+        path = Path(override).expanduser()
+    elif script.is_file():
+        done = subprocess.run([str(script)], capture_output=True, text=True, check=False)
+        if done.returncode != 0:
+            raise BinariesMissingError(
+                f"building tmi-fakedra failed ({script}):\n{done.stderr[-2000:]}"
+            )
+        path = Path(done.stdout.strip().splitlines()[-1])
+    else:
+        raise BinariesMissingError(
+            "no checkout: set TMI_FAKEDRA_BIN_DIR to tmi-fakedra's directory"
+        )
+    binary = path / "tmi-fakedra"
+    if not os.access(binary, os.X_OK):
+        raise BinariesMissingError(f"{binary} is missing. Run `make node`.")
+    return binary

@@ -29,7 +29,7 @@ from typing import IO, Any
 
 import yaml
 
-from localcluster.binaries import node_bin_dir
+from localcluster.binaries import fakedra_bin, node_bin_dir
 from localcluster.controlplane import ControlPlane
 from localcluster.fake_gpus import DEFAULT_FIXTURE, GpuFixture
 from localcluster.kube import Kube
@@ -78,6 +78,7 @@ state = "{work / "containerd" / "state"}"
 [plugins."io.containerd.cri.v1.runtime"]
   # Lowering a process's OOM score needs CAP_SYS_RESOURCE, which a sandbox may not grant.
   restrict_oom_score_adj = true
+  enable_cdi = true
   cdi_spec_dirs = ["{work / "cdi"}"]
   [plugins."io.containerd.cri.v1.runtime".containerd]
     default_runtime_name = "runc"
@@ -111,6 +112,7 @@ class RealNode:
     fixture: GpuFixture
     network: PodNetwork
     kubelet_port: int = 0
+    kubeconfig: Path | None = None
     processes: dict[str, ManagedProcess] = field(default_factory=dict)
     images: dict[str, NodeImage] = field(default_factory=dict)
     _lock: IO[str] | None = None
@@ -222,7 +224,7 @@ class RealNode:
 
     def _start_kubelet(self) -> None:
         plane, work = self.plane, self.workdir
-        kubeconfig = plane.identities.add(
+        kubeconfig = self.kubeconfig = plane.identities.add(
             f"kubelet-{self.name}", f"system:node:{self.name}", ["system:nodes"]
         )
         serving = plane.ca.issue_serving(f"kubelet-{self.name}", (self.network.gateway, self.name))
@@ -381,9 +383,60 @@ class RealNode:
 
     # -- teardown ------------------------------------------------------------------------------
 
+    def start_dra(self) -> list[dict[str, Any]]:
+        """Start ``tmi-fakedra``, NVIDIA's DRA driver played for the fixture's whole GPUs under
+        the node's own identity (the Node authorizer lets a node publish only its own slices),
+        and return the devices once its ResourceSlice is published. Its CDI specs go where
+        containerd reads them. The device plugin keeps running: a test takes a GPU one way."""
+        assert self.kubeconfig is not None
+        plugin = self._spawn(
+            "tmi-fakedra",
+            [
+                str(fakedra_bin()),
+                "-fixture",
+                str(self._fixture_file()),
+                "-node",
+                self.name,
+                "-kubeconfig",
+                str(self.kubeconfig),
+                "-kubelet-dir",
+                str(self.workdir / "kubelet"),
+                "-cdi-dir",
+                str(self.workdir / "cdi"),
+            ],
+        )
+        admin = self.plane.kube("admin")
+        return wait_until(
+            lambda: self.dra_devices(admin) or None,
+            timeout=START_TIMEOUT,
+            what=f"node {self.name}'s DRA ResourceSlice",
+            proc=plugin,
+        )
+
+    def dra_devices(self, admin: Kube) -> list[dict[str, Any]]:
+        """The devices the node's DRA ResourceSlices publish."""
+        listed = admin.request(
+            "GET",
+            "/apis/resource.k8s.io/v1/resourceslices",
+            query={"fieldSelector": f"spec.nodeName={self.name}"},
+        )["items"]
+        return [d for s in listed for d in s["spec"].get("devices") or []]
+
+    def stop_dra(self) -> None:
+        """Stop the DRA plugin and withdraw its ResourceSlices."""
+        proc = self.processes.pop("tmi-fakedra", None)
+        if proc is not None:
+            proc.stop(grace=5.0)
+        admin = self.plane.kube("admin")
+        admin.request(
+            "DELETE",
+            "/apis/resource.k8s.io/v1/resourceslices",
+            query={"fieldSelector": f"spec.nodeName={self.name}"},
+        )
+
     def stop(self) -> None:
         """Stop everything, kill every container, unmount, remove the bridge and the rules."""
-        for name in ("kube-proxy", "tmi-fakegpu", "kubelet"):
+        for name in ("kube-proxy", "tmi-fakedra", "tmi-fakegpu", "kubelet"):
             proc = self.processes.pop(name, None)
             if proc is not None:
                 proc.stop(grace=5.0)

@@ -6,7 +6,8 @@
 # there, so CI can cache that directory.
 # `make node` builds what the real node runs (kubelet, kube-proxy, containerd, runc, the CNI
 # plugins, the simulated GPUs' device plugin) into ~/.cache/tmi/nodebin/<versions>/ the same
-# way (tools/k8sbin/build-node.sh; $TMI_NODE_BIN_DIR overrides).
+# way (tools/k8sbin/build-node.sh; $TMI_NODE_BIN_DIR overrides), and the simulated GPUs' DRA
+# kubelet plugin into ~/.cache/tmi/fakedra/<sources>/ (tools/k8sbin/build-fakedra.sh).
 # `make test-e2e` runs the tests against it; component logs of failed tests are copied
 # to .artifacts/<test>/.
 
@@ -20,10 +21,12 @@ controlplane:
 
 node:
 	tools/k8sbin/build-node.sh
+	tools/k8sbin/build-fakedra.sh
 
 # The node tools' own tests (the simulated GPUs' device plugin against a kubelet stand-in).
 node-tools-test:
 	PATH=/usr/local/go/bin:$$PATH GOTOOLCHAIN=local GOFLAGS=-mod=readonly go -C tools/k8sbin/nodetools test ./...
+	PATH=/usr/local/go/bin:$$PATH GOTOOLCHAIN=local GOFLAGS=-mod=readonly go -C tools/k8sbin/fakedra test ./...
 
 test-e2e: node
 	$(PYTEST) tests/e2e -m e2e

@@ -25,6 +25,7 @@ from localcluster.process import wait_until
 from localcluster.realnode import RealNode
 from localcluster.stack import TenantStack
 from tests.e2e.stackkit import owner_settings, tenant_stack, whole_h100_envelope
+from tests.profilekit import Owner
 
 RUNNING_TIMEOUT = 90.0
 
@@ -36,12 +37,17 @@ def node_images(workdir: Path) -> list[NodeImage]:
 
 @contextlib.contextmanager
 def real_node_stack(
-    plane: ControlPlane, node: RealNode, prefix: str, scheduling_timeout_seconds: int = 120
+    plane: ControlPlane,
+    node: RealNode,
+    prefix: str,
+    scheduling_timeout_seconds: int = 120,
+    envelope_for: Callable[[Owner, str], dict[str, Any]] = whole_h100_envelope,
 ) -> Iterator[TenantStack]:
-    """The tenant stack (local-process servers) with the whole-H100 profile, planning engines
-    onto the probe image, with the real node seen by the extender."""
+    """The tenant stack (local-process servers) with the whole-H100 profile (or
+    `envelope_for`'s), planning engines onto the probe image, with the real node seen by the
+    extender."""
     probe = engine_image_map(node.images[PROBE])
-    with tenant_stack(plane, prefix, whole_h100_envelope, scheduling_timeout_seconds, probe) as up:
+    with tenant_stack(plane, prefix, envelope_for, scheduling_timeout_seconds, probe) as up:
         assert up.extender is not None
         up.extender.wait_nodes([node.name])
         yield up

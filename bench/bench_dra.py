@@ -161,7 +161,7 @@ def main() -> None:
         driver = Driver(plane)
         port = free_port()
         extender = _start_extender(plane, owner, port)
-        config = render_scheduler_config(parsed, extender_url=f"http://127.0.0.1:{port}")
+        config = render_scheduler_config(extender_url=f"http://127.0.0.1:{port}")
         config["leaderElection"] = {"leaderElect": False}
         config["clientConnection"] = {"qps": 1000, "burst": 2000}
         without = {k: v for k, v in config.items() if k != "extenders"}

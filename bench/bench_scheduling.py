@@ -53,7 +53,6 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.append(str(ROOT))  # the checkout, for a script run by path
 
 
-from inference_policy.profile import parse_envelope  # noqa: E402
 from inference_policy.schedconfig import render_scheduler_config  # noqa: E402
 from inference_policy.wire import ENGINE_LABEL as DEPLOYMENT_LABEL  # noqa: E402
 from localcluster import ApiError, ControlPlane, FakeNode, create_fake_nodes  # noqa: E402
@@ -498,9 +497,7 @@ def main() -> None:
         create_fake_nodes(plane.kube("admin"), fleet())
         port = free_port()
         extender = _start_extender(plane, owner, port)
-        config = render_scheduler_config(
-            parse_envelope(envelope), extender_url=f"http://127.0.0.1:{port}"
-        )
+        config = render_scheduler_config(extender_url=f"http://127.0.0.1:{port}")
         config["leaderElection"] = {"leaderElect": False}
         # The default client rate limit (50 QPS) would cap both runs at the bind rate and hide
         # the extender's cost; lift it so the scheduling cycle itself is measured.

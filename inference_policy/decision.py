@@ -44,8 +44,11 @@ class Decision:
         if self.plan is not None:
             return self.plan.wire()
         body: dict[str, Any] = {"status": self.status, "detail": self.detail}
-        if self.wire_code:
-            body["code"] = self.wire_code
+        # The runbook's code beside the seed's text; the contract's own `NoFit` where it gives
+        # one (a request with its own block that no binding holds).
+        code = self.wire_code or (self.code.value if self.code is not None else None)
+        if code:
+            body["code"] = code
         return body
 
     @classmethod

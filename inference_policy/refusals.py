@@ -4,8 +4,9 @@ A refusal's `detail` is written for people and carries model names, binding ids 
 nothing may branch on it: metrics would grow without bound and a reworded sentence would
 silently move a refusal into another class. Each refusal the core (and the admission webhook's
 own checks) can give therefore carries one of these codes. Metrics label by code, the servers
-log it, the runbook is keyed by it, and only the contract's `"code": "NoFit"` ever reaches the
-wire body.
+log it, the runbook is keyed by it, and every refusal body carries it as `code` beside the
+seed's `detail`, except where the contract fixed another word first: `"code": "NoFit"` for a
+request with its own block that no binding holds.
 """
 
 from __future__ import annotations

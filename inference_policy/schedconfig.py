@@ -19,8 +19,6 @@ import base64
 import re
 from typing import Any
 
-from inference_policy.profile import Envelope
-
 API_VERSION = "kubescheduler.config.k8s.io/v1"
 DEFAULT_SCHEDULER_NAME = "kamiwaza-inference-scheduler"
 DEFAULT_SCHEDULER_NAMESPACE = "kamiwaza-scheduling"
@@ -40,10 +38,10 @@ class SchedulerConfigError(ValueError):
 
 
 def render_scheduler_config(
-    envelope: Envelope,
     *,
     extender_url: str,
     ca_pem: bytes | None = None,
+    ca_file: str | None = None,
     scheduler_name: str = DEFAULT_SCHEDULER_NAME,
     scheduler_namespace: str = DEFAULT_SCHEDULER_NAMESPACE,
     weight: int = DEFAULT_WEIGHT,
@@ -51,11 +49,12 @@ def render_scheduler_config(
     node_cache_capable: bool = True,
     server_name: str | None = None,
 ) -> dict[str, Any]:
-    """A KubeSchedulerConfiguration with one profile (`scheduler_name`) and the extender.
-
-    `envelope` is the verified profile the configuration is rendered for; nothing in it varies
-    with the profile any longer, but the CLI still refuses to render for an unverified one.
-    """
+    """A KubeSchedulerConfiguration with one profile (`scheduler_name`) and the extender. Nothing
+    in it depends on the signed profile: the extender reads the profile itself. The extender's
+    CA is inline (`ca_pem`, as `tmi render-scheduler-config --ca-file` puts it) or a path in the
+    scheduler's container (`ca_file`, as the chart mounts the extender's certificate Secret)."""
+    if ca_pem is not None and ca_file is not None:
+        raise SchedulerConfigError("give the extender's CA inline or as a file path, not both")
     match = _URL.fullmatch(extender_url)
     if match is None:
         raise SchedulerConfigError(
@@ -63,7 +62,9 @@ def render_scheduler_config(
             "https://tmi-extender.kamiwaza-scheduling.svc:443"
         )
     https = match["scheme"] == "https"
-    if https and not ca_pem:
+    if ca_pem is not None and not ca_pem.strip():
+        raise SchedulerConfigError("the CA file is empty; it must hold the PEM certificate")
+    if https and not ca_pem and not ca_file:
         raise SchedulerConfigError(
             "an https extender URL needs the CA that signed the extender's certificate "
             "(--ca-file): without one kube-scheduler skips certificate verification"
@@ -95,8 +96,10 @@ def render_scheduler_config(
         # extender was briefly unreachable.
         "ignorable": False,
     }
-    if https and ca_pem:
-        extender["tlsConfig"] = {"caData": base64.b64encode(ca_pem).decode("ascii")}
+    if https and (ca_pem or ca_file):
+        extender["tlsConfig"] = (
+            {"caData": base64.b64encode(ca_pem).decode("ascii")} if ca_pem else {"caFile": ca_file}
+        )
         if server_name:
             # The URL names an address (a Service's ClusterIP, where the scheduler has no
             # cluster DNS); the certificate is still checked against the Service's name.

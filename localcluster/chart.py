@@ -18,7 +18,7 @@ from typing import Any
 
 import yaml
 
-from localcluster.binaries import bin_dir
+from localcluster.binaries import bin_dir, versions
 from localcluster.kube import JSON
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -64,8 +64,11 @@ def template_text(
     namespace: str,
     release: str = "tmi",
     chart: Path = CHART,
+    kube_version: str | None = None,
 ) -> str:
-    """What ``helm template`` prints for ``values`` (a JSON file, so no --set quoting rules)."""
+    """What ``helm template`` prints for ``values`` (a JSON file, so no --set quoting rules),
+    for a cluster of ``kube_version`` (default: the version the local cluster runs, as
+    ``helm install`` would read it from the cluster)."""
     with tempfile.NamedTemporaryFile("w", suffix=".json", prefix="tmi-values-") as handle:
         json.dump(dict(values), handle)
         handle.flush()
@@ -77,6 +80,7 @@ def template_text(
                 str(chart),
                 f"--namespace={namespace}",
                 f"--values={handle.name}",
+                f"--kube-version={kube_version or versions().kubernetes}",
             ]
         )
 
@@ -87,9 +91,12 @@ def render(
     namespace: str,
     release: str = "tmi",
     chart: Path = CHART,
+    kube_version: str | None = None,
 ) -> list[JSON]:
     """The rendered objects, in helm's order."""
-    text = template_text(values, namespace=namespace, release=release, chart=chart)
+    text = template_text(
+        values, namespace=namespace, release=release, chart=chart, kube_version=kube_version
+    )
     return [doc for doc in yaml.safe_load_all(text) if doc]
 
 

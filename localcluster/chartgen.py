@@ -32,7 +32,6 @@ MANIFESTS = ROOT / "manifests"
 CEL_FILE = CHART / "files" / "reaches-for-an-accelerator.cel"
 POLICY_FILE = CHART / "files" / "admission-policies.yaml"
 BASE_VALUES = CHART / "ci" / "kustomize-base-values.yaml"
-SCHEDULER_CONFIG_EXAMPLE = CHART / "ci" / "scheduler-config.example.yaml"
 TENANT_NAMESPACE = "kamiwaza"
 OWNER_NAMESPACE = "kamiwaza-scheduling"
 # Stand-in owner key: the schema wants a well-formed one; the bases show the placeholder.
@@ -60,10 +59,9 @@ def _header(template: str) -> str:
 
 
 def base_values() -> dict[str, Any]:
+    # The scheduler configuration is the chart's own (it trusts the extender's CA from the
+    # certificate Secret), so the bases carry no placeholder for an owner to fill in.
     values: dict[str, Any] = yaml.safe_load(BASE_VALUES.read_text())
-    values.setdefault("owner", {}).setdefault("scheduler", {})["config"] = (
-        SCHEDULER_CONFIG_EXAMPLE.read_text()
-    )
     return values
 
 

@@ -81,6 +81,7 @@ def chart_values(
             "logLevel": log_level,
             "schedulingTimeoutSeconds": max(1, round(scheduling_timeout_seconds)),
         },
+        # None: no scheduler; "": the chart renders its configuration; else the one given.
         "scheduler": {"enabled": scheduler_config is not None, "config": scheduler_config or ""},
         "webhook": {"url": webhook_url or "", "caBundle": ca_bundle or ""},
         "admissionPolicies": {"enabled": admission_policies},

@@ -27,7 +27,6 @@ from typing import Any
 
 import yaml
 
-from inference_policy.schedconfig import render_scheduler_config
 from inference_policy.signing import VerifiedProfile
 from localcluster.admission_policies import (
     install_policies,
@@ -217,21 +216,23 @@ def deploy_chart(
             _apply(stack, [secret], identity)
 
         # The owner's first install: everything but the scheduler, whose configuration needs
-        # the extender Service's address.
+        # the extender Service's address (there is no cluster DNS here). The second install
+        # names it, and the chart renders the configuration itself, trusting the ca.crt of the
+        # extender's Secret as the scheduler's container mounts it.
         stack.owner = render_owner(_values(stack, tmi, scheduler, None), owner_ns)
         install_policies(plane, policy_docs(stack.owner), ns, wait=False)
         _apply(stack, _owner_docs(stack.owner))
         service = plane.kube("admin").get("v1", "Service", EXTENDER, owner_ns)
-        stack.scheduler_config = render_scheduler_config(
-            stack.verified.envelope,
-            extender_url=f"https://{service['spec']['clusterIP']}:443",
-            ca_pem=ca,
-            server_name=f"{EXTENDER}.{owner_ns}.svc",
-            scheduler_name=settings.scheduler_name,
-            scheduler_namespace=owner_ns,
+        values = _values(stack, tmi, scheduler, "")
+        values["owner"]["scheduler"].update(
+            {
+                "extenderURL": f"https://{service['spec']['clusterIP']}:443",
+                "extenderServerName": f"{EXTENDER}.{owner_ns}.svc",
+            }
         )
-        values = _values(stack, tmi, scheduler, yaml.safe_dump(stack.scheduler_config))
         stack.owner = render_owner(values, owner_ns)
+        installed = stack.owner.get("ConfigMap", f"{settings.scheduler_name}-config")
+        stack.scheduler_config = yaml.safe_load(installed["data"]["config.yaml"])
         _apply(stack, _owner_docs(stack.owner))
 
         stack.tenant = render_tenant(values, ns)

@@ -127,7 +127,6 @@ class TenantStack:
         for this profile, the local extender's URL and the CA that signed its certificate."""
         assert self.extender is not None
         return render_scheduler_config(
-            self.verified.envelope,
             extender_url=self.extender.url,
             ca_pem=self.plane.ca.cert_pem(),
             scheduler_name=self.settings.scheduler_name,

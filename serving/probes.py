@@ -20,9 +20,13 @@ def json_response(document: Any, status: int = 200) -> web.Response:
     return web.Response(body=orjson.dumps(document), status=status, content_type="application/json")
 
 
-def problem(status: int, detail: str) -> web.Response:
-    """An error answer a person can read: `{"status": ..., "detail": ...}`."""
-    return json_response({"status": status, "detail": detail}, status)
+def problem(status: int, detail: str, code: str | None = None) -> web.Response:
+    """An error answer a person can read: `{"status": ..., "detail": ...}`, and the stable code
+    a script can branch on."""
+    body: dict[str, object] = {"status": status, "detail": detail}
+    if code:
+        body["code"] = code
+    return json_response(body, status)
 
 
 def ok() -> web.Response:

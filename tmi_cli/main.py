@@ -9,18 +9,12 @@ for plans), 2 a usage error, 3 a plan refused with a 5xx.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from collections.abc import Sequence
+from importlib import metadata
 from typing import Any, NoReturn
 
-import orjson
-import yaml
-from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-
 from inference_policy.catalog import CatalogError
-from inference_policy.profile import ProfileSchemaError, parse_envelope
 from inference_policy.recipes import RecipeCatalogError, render_catalog
 from inference_policy.schedconfig import (
     DEFAULT_SCHEDULER_NAME,
@@ -29,18 +23,11 @@ from inference_policy.schedconfig import (
     render_scheduler_config,
 )
 from inference_policy.signing import (
-    DEFAULT_CONFIGMAP_NAME,
-    REFUSAL_PREFIX,
     KeyError_,
     ProfileRefused,
-    Reason,
     TrustedKeys,
     VerifyPolicy,
-    public_identity,
     verify_configmap,
-)
-from inference_policy.signing import (
-    sign_envelope as sign_document,
 )
 from policy_io.catalog import packaged_catalog
 from policy_io.files import InputError, read_bytes, read_json
@@ -48,6 +35,7 @@ from tmi_cli.capacity_command import add_capacity_parser
 from tmi_cli.cleanup_command import add_cleanup_parser
 from tmi_cli.detect import TOOLKIT_CONFIG, DetectionError, detect_accelerator, detect_toolkit
 from tmi_cli.evidence_command import add_evidence_parser
+from tmi_cli.output import FORMATS, add_output_arguments, emit
 from tmi_cli.policy_args import (
     EXIT_FAILED,
     EXIT_OK,
@@ -61,62 +49,38 @@ from tmi_cli.policy_args import (
     policy_state,
     positive_int,
 )
+from tmi_cli.profile_commands import add_profile_parsers
 from tmi_cli.render_dra_command import add_render_dra_parser
 
 
+class _StoreOnce(argparse._StoreAction):
+    """A flag that takes one value refuses a second: `--request a --request b` would otherwise
+    plan `b` alone and say nothing."""
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: Any,
+        option_string: str | None = None,
+    ) -> None:
+        seen: set[str] = namespace.__dict__.setdefault("_given", set())
+        if option_string is not None and self.dest in seen:
+            parser.error(f"{option_string} is given twice; it takes one value")
+        seen.add(self.dest)
+        super().__call__(parser, namespace, values, option_string)
+
+
 class _Parser(argparse.ArgumentParser):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.register("action", None, _StoreOnce)
+        self.register("action", "store", _StoreOnce)
+
     def error(self, message: str) -> NoReturn:
         self.print_usage(sys.stderr)
         sys.stderr.write(f"error: {message}\n")
         raise SystemExit(EXIT_USAGE)
-
-
-def _emit(document: Any) -> None:
-    sys.stdout.buffer.write(orjson.dumps(document, option=orjson.OPT_INDENT_2) + b"\n")
-    sys.stdout.flush()
-
-
-def _load_private_key(path: str) -> Ed25519PrivateKey:
-    data = read_bytes(path, "private key")
-    try:
-        key = serialization.load_pem_private_key(data, password=None)
-    except (ValueError, TypeError) as exc:
-        raise CommandError(f"cannot load private key {path}: {exc}") from None
-    if not isinstance(key, Ed25519PrivateKey):
-        raise CommandError(f"private key {path} is not an Ed25519 key")
-    return key
-
-
-def cmd_keygen(args: argparse.Namespace) -> int:
-    key = Ed25519PrivateKey.generate()
-    pem = key.private_bytes(
-        serialization.Encoding.PEM,
-        serialization.PrivateFormat.PKCS8,
-        serialization.NoEncryption(),
-    )
-    # O_EXCL refuses an existing path, a symlink included (even a dangling one), so the key can
-    # never be written through a link an attacker planted; the mode is set before any byte lands.
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
-    try:
-        fd = os.open(args.private_key_out, flags, 0o600)
-    except FileExistsError:
-        raise CommandError(
-            f"{args.private_key_out} already exists; refusing to replace it"
-        ) from None
-    except OSError as exc:
-        raise CommandError(f"cannot create {args.private_key_out}: {exc.strerror}") from None
-    try:
-        os.fchmod(fd, 0o600)
-        os.write(fd, pem)
-    finally:
-        os.close(fd)
-    _emit(public_identity(key))
-    return EXIT_OK
-
-
-def cmd_pubkey(args: argparse.Namespace) -> int:
-    _emit(public_identity(_load_private_key(args.private_key)))
-    return EXIT_OK
 
 
 def cmd_detect(args: argparse.Namespace) -> int:
@@ -124,97 +88,46 @@ def cmd_detect(args: argparse.Namespace) -> int:
         block = detect_accelerator()
         if args.container_toolkit:
             # The accelerator block stays as the seed prints it; the report sits beside it.
-            _emit({**block, "containerToolkit": detect_toolkit(args.toolkit_config)})
+            emit({**block, "containerToolkit": detect_toolkit(args.toolkit_config)}, args)
             return EXIT_OK
     except DetectionError as exc:
         raise CommandError(str(exc)) from None
-    _emit(block)
-    return EXIT_OK
-
-
-def cmd_sign(args: argparse.Namespace) -> int:
-    now = now_from(args.now)
-    document = read_json(args.envelope, "envelope")
-    key = _load_private_key(args.private_key)
-    refused = "signed bundle would be refused: " + REFUSAL_PREFIX
-    try:
-        envelope = parse_envelope(document)
-    except ProfileSchemaError as exc:
-        raise CommandError(refused + str(exc)) from None
-    identity = public_identity(key)
-    if envelope.keyId != identity["keyId"]:
-        raise CommandError(
-            refused + Reason.KEY.value + f" (envelope keyId {envelope.keyId} is not the signing "
-            f"key {identity['keyId']})"
-        )
-    configmap = sign_document(document, key, args.name)
-    policy = VerifyPolicy(
-        trusted=TrustedKeys.from_base64([identity["publicKey"]]),
-        cluster_binding_id=envelope.clusterBindingId,
-        namespace=envelope.namespace,
-        minimum_version=1,
-        configmap_name=args.name,
-    )
-    try:
-        verify_configmap(configmap, policy, now)
-    except ProfileRefused as refusal:
-        sys.stderr.write(f"error: {refused}{refusal.reason.value}\n")
-        sys.stderr.write(f"check: {refusal.check}\n")
-        return EXIT_FAILED
-    _emit(configmap)
-    return EXIT_OK
-
-
-def cmd_verify(args: argparse.Namespace) -> int:
-    now = now_from(args.now)
-    configmap = read_json(args.bundle, "bundle ConfigMap")
-    try:
-        trusted = TrustedKeys.from_base64(keys(args.owner_public_key))
-    except KeyError_ as exc:
-        raise CommandError(f"--owner-public-key: {exc}", EXIT_USAGE) from None
-    policy = VerifyPolicy(
-        trusted=trusted,
-        cluster_binding_id=args.cluster_binding_id,
-        namespace=args.namespace,
-        minimum_version=args.minimum_bundle_version,
-        configmap_name=configmap_name(args, configmap),
-    )
-    try:
-        verified = verify_configmap(configmap, policy, now)
-    except ProfileRefused as refusal:
-        _emit({"status": 503, "detail": "owner profile bundle: " + refusal.authorization_message})
-        sys.stderr.write(f"error: {refusal.authorization_message}\ncheck: {refusal.check}\n")
-        return EXIT_FAILED
-    _emit(verified.summary(now))
+    emit(block, args)
     return EXIT_OK
 
 
 def cmd_render_scheduler_config(args: argparse.Namespace) -> int:
-    """The owner's scheduler configuration, with the extender managing the verified profile's
-    GPU resources; refuses a profile the servers would refuse."""
-    now = now_from(args.now)
-    configmap = read_json(args.bundle, "bundle ConfigMap")
-    try:
-        trusted = TrustedKeys.from_base64(keys(args.owner_public_key))
-    except KeyError_ as exc:
-        raise CommandError(f"--owner-public-key: {exc}", EXIT_USAGE) from None
-    policy = VerifyPolicy(
-        trusted=trusted,
-        cluster_binding_id=args.cluster_binding_id,
-        namespace=args.namespace,
-        minimum_version=args.minimum_bundle_version,
-        configmap_name=configmap_name(args, configmap),
-    )
-    try:
-        verified = verify_configmap(configmap, policy, now)
-    except ProfileRefused as refusal:
-        raise CommandError(
-            f"{refusal.authorization_message} ({refusal.check})", EXIT_FAILED
-        ) from None
+    """The owner's scheduler configuration. Nothing in it depends on the profile; given one
+    (`--bundle`), it refuses to render for a profile the servers would refuse."""
+    if args.bundle:
+        if not args.owner_public_key or not args.cluster_binding_id or not args.namespace:
+            raise CommandError(
+                "--bundle needs --owner-public-key, --cluster-binding-id and --namespace to "
+                "verify it",
+                EXIT_USAGE,
+            )
+        now = now_from(args.now)
+        configmap = read_json(args.bundle, "bundle ConfigMap")
+        try:
+            trusted = TrustedKeys.from_base64(keys(args.owner_public_key))
+        except KeyError_ as exc:
+            raise CommandError(f"--owner-public-key: {exc}", EXIT_USAGE) from None
+        policy = VerifyPolicy(
+            trusted=trusted,
+            cluster_binding_id=args.cluster_binding_id,
+            namespace=args.namespace,
+            minimum_version=args.minimum_bundle_version,
+            configmap_name=configmap_name(args, configmap),
+        )
+        try:
+            verify_configmap(configmap, policy, now)
+        except ProfileRefused as refusal:
+            raise CommandError(
+                f"{refusal.authorization_message} ({refusal.check})", EXIT_FAILED
+            ) from None
     ca_pem = read_bytes(args.ca_file, "CA file") if args.ca_file else None
     try:
         rendered = render_scheduler_config(
-            verified.envelope,
             extender_url=args.extender_url,
             ca_pem=ca_pem,
             scheduler_name=args.scheduler_name,
@@ -224,11 +137,9 @@ def cmd_render_scheduler_config(args: argparse.Namespace) -> int:
             server_name=args.extender_server_name,
         )
     except SchedulerConfigError as exc:
-        raise CommandError(str(exc), EXIT_USAGE) from None
-    if args.format == "yaml":
-        sys.stdout.write(yaml.safe_dump(rendered, sort_keys=False))
-    else:
-        _emit(rendered)
+        where = f" ({args.ca_file})" if args.ca_file and "CA file" in str(exc) else ""
+        raise CommandError(f"{exc}{where}", EXIT_USAGE) from None
+    emit(rendered, args, "scheduler configuration")
     return EXIT_OK
 
 
@@ -238,7 +149,7 @@ def cmd_render_catalog(args: argparse.Namespace) -> int:
         rendered = render_catalog(document, args.namespace, args.capability)
     except RecipeCatalogError as exc:
         raise CommandError(str(exc)) from None
-    _emit(rendered.configmap)
+    emit(rendered.configmap, args, "recipe catalog ConfigMap")
     return EXIT_OK
 
 
@@ -253,23 +164,23 @@ def cmd_plan(args: argparse.Namespace) -> int:
     request = read_json(args.request, "deployment request")
     state = policy_state(args, now, disabled=args.disabled)
     decision = state.decide(request, now)
-    _emit(decision.body)
+    emit(decision.body, args)
     if decision.allowed:
         return EXIT_OK
     return EXIT_UNAVAILABLE if decision.status >= 500 else EXIT_FAILED
 
 
+def _version() -> str:
+    try:
+        return metadata.version("tmi")
+    except metadata.PackageNotFoundError:
+        return "unknown (not installed)"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="tmi", description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--version", action="version", version=f"tmi {_version()}")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
-
-    p = sub.add_parser("keygen", help="create a new Ed25519 owner key (PEM, mode 0600)")
-    p.add_argument("--private-key-out", required=True, metavar="FILE")
-    p.set_defaults(func=cmd_keygen)
-
-    p = sub.add_parser("pubkey", help="print the keyId and public key of a private key")
-    p.add_argument("--private-key", required=True, metavar="FILE")
-    p.set_defaults(func=cmd_pubkey)
 
     p = sub.add_parser("detect", help="print this host's accelerator block")
     p.add_argument(
@@ -283,6 +194,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=TOOLKIT_CONFIG,
         help=f"the toolkit's config.toml (default {TOOLKIT_CONFIG})",
     )
+    add_output_arguments(p)
     p.set_defaults(func=cmd_detect)
 
     add_evidence_parser(sub)
@@ -290,38 +202,29 @@ def build_parser() -> argparse.ArgumentParser:
     add_cleanup_parser(sub)
     add_render_dra_parser(sub)
 
-    p = sub.add_parser("sign", help="sign an envelope into an immutable ConfigMap")
-    p.add_argument("--envelope", required=True, metavar="FILE")
-    p.add_argument("--private-key", required=True, metavar="FILE")
-    p.add_argument("--name", default=DEFAULT_CONFIGMAP_NAME, help="ConfigMap name")
-    p.add_argument("--now", metavar="T")
-    p.set_defaults(func=cmd_sign)
-
-    p = sub.add_parser("verify", help="verify a signed profile ConfigMap")
-    p.add_argument("--bundle", required=True, metavar="CONFIGMAP_FILE")
-    p.add_argument("--owner-public-key", required=True, action="append", metavar="B64")
-    p.add_argument("--cluster-binding-id", required=True, metavar="ID")
-    p.add_argument("--namespace", required=True, metavar="NS")
-    p.add_argument("--minimum-bundle-version", type=positive_int, default=1, metavar="N")
-    p.add_argument("--bundle-configmap", metavar="NAME", help="configured ConfigMap name")
-    p.add_argument("--now", metavar="T")
-    p.set_defaults(func=cmd_verify)
+    add_profile_parsers(sub)
 
     p = sub.add_parser("render-catalog", help="render a recipe catalog as an immutable ConfigMap")
-    p.add_argument("--catalog", required=True, metavar="FILE")
-    p.add_argument("--namespace", required=True, metavar="NS")
-    p.add_argument("--capability", required=True, choices=("gpu", "cpu"))
+    p.add_argument(
+        "--catalog", required=True, metavar="FILE", help="the recipe catalog (JSON or YAML)"
+    )
+    p.add_argument("--namespace", required=True, metavar="NS", help="the tenant namespace")
+    p.add_argument(
+        "--capability", required=True, choices=("gpu", "cpu"), help="which catalog it is"
+    )
+    add_output_arguments(p)
     p.set_defaults(func=cmd_render_catalog)
 
     p = sub.add_parser(
         "render-scheduler-config",
         help="print the KubeSchedulerConfiguration of the owner's scheduler for a profile",
     )
-    p.add_argument("--bundle", required=True, metavar="CONFIGMAP_FILE")
-    p.add_argument("--owner-public-key", required=True, action="append", metavar="B64")
-    p.add_argument("--cluster-binding-id", required=True, metavar="ID")
-    p.add_argument("--namespace", required=True, metavar="NS")
-    p.add_argument("--extender-url", required=True, metavar="URL")
+    p.add_argument(
+        "--extender-url",
+        required=True,
+        metavar="URL",
+        help="where the scheduler calls the extender (https://...)",
+    )
     p.add_argument("--ca-file", metavar="F", help="CA of the extender's serving certificate")
     p.add_argument(
         "--extender-server-name",
@@ -329,14 +232,44 @@ def build_parser() -> argparse.ArgumentParser:
         help="the name the extender's certificate is checked against when --extender-url "
         "names an address (a ClusterIP, for a scheduler without cluster DNS)",
     )
-    p.add_argument("--minimum-bundle-version", type=positive_int, default=1, metavar="N")
-    p.add_argument("--bundle-configmap", metavar="NAME", help="configured ConfigMap name")
-    p.add_argument("--scheduler-name", default=DEFAULT_SCHEDULER_NAME, metavar="NAME")
-    p.add_argument("--scheduler-namespace", default=DEFAULT_SCHEDULER_NAMESPACE, metavar="NS")
-    p.add_argument("--weight", type=positive_int, default=5, metavar="N")
-    p.add_argument("--http-timeout", default="5s", metavar="DURATION")
-    p.add_argument("--format", choices=("json", "yaml"), default="json")
-    p.add_argument("--now", metavar="T")
+    p.add_argument(
+        "--scheduler-name",
+        default=DEFAULT_SCHEDULER_NAME,
+        metavar="NAME",
+        help=f"the second scheduler's name (default {DEFAULT_SCHEDULER_NAME})",
+    )
+    p.add_argument(
+        "--scheduler-namespace",
+        default=DEFAULT_SCHEDULER_NAMESPACE,
+        metavar="NS",
+        help=f"its leader-election namespace (default {DEFAULT_SCHEDULER_NAMESPACE})",
+    )
+    p.add_argument(
+        "--weight", type=positive_int, default=5, metavar="N", help="prioritize weight (1-100)"
+    )
+    p.add_argument(
+        "--http-timeout", default="5s", metavar="DURATION", help="per extender call (5s)"
+    )
+    p.add_argument(
+        "--bundle",
+        metavar="CONFIGMAP_FILE",
+        help="optionally, a signed profile to verify first (with the three flags below)",
+    )
+    p.add_argument("--owner-public-key", action="append", metavar="B64", help="with --bundle")
+    p.add_argument("--cluster-binding-id", metavar="ID", help="with --bundle")
+    p.add_argument("--namespace", metavar="NS", help="with --bundle")
+    p.add_argument(
+        "--minimum-bundle-version",
+        type=positive_int,
+        default=1,
+        metavar="N",
+        help="with --bundle",
+    )
+    p.add_argument("--bundle-configmap", metavar="NAME", help="with --bundle: its name")
+    p.add_argument("--now", metavar="T", help="with --bundle: check its window at T")
+    add_output_arguments(p)
+    # Kept for the scripts that spelled it so: the same as -o.
+    p.add_argument("--format", dest="output", choices=FORMATS, help=argparse.SUPPRESS)
     p.set_defaults(func=cmd_render_scheduler_config)
 
     p = sub.add_parser("catalog", help="print the engine catalog's images as TSV")
@@ -344,8 +277,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("plan", help="plan a deployment request exactly as the servers would")
     add_policy_arguments(p)
-    p.add_argument("--request", required=True, metavar="FILE")
+    p.add_argument(
+        "--request", required=True, metavar="FILE", help="the deployment request (JSON or YAML)"
+    )
     p.add_argument("--disabled", action="store_true", help="tenant-mode inference off")
+    add_output_arguments(p)
     p.set_defaults(func=cmd_plan)
     return parser
 

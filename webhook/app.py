@@ -85,7 +85,7 @@ async def mutate(request: web.Request) -> web.Response:
         metrics.decision("mutate", "error", 400, "malformed-review")
         fields = {"status": 400, "code": "malformed-review", "detail": str(exc)}
         log.warning("review malformed", extra=fields)
-        return problem(400, f"malformed AdmissionReview: {exc}")
+        return problem(400, f"malformed AdmissionReview: {exc}", RefusalCode.MALFORMED_REVIEW)
     failure: Exception | None = None
     try:
         outcome = runtime.reviewer.answer(body, review, uid, runtime.clock())
@@ -160,10 +160,14 @@ async def plan(request: web.Request) -> web.Response:
         # problem shape and the log gets the traceback as one JSON line.
         log.exception("plan failed", extra={"status": 500, "code": RefusalCode.INTERNAL_ERROR})
         metrics.decision("plan", "error", 500, RefusalCode.INTERNAL_ERROR)
-        return problem(500, "the plan could not be made (internal error; see the webhook's log)")
+        return problem(
+            500,
+            "the plan could not be made (internal error; see the webhook's log)",
+            RefusalCode.INTERNAL_ERROR,
+        )
     if planned.error is not None:
         metrics.decision("plan", "error", 400, "request-invalid")
-        return problem(400, planned.error)
+        return problem(400, planned.error, RefusalCode.REQUEST_INVALID)
     assert decision is not None and response is not None
     metrics.observe("plan", time.perf_counter() - started)
     if decision.allowed:

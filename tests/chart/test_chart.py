@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,8 @@ import yaml
 from extender.config import settings_from_args
 from inference_policy.access_cel import cel_condition, policy_parts
 from inference_policy.room import ROOM_CONFIGMAP
+from inference_policy.schedconfig import DEFAULT_SCHEDULER_NAME, render_scheduler_config
+from inference_policy.signing import DEFAULT_CONFIGMAP_NAME
 from localcluster import chartgen
 from localcluster.chart import (
     CHART,
@@ -35,6 +38,8 @@ from localcluster.chart import (
 from localcluster.kube import JSON
 
 ROOT = Path(__file__).resolve().parents[2]
+# Where the chart mounts the extender's CA in the scheduler's container (_helpers.tpl).
+SCHEDULER_CA_FILE = "/etc/kubernetes/kamiwaza-scheduler/extender-ca/ca.crt"
 OVERLAY_VALUES = CHART / "ci" / "overlay-values.yaml"
 TENANT_NS = chartgen.TENANT_NAMESPACE
 OWNER_NS = chartgen.OWNER_NAMESPACE
@@ -109,11 +114,96 @@ def test_the_trust_values_are_required(values: dict[str, Any], missing: str) -> 
         render(part_values(TENANT, merged(values, change)), namespace=TENANT_NS)
 
 
-def test_the_owner_part_requires_the_rendered_scheduler_configuration(
+def _scheduler_config(docs: list[JSON], name: str = DEFAULT_SCHEDULER_NAME) -> Any:
+    return yaml.safe_load(find(docs, "ConfigMap", f"{name}-config")["data"]["config.yaml"])
+
+
+@pytest.mark.parametrize(
+    ("scheduler", "name", "url", "server_name"),
+    [
+        ({}, DEFAULT_SCHEDULER_NAME, f"https://tmi-extender.{OWNER_NS}.svc:443", None),
+        (
+            {
+                "extenderURL": "https://10.96.0.17:443",
+                "extenderServerName": f"tmi-extender.{OWNER_NS}.svc",
+                "weight": 7,
+                "httpTimeout": "2s",
+            },
+            "team-a-scheduler",
+            "https://10.96.0.17:443",
+            f"tmi-extender.{OWNER_NS}.svc",
+        ),
+    ],
+)
+def test_the_chart_renders_the_scheduler_configuration_the_core_renders(
+    values: dict[str, Any],
+    scheduler: dict[str, Any],
+    name: str,
+    url: str,
+    server_name: str | None,
+) -> None:
+    """No configuration to render by hand: the chart's is the core's for the same inputs, its
+    CA the extender certificate Secret's ca.crt mounted in the scheduler's container."""
+    change = {
+        "core": {"inferenceResources": {"schedulerName": name}},
+        "owner": {"scheduler": {"config": "", **scheduler}},
+    }
+    docs = rendered(merged(values, change), OWNER)
+    assert _scheduler_config(docs, name) == render_scheduler_config(
+        extender_url=url,
+        ca_file=SCHEDULER_CA_FILE,
+        scheduler_name=name,
+        scheduler_namespace=OWNER_NS,
+        weight=scheduler.get("weight", 5),
+        http_timeout=scheduler.get("httpTimeout", "5s"),
+        server_name=server_name,
+    )
+    deployment = find(docs, "Deployment", name)
+    (mount,) = [
+        m
+        for m in deployment["spec"]["template"]["spec"]["containers"][0]["volumeMounts"]
+        if m["name"] == "extender-ca"
+    ]
+    assert f"{mount['mountPath']}/ca.crt" == SCHEDULER_CA_FILE
+    volume = next(
+        v for v in deployment["spec"]["template"]["spec"]["volumes"] if v["name"] == "extender-ca"
+    )
+    assert volume["secret"]["secretName"] == "tmi-extender-tls"
+
+
+def test_every_name_that_follows_the_scheduler_name_is_derived_from_it(
     values: dict[str, Any],
 ) -> None:
-    change = {"owner": {"scheduler": {"config": ""}}}
-    with pytest.raises(ChartError, match="render-scheduler-config"):
+    change = {
+        "core": {"inferenceResources": {"schedulerName": "team-a-scheduler"}},
+        "owner": {"scheduler": {"config": ""}},
+    }
+    docs = rendered(merged(values, change), OWNER)
+    policy = find(docs, "NetworkPolicy", "tmi-extender")
+    selectors = [
+        f["podSelector"] for r in policy["spec"]["ingress"] for f in r["from"] if "podSelector" in f
+    ]
+    assert selectors == [{"matchLabels": {"app.kubernetes.io/name": "team-a-scheduler"}}]
+    role = find(docs, "Role", "team-a-scheduler-leader-election")
+    assert ["team-a-scheduler"] in [r.get("resourceNames") for r in role["rules"]]
+    assert _scheduler_config(docs, "team-a-scheduler")["leaderElection"]["resourceName"] == (
+        "team-a-scheduler"
+    )
+    settings = find(rendered(merged(values, change), TENANT), "ConfigMap", "tmi-settings")
+    assert settings["data"]["TMI_SCHEDULER_NAME"] == "team-a-scheduler"
+
+
+def test_a_passed_configuration_for_another_scheduler_name_is_refused(
+    values: dict[str, Any],
+) -> None:
+    """The example configuration names the default scheduler: with another schedulerName the
+    engine Pods would wait Pending for a scheduler that never comes, so the chart says so."""
+    example = render_scheduler_config(extender_url="http://tmi-extender:8443")
+    change = {
+        "core": {"inferenceResources": {"schedulerName": "team-a-scheduler"}},
+        "owner": {"scheduler": {"config": yaml.safe_dump(example)}},
+    }
+    with pytest.raises(ChartError, match='names scheduler "kamiwaza-inference-scheduler" but'):
         render(part_values(OWNER, merged(values, change)), namespace=OWNER_NS)
 
 
@@ -282,7 +372,8 @@ def test_one_value_moves_a_profile_revision_everywhere(values: dict[str, Any]) -
     for part in (TENANT, OWNER):
         before = rendered(values, part)
         after = rendered(merged(values, revision), part)
-        assert set(_references(before)) == {"kamiwaza-inference-profiles-r1"}
+        # The seed's name, which `tmi sign` gives a profile unless told another.
+        assert set(_references(before)) == {DEFAULT_CONFIGMAP_NAME}
         # Webhook Role and settings, or extender Role and settings: all of them, from one value.
         assert len(_references(after)) >= 2
         assert set(_references(after)) == {"kamiwaza-inference-profiles-r2"}
@@ -446,3 +537,77 @@ def test_the_tenant_uninstall_hook_runs_first_and_the_owner_grants_it_one_config
     ]
     base = (ROOT / "manifests" / "webhook" / "kustomization.yaml").read_text()
     assert "cleanup" not in base
+
+
+@pytest.mark.parametrize("overlay", ["tenant", "owner"])
+def test_the_overlays_leave_no_placeholder_to_fill_in(overlay: str) -> None:
+    built = json.dumps(kustomize_build(ROOT / "manifests" / "overlays" / overlay))
+    assert re.findall(r"<[A-Z0-9_]+>", built) == []
+
+
+def test_a_default_install_has_tenant_mode_off_as_the_seed_says() -> None:
+    defaults = yaml.safe_load((CHART / "values.yaml").read_text())
+    assert defaults["core"]["inferenceResources"]["enabled"] is False
+    assert defaults["core"]["inferenceResources"]["bundleConfigMap"] == DEFAULT_CONFIGMAP_NAME
+    values = chartgen.base_values()
+    values["core"]["inferenceResources"].pop("enabled", None)
+    settings = find(rendered(values, TENANT), "ConfigMap", "tmi-settings")["data"]
+    assert settings["TMI_ENABLED"] == "false"
+
+
+@pytest.mark.parametrize(
+    ("kube_version", "prefix", "image"),
+    [
+        ("v1.36.3", "", "registry.k8s.io/kube-scheduler:v1.36.3"),
+        ("v1.34.2+k3s1", "", "registry.k8s.io/kube-scheduler:v1.34.2"),
+        (
+            "v1.35.1-eks-4096722",
+            "mirror.example/kamiwaza",
+            "mirror.example/kamiwaza/images/kube-scheduler:v1.35.1",
+        ),
+    ],
+)
+def test_the_scheduler_image_follows_the_cluster_version_and_the_registry_prefix(
+    values: dict[str, Any], kube_version: str, prefix: str, image: str
+) -> None:
+    change = {"global": {"imageRegistryPrefix": prefix}, "owner": {"scheduler": {"image": ""}}}
+    docs = render(
+        part_values(OWNER, merged(values, change)), namespace=OWNER_NS, kube_version=kube_version
+    )
+    (container,) = find(docs, "Deployment", DEFAULT_SCHEDULER_NAME)["spec"]["template"]["spec"][
+        "containers"
+    ]
+    assert container["image"] == image
+
+
+def test_the_pod_knobs_reach_every_server_and_leave_the_charts_own_annotations(
+    values: dict[str, Any],
+) -> None:
+    knobs = {
+        "priorityClassName": "system-cluster-critical",
+        "nodeSelector": {"node-role.example/infra": "true"},
+        "tolerations": [{"key": "infra", "operator": "Exists", "effect": "NoSchedule"}],
+        "podAnnotations": {"example.com/team": "platform", "sidecar.istio.io/inject": "true"},
+        "owner": {"scheduler": {"extraArgs": ["--v=4"]}},
+    }
+    changed = merged(values, knobs)
+    docs = rendered(changed, TENANT) + rendered(changed, OWNER)
+    deployments = [d for d in docs if d["kind"] == "Deployment"]
+    assert {d["metadata"]["name"] for d in deployments} == {
+        "tmi-webhook",
+        "tmi-extender",
+        "tmi-allocation-controller",
+        DEFAULT_SCHEDULER_NAME,
+    }
+    for deployment in deployments:
+        pod = deployment["spec"]["template"]
+        assert pod["spec"]["priorityClassName"] == "system-cluster-critical"
+        assert pod["spec"]["nodeSelector"] == knobs["nodeSelector"]
+        assert pod["spec"]["tolerations"] == knobs["tolerations"]
+        annotations = pod["metadata"]["annotations"]
+        assert annotations["example.com/team"] == "platform"
+        # The mesh opt-out is the chart's: a sidecar would sit between the API server and the
+        # webhook, or the scheduler and the extender.
+        assert annotations["sidecar.istio.io/inject"] == "false"
+    scheduler = find(docs, "Deployment", DEFAULT_SCHEDULER_NAME)
+    assert scheduler["spec"]["template"]["spec"]["containers"][0]["command"][-1] == "--v=4"

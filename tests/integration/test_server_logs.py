@@ -171,6 +171,7 @@ async def test_plan_api_bug_is_a_json_problem_not_a_bare_500(
     assert await resp.json() == {
         "status": 500,
         "detail": "the plan could not be made (internal error; see the webhook's log)",
+        "code": "internal-error",
     }
     [line] = lines(caplog, "webhook.app")
     assert (line["level"], line["code"]) == ("ERROR", "internal-error")

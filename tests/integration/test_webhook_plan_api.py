@@ -142,6 +142,7 @@ async def test_plan_api_matches_tmi_plan_for_a_foreign_image_map(
     assert cli == {
         "status": 503,
         "detail": "engine image map carries no image from this release's catalog",
+        "code": "image-map",
     }
     assert resp.status == 503 and exit_status == 3
 
@@ -180,4 +181,10 @@ async def test_plan_api_refuses_a_body_that_is_not_json(aiohttp_client: AiohttpC
     client = await aiohttp_client(app)
     resp = await client.post("/v1/plan", data=b'{"engine": "a", "engine": "b"}')
     assert resp.status == 400
-    assert "duplicate key" in (await resp.json())["detail"]
+    body = await resp.json()
+    assert "duplicate key" in body["detail"]
+    # The runbook's code, as every refusal carries it; one that breaks the schema is a 422.
+    assert body["code"] == "request-invalid"
+    resp = await client.post("/v1/plan", json={"schemaVersion": 1, "engine": 7})
+    assert resp.status == 422
+    assert (await resp.json())["code"] == "request-invalid"

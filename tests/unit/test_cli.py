@@ -295,7 +295,11 @@ def test_plan_disabled_needs_no_bundle(tmp_path: Path, capsys: Any) -> None:
     path.write_text(json.dumps(request()))
     code, body, _ = run(capsys, "plan", "--request", str(path), "--disabled")
     assert code == 1
-    assert body == {"status": 422, "detail": "Core cannot see a GPU on this install"}
+    assert body == {
+        "status": 422,
+        "detail": "Core cannot see a GPU on this install",
+        "code": "tenant-mode-off",
+    }
 
 
 def test_plan_missing_flags_is_usage_error(tmp_path: Path, capsys: Any) -> None:
@@ -316,6 +320,7 @@ def test_plan_with_image_map(owner_files: dict[str, Any], capsys: Any) -> None:
     assert body == {
         "status": 503,
         "detail": "engine image map carries no image from this release's catalog",
+        "code": "image-map",
     }
 
 

@@ -139,6 +139,7 @@ def test_disabled_gpu_deployment() -> None:
     assert plan(request(), state) == {
         "status": 422,
         "detail": "Core cannot see a GPU on this install",
+        "code": "tenant-mode-off",
     }
     assert plan(request("vllm"), state)["detail"] == "Core cannot see a GPU on this install"
 
@@ -158,12 +159,17 @@ def test_mlx_derived() -> None:
     assert plan(request("mlx")) == {
         "status": 422,
         "detail": DERIVE + "engine 'mlx' is not qualified in this release",
+        "code": "engine-not-qualified",
     }
 
 
 def test_mlx_with_block_fails_with_the_same_reason() -> None:
     body = plan(request("mlx", inferenceResources=block()))
-    assert body == {"status": 422, "detail": "engine 'mlx' is not qualified in this release"}
+    assert body == {
+        "status": 422,
+        "detail": "engine 'mlx' is not qualified in this release",
+        "code": "engine-not-qualified",
+    }
 
 
 def test_card_older_than_every_image() -> None:
@@ -171,6 +177,7 @@ def test_card_older_than_every_image() -> None:
     assert plan(request(), state) == {
         "status": 422,
         "detail": DERIVE + "llamacpp requires compute capability 7.0; this binding declares 6.1",
+        "code": "no-fit",
     }
 
 
@@ -190,6 +197,7 @@ def test_driver_too_old_for_vllm() -> None:
         "status": 422,
         "detail": DERIVE + "host driver supports CUDA 12 (attested cudaDriverMajor); engine vllm "
         "ships nvidia/amd64 images for CUDA 13+",
+        "code": "no-fit",
     }
 
 
@@ -267,6 +275,7 @@ def test_external_with_block() -> None:
     assert body == {
         "status": 422,
         "detail": "external endpoints allocate no local resources; omit inferenceResources",
+        "code": "external",
     }
 
 
@@ -278,6 +287,7 @@ def test_external_with_allocation(field: str) -> None:
         "status": 422,
         "detail": "external endpoints allocate no local resources; omit gpu_allocation and "
         "vram_allocation",
+        "code": "external",
     }
 
 
@@ -367,6 +377,7 @@ def test_profile_missing() -> None:
     assert plan(request(), state) == {
         "status": 503,
         "detail": PROFILE + "bundle did not arrive from the configured ConfigMap",
+        "code": "profile-refused",
     }
 
 
@@ -395,6 +406,7 @@ def test_profile_expired_between_requests() -> None:
     assert plan(request(), state, later) == {
         "status": 503,
         "detail": PROFILE + "bundle is expired or its window is empty",
+        "code": "profile-refused",
     }
 
 
@@ -419,6 +431,7 @@ def test_image_map_from_another_release() -> None:
     assert plan(request(), state) == {
         "status": 503,
         "detail": "engine image map carries no image from this release's catalog",
+        "code": "image-map",
     }
 
 
@@ -498,7 +511,11 @@ def test_block_count_and_config_must_agree() -> None:
 
 def test_unknown_top_level_key() -> None:
     body = plan(request(priority="high"))
-    assert body == {"status": 422, "detail": "invalid deployment request: priority: unknown field"}
+    assert body == {
+        "status": 422,
+        "detail": "invalid deployment request: priority: unknown field",
+        "code": "request-invalid",
+    }
 
 
 def test_unknown_model_key() -> None:
@@ -687,7 +704,11 @@ def test_no_gpu_declared_goes_to_cpu() -> None:
 
 def test_gpu_only_engine_with_force_cpu() -> None:
     body = plan(request("vllm", config__force_cpu=True))
-    assert body == {"status": 422, "detail": "vllm runs on GPU only and config.force_cpu is set"}
+    assert body == {
+        "status": 422,
+        "detail": "vllm runs on GPU only and config.force_cpu is set",
+        "code": "engine-capability",
+    }
 
 
 def test_explicit_cpu_block() -> None:

@@ -10,7 +10,6 @@ from typing import Any
 import pytest
 import yaml
 
-from inference_policy.profile import parse_envelope
 from inference_policy.schedconfig import (
     SchedulerConfigError,
     render_scheduler_config,
@@ -68,14 +67,12 @@ GOLDEN: dict[str, Any] = {
 def test_the_extender_is_consulted_for_every_pod_of_the_scheduler() -> None:
     """No managedResources: kube-scheduler then calls the extender for CPU engine Pods too,
     which is how they are steered off GPU nodes."""
-    envelope = parse_envelope(Owner().envelope())
-    rendered = render_scheduler_config(envelope, extender_url=URL, ca_pem=CA)
+    rendered = render_scheduler_config(extender_url=URL, ca_pem=CA)
     assert "managedResources" not in rendered["extenders"][0]
 
 
-def test_template_profile_renders_the_golden_configuration() -> None:
-    envelope = parse_envelope(Owner().envelope())
-    assert render_scheduler_config(envelope, extender_url=URL + "/", ca_pem=CA) == GOLDEN
+def test_the_configuration_renders_the_golden_one() -> None:
+    assert render_scheduler_config(extender_url=URL + "/", ca_pem=CA) == GOLDEN
 
 
 @pytest.mark.parametrize(
@@ -93,21 +90,18 @@ def test_template_profile_renders_the_golden_configuration() -> None:
 )
 def test_unusable_inputs_are_refused(kwargs: dict[str, Any], message: str) -> None:
     with pytest.raises(SchedulerConfigError) as caught:
-        render_scheduler_config(parse_envelope(Owner().envelope()), **kwargs)
+        render_scheduler_config(**kwargs)
     assert message in str(caught.value)
 
 
 def test_plain_http_needs_no_ca() -> None:
-    rendered = render_scheduler_config(
-        parse_envelope(Owner().envelope()), extender_url="http://127.0.0.1:18888"
-    )
+    rendered = render_scheduler_config(extender_url="http://127.0.0.1:18888")
     extender = rendered["extenders"][0]
     assert extender["enableHTTPS"] is False and "tlsConfig" not in extender
 
 
 def test_a_server_name_is_checked_when_the_url_names_an_address() -> None:
     rendered = render_scheduler_config(
-        parse_envelope(Owner().envelope()),
         extender_url="https://10.96.0.17:443",
         ca_pem=CA,
         server_name="tmi-extender.kamiwaza-scheduling.svc",
@@ -195,4 +189,36 @@ def test_cli_refuses_a_profile_the_servers_would_refuse(
     assert err.startswith(
         "error: invalid inference profile authorization: bundle is signed by a key this "
         "cluster does not trust"
+    )
+
+
+def test_cli_renders_without_a_profile_since_nothing_in_it_depends_on_one(
+    files: tuple[Owner, Path, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    _, _, ca = files
+    argv = ["render-scheduler-config", "--extender-url", URL, "--ca-file", str(ca), "-o", "yaml"]
+    assert main(argv) == 0
+    assert yaml.safe_load(capsys.readouterr().out) == GOLDEN
+
+
+def test_cli_names_an_empty_ca_file_as_empty_not_missing(
+    files: tuple[Owner, Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    empty = tmp_path / "empty.pem"
+    empty.write_bytes(b"")
+    argv = ["render-scheduler-config", "--extender-url", URL, "--ca-file", str(empty)]
+    assert main(argv) == 2
+    assert capsys.readouterr().err == (
+        f"error: the CA file is empty; it must hold the PEM certificate ({empty})\n"
+    )
+
+
+def test_cli_verifies_a_profile_only_with_the_flags_to_verify_it(
+    files: tuple[Owner, Path, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    _, bundle, ca = files
+    argv = ["render-scheduler-config", "--extender-url", URL, "--ca-file", str(ca)]
+    assert main([*argv, "--bundle", str(bundle)]) == 2
+    assert "--bundle needs --owner-public-key, --cluster-binding-id and --namespace" in (
+        capsys.readouterr().err
     )

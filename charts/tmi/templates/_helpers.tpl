@@ -165,3 +165,113 @@ namespaceSelector:
       operator: In
       values: [{{ .ns | quote }}]
 {{- end }}
+
+{{/* The extender's CA as the owner's scheduler reads it: the ca.crt of the extender's serving
+certificate Secret, mounted at this path (scheduler-deployment.yaml). */}}
+{{- define "tmi.schedulerCAFile" -}}
+/etc/kubernetes/kamiwaza-scheduler/extender-ca/ca.crt
+{{- end -}}
+
+{{/* The owner scheduler's KubeSchedulerConfiguration: owner.scheduler.config when the owner
+passes one (its scheduler and lock names must be schedulerName), else rendered here from the
+values, exactly as the core's inference_policy.schedconfig.render_scheduler_config renders it
+for these inputs (tests/chart/test_chart.py holds the two equal). */}}
+{{- define "tmi.schedulerConfig" -}}
+{{- $name := .Values.core.inferenceResources.schedulerName -}}
+{{- $s := .Values.owner.scheduler -}}
+{{- if $s.config -}}
+{{- $given := fromYaml $s.config -}}
+{{- if hasKey $given "Error" -}}
+{{- fail (printf "owner.scheduler.config is not YAML: %s" (get $given "Error")) -}}
+{{- end -}}
+{{- $profiles := $given.profiles | default list -}}
+{{- $named := "" -}}
+{{- if $profiles }}{{ $named = (first $profiles).schedulerName | default "" }}{{ end -}}
+{{- if ne $named $name -}}
+{{- fail (printf "owner.scheduler.config names scheduler %q but core.inferenceResources.schedulerName is %q: engine Pods would stay Pending; render it with --scheduler-name %s, or leave owner.scheduler.config empty and the chart renders it" $named $name $name) -}}
+{{- end -}}
+{{- $lock := (($given.leaderElection | default dict).resourceName) | default "" -}}
+{{- if ne $lock $name -}}
+{{- fail (printf "owner.scheduler.config takes leader-election lock %q, but the chart's Role grants only the Lease %q: render it with --scheduler-name %s" $lock $name $name) -}}
+{{- end -}}
+{{- $s.config | trim -}}
+{{- else -}}
+apiVersion: kubescheduler.config.k8s.io/v1
+kind: KubeSchedulerConfiguration
+leaderElection:
+  leaderElect: true
+  resourceLock: leases
+  resourceName: {{ $name }}
+  resourceNamespace: {{ .Release.Namespace }}
+profiles:
+  - schedulerName: {{ $name }}
+    pluginConfig:
+      - name: NodeResourcesFit
+        args:
+          scoringStrategy:
+            type: MostAllocated
+            resources:
+              - name: cpu
+                weight: 1
+              - name: memory
+                weight: 1
+extenders:
+  - urlPrefix: {{ $s.extenderURL | default (printf "https://tmi-extender.%s.svc:443" .Release.Namespace) }}
+    filterVerb: filter
+    prioritizeVerb: prioritize
+    weight: {{ $s.weight }}
+    enableHTTPS: true
+    httpTimeout: {{ $s.httpTimeout }}
+    nodeCacheCapable: true
+    ignorable: false
+    tlsConfig:
+      caFile: {{ include "tmi.schedulerCAFile" . }}
+      {{- with $s.extenderServerName }}
+      serverName: {{ . }}
+      {{- end }}
+{{- end -}}
+{{- end -}}
+
+
+{{/* What every tmi server's Pod takes from the owner's or installer's scheduling values
+(priorityClassName, nodeSelector, tolerations), below its serviceAccountName. */}}
+{{- define "tmi.podScheduling" -}}
+{{- with .Values.priorityClassName }}
+priorityClassName: {{ . | quote }}
+{{- end }}
+{{- with .Values.nodeSelector }}
+nodeSelector:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .Values.tolerations }}
+tolerations:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end -}}
+
+{{/* The installer's podAnnotations, on every tmi server's Pod template, beside the chart's own
+(which win: the checksums roll the servers, and the mesh opt-out keeps them reachable). */}}
+{{- define "tmi.podAnnotations" -}}
+{{- range $key, $value := .Values.podAnnotations }}
+{{- if not (or (hasPrefix "checksum/" $key) (eq $key "sidecar.istio.io/inject")) }}
+{{ $key }}: {{ $value | quote }}
+{{- end }}
+{{- end }}
+{{- end -}}
+
+
+{{/* The owner scheduler's image: owner.scheduler.image when set, else kube-scheduler of the
+cluster's own version (a distribution's suffix, +k3s1 or -eks-..., dropped), relocated by
+global.imageRegistryPrefix as every chart image is. */}}
+{{- define "tmi.schedulerImage" -}}
+{{- if .Values.owner.scheduler.image -}}
+{{- .Values.owner.scheduler.image -}}
+{{- else -}}
+{{- $version := regexFind "^v[0-9]+\\.[0-9]+\\.[0-9]+" .Capabilities.KubeVersion.Version -}}
+{{- $repo := "registry.k8s.io/kube-scheduler" -}}
+{{- with .Values.global.imageRegistryPrefix -}}
+{{- $repo = printf "%s/images/kube-scheduler" (trimSuffix "/" .) -}}
+{{- end -}}
+{{- printf "%s:%s" $repo $version -}}
+{{- end -}}
+{{- end -}}

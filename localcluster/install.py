@@ -117,6 +117,14 @@ class Rendered:
             if "helm.sh/hook" not in ((d.get("metadata") or {}).get("annotations") or {})
         ]
 
+    def tests(self) -> list[JSON]:
+        """The Pods `helm test` runs (hook `test`), in the order they render."""
+        return [
+            d
+            for d in self.docs
+            if ((d.get("metadata") or {}).get("annotations") or {}).get("helm.sh/hook") == "test"
+        ]
+
     def applied(self) -> list[JSON]:
         """What an install applies here, on nodes that run nothing: not the Deployments either
         (the harness runs their servers)."""

@@ -178,19 +178,25 @@ def add_capacity_parser(sub: Any) -> None:
     )
     add_policy_arguments(p)
     deployments = p.add_mutually_exclusive_group(required=True)
-    deployments.add_argument("--deployments", metavar="FILE")
+    deployments.add_argument(
+        "--deployments", metavar="FILE", help="the deployments, in order (JSON or YAML)"
+    )
     deployments.add_argument(
         "--deployments-from-namespace",
         metavar="NS",
         help="the engine Pods of NS, read through the API server (the tenant may)",
     )
     fleet = p.add_mutually_exclusive_group(required=True)
-    fleet.add_argument("--fleet", metavar="FILE")
+    fleet.add_argument(
+        "--fleet", metavar="FILE", help="the Nodes (kubectl get nodes -o json, or a list)"
+    )
     fleet.add_argument(
         "--fleet-from-api",
         action="store_true",
         help="the cluster's Nodes, read through the API server (the owner may; a tenant may not)",
     )
     p.add_argument("--kubeconfig", metavar="FILE", help="for the API reads (else in-cluster)")
-    p.add_argument("-o", "--output", choices=("table", "json"), default="table")
+    p.add_argument(
+        "-o", "--output", choices=("table", "json"), default="table", help="output (table)"
+    )
     p.set_defaults(func=cmd_capacity)

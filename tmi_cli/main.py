@@ -36,6 +36,7 @@ from tmi_cli.cleanup_command import add_cleanup_parser
 from tmi_cli.detect import TOOLKIT_CONFIG, DetectionError, detect_accelerator, detect_toolkit
 from tmi_cli.evidence_command import add_evidence_parser
 from tmi_cli.output import FORMATS, add_output_arguments, emit
+from tmi_cli.ping_command import add_ping_parser
 from tmi_cli.policy_args import (
     EXIT_FAILED,
     EXIT_OK,
@@ -201,6 +202,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_capacity_parser(sub)
     add_cleanup_parser(sub)
     add_render_dra_parser(sub)
+    add_ping_parser(sub)
 
     add_profile_parsers(sub)
 

@@ -87,18 +87,45 @@ def image_map(path: str | None) -> dict[str, str] | None:
 
 def add_policy_arguments(p: argparse.ArgumentParser) -> None:
     """The flags of the profile, its trust and the planning settings (`tmi plan`'s)."""
-    p.add_argument("--bundle", metavar="CONFIGMAP_FILE")
-    p.add_argument("--owner-public-key", action="append", metavar="B64")
-    p.add_argument("--cluster-binding-id", metavar="ID")
-    p.add_argument("--namespace", metavar="NS")
-    p.add_argument("--minimum-bundle-version", type=positive_int, default=1, metavar="N")
-    p.add_argument("--bundle-configmap", metavar="NAME")
-    p.add_argument("--now", metavar="T")
-    p.add_argument("--engine-image-map", metavar="FILE")
-    p.add_argument("--image-registry-prefix", metavar="P")
-    p.add_argument("--airgap-registry", metavar="URL")
-    p.add_argument("--gpu-recipe-catalog", metavar="FILE")
-    p.add_argument("--cpu-recipe-catalog", metavar="FILE")
+    p.add_argument(
+        "--bundle", metavar="CONFIGMAP_FILE", help="the signed profile ConfigMap (JSON or YAML)"
+    )
+    p.add_argument(
+        "--owner-public-key",
+        action="append",
+        metavar="B64",
+        help="a trusted owner key, as tmi keygen prints it (repeat for several)",
+    )
+    p.add_argument(
+        "--cluster-binding-id", metavar="ID", help="this cluster's id, as the profile names it"
+    )
+    p.add_argument("--namespace", metavar="NS", help="the tenant namespace")
+    p.add_argument(
+        "--minimum-bundle-version",
+        type=positive_int,
+        default=1,
+        metavar="N",
+        help="refuse profile versions below N (default 1)",
+    )
+    p.add_argument(
+        "--bundle-configmap",
+        metavar="NAME",
+        help="the ConfigMap name the servers are configured with (default: the one it carries)",
+    )
+    p.add_argument("--now", metavar="T", help="decide at T (RFC 3339) instead of now")
+    p.add_argument(
+        "--engine-image-map",
+        metavar="FILE",
+        help="catalog image -> imported reference, as the servers' engineImageMap",
+    )
+    p.add_argument("--image-registry-prefix", metavar="P", help="as global.imageRegistryPrefix")
+    p.add_argument("--airgap-registry", metavar="URL", help="as global.airgap.registry.url")
+    p.add_argument(
+        "--gpu-recipe-catalog", metavar="FILE", help="the GPU recipe catalog ConfigMap, if any"
+    )
+    p.add_argument(
+        "--cpu-recipe-catalog", metavar="FILE", help="the CPU recipe catalog ConfigMap, if any"
+    )
 
 
 def policy_state(args: argparse.Namespace, now: datetime, *, disabled: bool = False) -> PolicyState:

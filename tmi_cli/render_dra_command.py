@@ -89,15 +89,23 @@ def add_render_dra_parser(sub: Any) -> None:
     p.add_argument(
         "--owner-public-key", required=True, action="append", metavar="B64", help="trusted key"
     )
-    p.add_argument("--cluster-binding-id", required=True, metavar="ID")
+    p.add_argument("--cluster-binding-id", required=True, metavar="ID", help="this cluster's id")
     p.add_argument("--namespace", required=True, metavar="NS", help="the tenant namespace")
-    p.add_argument("--minimum-bundle-version", type=positive_int, default=1, metavar="N")
+    p.add_argument(
+        "--minimum-bundle-version",
+        type=positive_int,
+        default=1,
+        metavar="N",
+        help="refuse profile versions below N (default 1)",
+    )
     p.add_argument("--bundle-configmap", metavar="NAME", help="configured ConfigMap name")
     p.add_argument(
         "--objects",
         action="store_true",
         help="print the Kubernetes objects (a List) instead of the chart's owner.dra values",
     )
-    p.add_argument("--format", choices=("json", "yaml"), default="yaml")
-    p.add_argument("--now", metavar="T")
+    p.add_argument(
+        "--format", choices=("json", "yaml"), default="yaml", help="output format (yaml)"
+    )
+    p.add_argument("--now", metavar="T", help="check the profile's window at T (RFC 3339)")
     p.set_defaults(func=cmd_render_dra)

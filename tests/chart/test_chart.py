@@ -183,7 +183,15 @@ def test_every_name_that_follows_the_scheduler_name_is_derived_from_it(
     selectors = [
         f["podSelector"] for r in policy["spec"]["ingress"] for f in r["from"] if "podSelector" in f
     ]
-    assert selectors == [{"matchLabels": {"app.kubernetes.io/name": "team-a-scheduler"}}]
+    assert selectors == [
+        {"matchLabels": {"app.kubernetes.io/name": "team-a-scheduler"}},
+        {
+            "matchLabels": {
+                "app.kubernetes.io/name": "tmi-extender-test",
+                "app.kubernetes.io/component": "helm-test",
+            }
+        },
+    ]
     role = find(docs, "Role", "team-a-scheduler-leader-election")
     assert ["team-a-scheduler"] in [r.get("resourceNames") for r in role["rules"]]
     assert _scheduler_config(docs, "team-a-scheduler")["leaderElection"]["resourceName"] == (
@@ -611,3 +619,50 @@ def test_the_pod_knobs_reach_every_server_and_leave_the_charts_own_annotations(
         assert annotations["sidecar.istio.io/inject"] == "false"
     scheduler = find(docs, "Deployment", DEFAULT_SCHEDULER_NAME)
     assert scheduler["spec"]["template"]["spec"]["containers"][0]["command"][-1] == "--v=4"
+
+
+def test_the_alerts_link_the_runbook_where_the_owner_publishes_it(values: dict[str, Any]) -> None:
+    base = "https://git.example.com/platform/tmi/blob/v0.1.0/docs/operations.md"
+    change = {"monitoring": {"prometheusRule": {"enabled": True}, "runbookURL": base}}
+    rule = find(rendered(merged(values, change), TENANT), "PrometheusRule", "tmi")
+    annotations = [r["annotations"] for g in rule["spec"]["groups"] for r in g["rules"]]
+    assert annotations and all("runbook" not in a for a in annotations)
+    links = {a["runbook_url"] for a in annotations}
+    assert f"{base}#tmiprofileexpiringsoon" in links
+    assert f"{base}#{{{{ $labels.reason }}}}" in links
+    assert all(link.startswith(base + "#") for link in links)
+
+
+def _notes(values: dict[str, Any], part: str, tmp_path: Path) -> str:
+    """NOTES.txt as `helm install` prints it. `helm template` leaves it out, so a copy of the
+    chart defines it as a partial and renders it into a ConfigMap."""
+    import shutil
+
+    chart = tmp_path / "tmi"
+    shutil.copytree(CHART, chart)
+    notes = chart / "templates" / "NOTES.txt"
+    body = notes.read_text()
+    notes.unlink()
+    (chart / "templates" / "_notes.tpl").write_text(
+        '{{- define "notes-under-test" -}}\n' + body + "\n{{- end -}}\n"
+    )
+    (chart / "templates" / "notes-under-test.yaml").write_text(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: notes-under-test\n"
+        'data:\n  notes: {{ include "notes-under-test" . | toJson }}\n'
+    )
+    namespace = TENANT_NS if part == TENANT else OWNER_NS
+    docs = render(part_values(part, values), namespace=namespace, chart=chart)
+    return str(find(docs, "ConfigMap", "notes-under-test")["data"]["notes"])
+
+
+def test_the_notes_say_the_next_steps_for_each_part(values: dict[str, Any], tmp_path: Path) -> None:
+    off = merged(values, {"core": {"inferenceResources": {"enabled": False}}})
+    notes = _notes(off, TENANT, tmp_path / "off")
+    assert "Tenant-mode inference is OFF" in notes and "enabled=true" in notes
+    on = merged(values, {"core": {"inferenceResources": {"enabled": True}}})
+    notes = _notes(on, TENANT, tmp_path / "on")
+    assert f"kubectl -n {TENANT_NS} rollout status deployment/tmi-webhook" in notes
+    assert f"--bundle-configmap {DEFAULT_CONFIGMAP_NAME}" in notes
+    notes = _notes(on, OWNER, tmp_path / "owner")
+    assert f"kubectl label namespace {TENANT_NS} kamiwaza.ai/tenant-inference=enabled" in notes
+    assert f"deployment/{DEFAULT_SCHEDULER_NAME}" in notes

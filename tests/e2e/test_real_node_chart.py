@@ -209,3 +209,38 @@ def test_an_engine_deployment_rolls_out_with_real_readiness(
     finally:
         with contextlib.suppress(ApiError):
             node_plane.kube("admin").delete("apps/v1", "Deployment", name, ns)
+
+
+def test_helm_test_passes_the_webhook_answers_and_the_extender_serves(
+    node_plane: ControlPlane, chart: ChartStack
+) -> None:
+    """The chart's `helm test` Pods, run as `helm test` runs them (created, then read back):
+    the tenant's (created by its installer) gets an answer from the webhook's plan API, the
+    owner's from the extender, each over its Service and the certificate its callers check."""
+    admin = node_plane.kube("admin")
+    assert chart.tenant is not None and chart.owner is not None
+    parts = ((chart.tenant, "tmi-installer"), (chart.owner, "admin"))
+    ran = []
+    for part, identity in parts:
+        for pod in part.tests():
+            namespace = pod["metadata"].get("namespace") or part.namespace
+            name = pod["metadata"]["name"]
+            node_plane.kube(identity).create(pod, namespace=namespace)
+            try:
+                done = wait_pod(
+                    admin,
+                    namespace,
+                    name,
+                    lambda p: p["status"].get("phase") in ("Succeeded", "Failed"),
+                )
+                log = admin.request("GET", f"/api/v1/namespaces/{namespace}/pods/{name}/log")
+                # The client decodes a JSON answer, and tmi ping prints one.
+                report = log if isinstance(log, dict) and "raw" not in log else None
+                assert done["status"]["phase"] == "Succeeded", log
+                assert report is not None and report["answered"] is True, log
+                assert report["status"] < 500 and report["body"], log
+                ran.append(name)
+            finally:
+                with contextlib.suppress(ApiError):
+                    admin.delete("v1", "Pod", name, namespace, grace_period_seconds=0)
+    assert ran == ["tmi-webhook-test", "tmi-extender-test"]

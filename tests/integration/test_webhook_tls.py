@@ -198,3 +198,39 @@ def test_unusable_certificate_fails_the_start(tmp_path: Path) -> None:
         CertificateReloader(str(tmp_path / "tls.crt"), str(tmp_path / "tls.key"))
     with pytest.raises(CertificateError):
         CertificateReloader(str(tmp_path / "missing.crt"), str(tmp_path / "missing.key"))
+
+
+async def test_tmi_ping_gets_the_plan_api_answer_over_the_servers_tls(
+    server: Server, ca: trustme.CA, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """What the chart's `helm test` Pod runs: the plan API answers over the certificate its
+    callers check, by name even when the URL names an address; another CA is refused."""
+    import json
+
+    from tmi_cli.main import main
+
+    ca_file = tmp_path / "ca.crt"
+    ca.cert_pem.write_to_path(str(ca_file))
+    body = json.dumps(request())
+    loop = asyncio.get_running_loop()
+
+    async def ping(*argv: str) -> tuple[int, Any]:
+        status = await loop.run_in_executor(None, main, ["ping", *argv])
+        return status, json.loads(capsys.readouterr().out)
+
+    status, out = await ping(f"{server.url}/v1/plan", "--ca-file", str(ca_file), "--json", body)
+    assert status == 0 and out["answered"] is True and out["status"] == 200
+    assert out["body"]["path"] in ("gpu", "cpu")
+    # The certificate names 127.0.0.1 and localhost: checked against a name it carries.
+    status, out = await ping(
+        f"{server.url}/readyz", "--ca-file", str(ca_file), "--server-name", "localhost"
+    )
+    assert (status, out["status"], out["body"]) == (0, 200, "ok")
+    status, out = await ping(
+        f"{server.url}/readyz", "--ca-file", str(ca_file), "--server-name", "tmi-webhook.x.svc"
+    )
+    assert status == 1 and out["answered"] is False and "certificate" in out["error"].lower()
+    other = tmp_path / "other.crt"
+    trustme.CA().cert_pem.write_to_path(str(other))
+    status, out = await ping(f"{server.url}/readyz", "--ca-file", str(other))
+    assert status == 1 and "certificate verify failed" in out["error"]

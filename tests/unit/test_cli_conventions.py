@@ -189,3 +189,19 @@ def test_version_and_yaml_output(
         "detail": "Core cannot see a GPU on this install",
         "code": "tenant-mode-off",
     }
+
+
+def test_every_flag_of_every_command_says_what_it_is() -> None:
+    import argparse
+
+    from tmi_cli.main import build_parser
+
+    parser = build_parser()
+    (commands,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    silent = [
+        (name, action.option_strings)
+        for name, command in commands.choices.items()
+        for action in command._actions
+        if action.option_strings and action.dest != "help" and not action.help
+    ]
+    assert silent == []

@@ -52,6 +52,7 @@ from tmi_cli.policy_args import (
 )
 from tmi_cli.profile_commands import add_profile_parsers
 from tmi_cli.render_dra_command import add_render_dra_parser
+from tmi_cli.revision_commands import add_revision_parsers
 
 
 class _StoreOnce(argparse._StoreAction):
@@ -203,6 +204,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_cleanup_parser(sub)
     add_render_dra_parser(sub)
     add_ping_parser(sub)
+    add_revision_parsers(sub)
 
     add_profile_parsers(sub)
 

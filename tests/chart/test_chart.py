@@ -666,3 +666,36 @@ def test_the_notes_say_the_next_steps_for_each_part(values: dict[str, Any], tmp_
     notes = _notes(on, OWNER, tmp_path / "owner")
     assert f"kubectl label namespace {TENANT_NS} kamiwaza.ai/tenant-inference=enabled" in notes
     assert f"deployment/{DEFAULT_SCHEDULER_NAME}" in notes
+
+
+def test_the_seeds_values_file_installs_and_its_pull_secret_rule_holds(
+    values: dict[str, Any],
+) -> None:
+    """The seed's staging values are accepted (the platform stages models; tmi stages none), and
+    the install's pull Secret is the engine Pods' staging credential unless OpenShift's
+    ServiceAccount-only rule is on."""
+    seed = {
+        "global": {"imagePullSecrets": ["kamiwaza-pull"]},
+        "core": {
+            "inferenceResources": {
+                "gpuRegistry": "registry.kamiwaza.svc:5000",
+                "cpuRegistry": "registry.kamiwaza.svc:5000",
+                "gpuRegistryInsecure": True,
+                "cpuRegistryInsecure": True,
+                "gpuStagingImage": "ghcr.io/kamiwaza-ai/model-fetch:1.0",
+                "cpuStagingImage": "ghcr.io/kamiwaza-ai/model-fetch:1.0",
+                # Left to their default (the bases' values name one).
+                "gpuRegistryCredentialsSecret": "",
+                "cpuRegistryCredentialsSecret": "",
+            }
+        },
+    }
+    settings = find(rendered(merged(values, seed), TENANT), "ConfigMap", "tmi-settings")["data"]
+    assert settings["TMI_GPU_REGISTRY_CREDENTIALS_SECRET"] == "kamiwaza-pull"
+    assert settings["TMI_CPU_REGISTRY_CREDENTIALS_SECRET"] == "kamiwaza-pull"
+    only = merged(seed, {"global": {"openshift": {"serviceAccountImagePullSecretsOnly": True}}})
+    settings = find(rendered(merged(values, only), TENANT), "ConfigMap", "tmi-settings")["data"]
+    assert "TMI_GPU_REGISTRY_CREDENTIALS_SECRET" not in settings
+    explicit = merged(only, {"core": {"inferenceResources": {"gpuRegistryCredentialsSecret": "m"}}})
+    settings = find(rendered(merged(values, explicit), TENANT), "ConfigMap", "tmi-settings")
+    assert settings["data"]["TMI_GPU_REGISTRY_CREDENTIALS_SECRET"] == "m"

@@ -56,9 +56,13 @@ tmi.ownerTenants). */}}
 {{- end -}}
 
 {{- define "tmi.pullSecret" -}}
+{{- /* The seed: not defaulted when global.openshift.serviceAccountImagePullSecretsOnly is true
+(pull credentials then come from the ServiceAccount alone). */ -}}
+{{- if not ((.Values.global.openshift | default dict).serviceAccountImagePullSecretsOnly) -}}
 {{- with .Values.global.imagePullSecrets -}}
 {{- $first := first . -}}
 {{- if kindIs "map" $first -}}{{ $first.name }}{{- else -}}{{ $first }}{{- end -}}
+{{- end -}}
 {{- end -}}
 {{- end -}}
 

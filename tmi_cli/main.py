@@ -15,6 +15,8 @@ from importlib import metadata
 from typing import Any, NoReturn
 
 from inference_policy.catalog import CatalogError
+from inference_policy.detection import accelerator_block
+from inference_policy.host_facts import dra_devices, host_report
 from inference_policy.recipes import RecipeCatalogError, render_catalog
 from inference_policy.schedconfig import (
     DEFAULT_SCHEDULER_NAME,
@@ -35,6 +37,8 @@ from tmi_cli.capacity_command import add_capacity_parser
 from tmi_cli.cleanup_command import add_cleanup_parser
 from tmi_cli.detect import TOOLKIT_CONFIG, DetectionError, detect_accelerator, detect_toolkit
 from tmi_cli.evidence_command import add_evidence_parser
+from tmi_cli.host_probe import Capture, cuda_driver, host_gpus, this_node
+from tmi_cli.nvidia_smi import probe_nvidia_smi, run_command
 from tmi_cli.output import FORMATS, add_output_arguments, emit
 from tmi_cli.ping_command import add_ping_parser
 from tmi_cli.policy_args import (
@@ -87,15 +91,39 @@ class _Parser(argparse.ArgumentParser):
 
 def cmd_detect(args: argparse.Namespace) -> int:
     try:
-        block = detect_accelerator()
+        capture = Capture(args.from_dir) if args.from_dir else None
+        if capture is not None:
+            # A recording has no NVML to ask: nvidia-smi's answers are what it holds.
+            host = probe_nvidia_smi(capture)
+            block = accelerator_block(host.gpus, host.cuda_driver_version, host.peer_paths)
+        else:
+            block = detect_accelerator()
+        document: dict[str, Any] = dict(block)
         if args.container_toolkit:
             # The accelerator block stays as the seed prints it; the report sits beside it.
-            emit({**block, "containerToolkit": detect_toolkit(args.toolkit_config)}, args)
-            return EXIT_OK
+            document["containerToolkit"] = detect_toolkit(args.toolkit_config)
+        if args.host:
+            smi = capture if capture is not None else run_command
+            runner = _smi(smi)
+            gpus = host_gpus(runner)
+            node = args.node or (capture.node if capture is not None else None) or this_node()
+            source = f"capture {args.from_dir}" if capture is not None else "nvidia-smi"
+            document["host"] = host_report(node, gpus, cuda_driver(runner), source)
+            document["dra"] = {"devices": dra_devices(gpus)}
     except DetectionError as exc:
         raise CommandError(str(exc)) from None
-    emit(block, args)
+    emit(document, args)
     return EXIT_OK
+
+
+def _smi(run: Any) -> Any:
+    def smi(*args: str) -> Any:
+        try:
+            return run(["nvidia-smi", *args])
+        except FileNotFoundError as err:
+            raise DetectionError(f"nvidia-smi is not installed: {err}") from err
+
+    return smi
 
 
 def cmd_render_scheduler_config(args: argparse.Namespace) -> int:
@@ -196,6 +224,20 @@ def build_parser() -> argparse.ArgumentParser:
         default=TOOLKIT_CONFIG,
         help=f"the toolkit's config.toml (default {TOOLKIT_CONFIG})",
     )
+    p.add_argument(
+        "--host",
+        action="store_true",
+        help="also report the host (node, each GPU's model, UUID, memory total and reserved, "
+        "MIG mode and profiles) and, for a dra binding, each kind of GPU as NVIDIA's DRA "
+        "driver names it",
+    )
+    p.add_argument(
+        "--from",
+        dest="from_dir",
+        metavar="DIR",
+        help="answer from a recorded capture (tools/gpu-capture.sh DIR) instead of this host",
+    )
+    p.add_argument("--node", metavar="NAME", help="the node's name (default: NODE_NAME, hostname)")
     add_output_arguments(p)
     p.set_defaults(func=cmd_detect)
 

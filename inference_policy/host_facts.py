@@ -58,12 +58,21 @@ class HostGpu:
     mig_profiles: tuple[str, ...] = ()
 
 
+# `uname -m` as Kubernetes names the architecture (kubernetes.io/arch).
+ARCHITECTURES = {"x86_64": "amd64", "amd64": "amd64", "aarch64": "arm64", "arm64": "arm64"}
+
+
 def host_report(
-    node: str, gpus: Sequence[HostGpu], cuda_driver: tuple[int, int] | None, source: str
+    node: str,
+    gpus: Sequence[HostGpu],
+    cuda_driver: tuple[int, int] | None,
+    source: str,
+    machine: str | None = None,
 ) -> dict[str, Any]:
     """The host block: where, which GPUs, how much memory, which MIG profiles."""
     return {
         "node": node,
+        "architecture": ARCHITECTURES.get(machine or "", machine),
         "source": source,
         "count": len(gpus),
         "gpus": [
@@ -111,6 +120,7 @@ def _version_key(text: str) -> tuple[int, ...]:
 
 
 __all__ = [
+    "ARCHITECTURES",
     "DRA_DRIVER",
     "HostGpu",
     "architecture_of",

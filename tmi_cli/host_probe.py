@@ -66,6 +66,12 @@ class Capture:
         fields = (self.sections.get("uname") or "").split()
         return fields[1] if len(fields) > 1 else None
 
+    @property
+    def machine(self) -> str | None:
+        """The machine `uname -a` recorded (the field before the processor's)."""
+        fields = (self.sections.get("uname") or "").split()
+        return fields[-4] if len(fields) >= 4 else None
+
 
 def _absent(rest: tuple[str, ...]) -> CommandResult:
     return CommandResult(1, "", f"nvidia-smi {' '.join(rest)}: not recorded in the capture")

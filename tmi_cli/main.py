@@ -9,6 +9,7 @@ for plans), 2 a usage error, 3 a plan refused with a 5xx.
 from __future__ import annotations
 
 import argparse
+import platform
 import sys
 from collections.abc import Sequence
 from importlib import metadata
@@ -36,6 +37,7 @@ from policy_io.files import InputError, read_bytes, read_json
 from tmi_cli.capacity_command import add_capacity_parser
 from tmi_cli.cleanup_command import add_cleanup_parser
 from tmi_cli.detect import TOOLKIT_CONFIG, DetectionError, detect_accelerator, detect_toolkit
+from tmi_cli.draft_command import add_draft_parser
 from tmi_cli.evidence_command import add_evidence_parser
 from tmi_cli.host_probe import Capture, cuda_driver, host_gpus, this_node
 from tmi_cli.nvidia_smi import probe_nvidia_smi, run_command
@@ -108,7 +110,8 @@ def cmd_detect(args: argparse.Namespace) -> int:
             gpus = host_gpus(runner)
             node = args.node or (capture.node if capture is not None else None) or this_node()
             source = f"capture {args.from_dir}" if capture is not None else "nvidia-smi"
-            document["host"] = host_report(node, gpus, cuda_driver(runner), source)
+            machine = capture.machine if capture is not None else platform.machine()
+            document["host"] = host_report(node, gpus, cuda_driver(runner), source, machine)
             document["dra"] = {"devices": dra_devices(gpus)}
     except DetectionError as exc:
         raise CommandError(str(exc)) from None
@@ -247,6 +250,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_render_dra_parser(sub)
     add_ping_parser(sub)
     add_revision_parsers(sub)
+    add_draft_parser(sub)
 
     add_profile_parsers(sub)
 

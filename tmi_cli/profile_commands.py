@@ -47,7 +47,7 @@ from tmi_cli.policy_args import (
 Subparsers = Any
 
 
-def _load_private_key(path: str) -> Ed25519PrivateKey:
+def load_private_key(path: str) -> Ed25519PrivateKey:
     data = read_bytes(path, "private key")
     try:
         key = serialization.load_pem_private_key(data, password=None)
@@ -86,14 +86,17 @@ def cmd_keygen(args: argparse.Namespace) -> int:
 
 
 def cmd_pubkey(args: argparse.Namespace) -> int:
-    emit(public_identity(_load_private_key(args.private_key)), args)
+    emit(public_identity(load_private_key(args.private_key)), args)
     return EXIT_OK
 
 
 def cmd_sign(args: argparse.Namespace) -> int:
     now = now_from(args.now)
     document = read_json(args.envelope, "envelope")
-    key = _load_private_key(args.private_key)
+    key = load_private_key(args.private_key)
+    if isinstance(document, dict) and "keyId" not in document:
+        # The key is in hand: an envelope that leaves keyId out takes the key's own.
+        document["keyId"] = public_identity(key)["keyId"]
     refused = "signed bundle would be refused: " + REFUSAL_PREFIX
     try:
         envelope = parse_envelope(document)

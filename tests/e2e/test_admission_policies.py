@@ -350,3 +350,40 @@ def test_the_policies_refuse_exactly_what_the_predicate_refuses(
 def _fields(message: str) -> list[str]:
     inside = message[len(FORGERY_PREFIX) : message.rindex(");")]
     return inside.split(", ")
+
+
+def test_the_detect_job_runs_in_the_owners_namespace_and_is_refused_in_the_tenants(
+    control_plane: ControlPlane, webhook: Deployed, installer: Kube
+) -> None:
+    """manifests/detect-job.yaml as shipped: its Pod reaches for every GPU outside a plan, so
+    the guard refuses it in the opted-in tenant namespace (the seed's re-detect would break
+    there), and the owner's namespace, which no tenant guard covers, admits it."""
+    from pathlib import Path
+
+    import yaml
+
+    job = yaml.safe_load(
+        (Path(__file__).resolve().parents[2] / "manifests" / "detect-job.yaml").read_text()
+    )
+    template = job["spec"]["template"]
+    # Not bound to a node: dry runs only, and the guard reads the Pod, not where it runs.
+    spec = {k: v for k, v in template["spec"].items() if k != "nodeName"}
+    pod: dict[str, Any] = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "tmi-detect-probe", "namespace": NAMESPACE},
+        "spec": spec,
+    }
+    err = refusal(installer, pod)
+    assert err.status == 403 and FORGERY_PREFIX in err.message, err.message
+    assert "NVIDIA_VISIBLE_DEVICES" in err.message or "runtimeClassName" in err.message
+    owner_ns = job["metadata"]["namespace"]
+    admin = control_plane.kube("admin")
+    with contextlib.suppress(ApiError):
+        admin.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": owner_ns}})
+    admitted = admin.create(
+        {**pod, "metadata": {**pod["metadata"], "namespace": owner_ns}}, dry_run=True
+    )
+    assert admitted["spec"]["runtimeClassName"] == "nvidia"
+    env = {e["name"]: e.get("value") for e in admitted["spec"]["containers"][0]["env"]}
+    assert env["NVIDIA_VISIBLE_DEVICES"] == "all"

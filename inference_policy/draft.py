@@ -1,0 +1,230 @@
+"""A profile draft from what `tmi detect --host` measured on each GPU node, by the seed's rules.
+
+Writing a profile by hand is arithmetic an owner gets wrong: which facts a binding may attest
+when its nodes differ, and how much memory a deployment may plan on. The seed's rules, applied
+here once:
+
+* one whole-device binding per GPU model and architecture; a binding covers every node of its
+  architecture that advertises its resource, so it attests what holds on all of them: the
+  lowest compute capability and CUDA driver major, the features every node has, the least
+  memory;
+* `usableMemory` for a whole device on a discrete card is the card's memory less what the
+  driver reserves, in whole Gi rounded down (`understating it is the safe direction`): 139Gi
+  on an H200 (143771 MiB, 616 reserved), 79Gi on an 80 GB card;
+* a CPU binding per architecture seen, and each GPU profile's compatibleVariantIds the engines
+  the catalog ships for that architecture; the runtime image the catalog's llama.cpp image for
+  the newest CUDA the nodes' driver runs.
+
+MIG and VRAM-share bindings depend on how the owner cuts the cards, which detection cannot see,
+so the draft leaves them to the owner and says so. What the draft cannot know (the window, the
+version, the evidence label) it fills with values to review, and the notes name the nodes and
+models it drew on. Pure: documents in, a draft and notes out.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from inference_policy.profile import format_timestamp
+
+CatalogRow = tuple[str, str, str, str, str]
+_SLUG = re.compile(r"[^a-z0-9]+")
+
+
+class DraftError(ValueError):
+    """An observation the draft cannot use; the message names it."""
+
+
+@dataclass(frozen=True, slots=True)
+class Observed:
+    """One node as `tmi detect --host` saw it."""
+
+    node: str
+    architecture: str
+    compute_capability: str
+    cuda_driver_major: int
+    features: tuple[str, ...]
+    gpus: tuple[Mapping[str, Any], ...]
+
+
+def observed(document: Mapping[str, Any], where: str) -> Observed:
+    """A `tmi detect --host` output, checked for what the draft reads."""
+    try:
+        accelerator = document["accelerator"]
+        host = document["host"]
+        return Observed(
+            node=str(host["node"]),
+            architecture=str(host["architecture"]),
+            compute_capability=str(accelerator["computeCapability"]),
+            cuda_driver_major=int(accelerator["cudaDriverMajor"]),
+            features=tuple(accelerator["features"]),
+            gpus=tuple(host["gpus"]),
+        )
+    except (KeyError, TypeError, ValueError) as exc:
+        raise DraftError(
+            f"{where} is not `tmi detect --host` output (missing or malformed {exc})"
+        ) from None
+
+
+def usable_memory_gi(total_mib: int, reserved_mib: int | None) -> int:
+    """The seed's rule for a whole device on a discrete card, in whole Gi rounded down."""
+    return (total_mib - (reserved_mib or 0)) // 1024
+
+
+def _cc_key(cc: str) -> tuple[int, int]:
+    major, _, minor = cc.partition(".")
+    return int(major), int(minor or 0)
+
+
+def _slug(text: str) -> str:
+    return _SLUG.sub("-", text.lower()).strip("-")
+
+
+def _image(rows: Sequence[CatalogRow], vendor: str, arch: str, cuda: int | None) -> str | None:
+    """The catalog's llama.cpp image for the vendor and architecture (the newest CUDA the
+    driver runs)."""
+    fitting = [
+        r
+        for r in rows
+        if r[0] == "llamacpp"
+        and r[1] == vendor
+        and r[2] == arch
+        and (cuda is None or (r[3].isdigit() and int(r[3]) <= cuda))
+    ]
+    fitting.sort(key=lambda r: int(r[3]) if r[3].isdigit() else 0)
+    return fitting[-1][4] if fitting else None
+
+
+def _variants(rows: Sequence[CatalogRow], arch: str) -> list[str]:
+    engines = sorted({r[0] for r in rows if r[1] == "nvidia" and r[2] == arch})
+    return [f"{engine}-nvidia-{arch}" for engine in engines]
+
+
+def draft_envelope(
+    nodes: Iterable[Observed],
+    catalog: Sequence[CatalogRow],
+    *,
+    key_id: str,
+    cluster_binding_id: str,
+    namespace: str,
+    now: datetime,
+    days: int = 90,
+) -> tuple[dict[str, Any], list[str]]:
+    """The envelope the seed's rules give for these nodes, and the notes on what it drew on and
+    what it left to the owner."""
+    seen = list(nodes)
+    if not seen:
+        raise DraftError("no node was observed; give one `tmi detect --host` output per node")
+    notes: list[str] = []
+    groups: dict[tuple[str, str], list[tuple[Observed, Mapping[str, Any]]]] = {}
+    for node in seen:
+        for gpu in node.gpus:
+            if gpu.get("migMode") == "Enabled":
+                notes.append(
+                    f"{node.node} GPU {gpu.get('index')} ({gpu.get('model')}) is in MIG mode: "
+                    "write its MIG binding by hand (slice memory less CUDA context headroom)"
+                )
+                continue
+            groups.setdefault((node.architecture, str(gpu["model"])), []).append((node, gpu))
+    profiles: list[dict[str, Any]] = []
+    for arch in sorted({n.architecture for n in seen}):
+        image = _image(catalog, "cpu", arch, None)
+        if image is None:
+            notes.append(f"the catalog has no CPU image for {arch}: no CPU binding drafted")
+            continue
+        profiles.append(
+            {
+                "name": f"cpu-{arch}",
+                "capability": "cpu",
+                "guarantees": [],
+                "compatibleVariantIds": ["cpu-default"],
+                "bindings": [
+                    {
+                        "id": f"cpu-{arch}",
+                        "allocator": "cpu",
+                        "architecture": arch,
+                        "runtime": {"kind": "cpu", "variantId": "cpu-default", "image": image},
+                        "capacity": {"kind": "scheduler"},
+                        "nodeSelector": {"kubernetes.io/arch": arch},
+                    }
+                ],
+            }
+        )
+    bindings_by_arch: dict[str, list[dict[str, Any]]] = {}
+    for (arch, model), members in sorted(groups.items()):
+        hosts = sorted({n.node for n, _ in members})
+        cc = min((n.compute_capability for n, _ in members), key=_cc_key)
+        cuda = min(n.cuda_driver_major for n, _ in members)
+        features = sorted(set.intersection(*(set(n.features) for n, _ in members)))
+        usable = min(
+            usable_memory_gi(int(g["memoryTotalMiB"]), g.get("memoryReservedMiB"))
+            for _, g in members
+        )
+        image = _image(catalog, "nvidia", arch, cuda)
+        if image is None:
+            notes.append(f"the catalog has no CUDA {cuda} image for {arch}: {model} left out")
+            continue
+        binding_id = f"{_slug(model)}-{arch}"
+        bindings_by_arch.setdefault(arch, []).append(
+            {
+                "id": binding_id,
+                "allocator": "extended-resource",
+                "architecture": arch,
+                "accelerator": {
+                    "vendor": "nvidia",
+                    "computeCapability": cc,
+                    "cudaDriverMajor": cuda,
+                    "features": features,
+                },
+                "capacity": {"kind": "scheduler", "usableMemory": f"{usable}Gi"},
+                "resource": {"name": "nvidia.com/gpu", "quantity": 1},
+                "runtime": {
+                    "kind": "cuda",
+                    "variantId": f"llamacpp-nvidia-{arch}",
+                    "image": image,
+                },
+                "runtimeClassName": "nvidia",
+                "nodeSelector": {"kubernetes.io/arch": arch},
+            }
+        )
+        notes.append(
+            f"binding {binding_id}: {len(members)} {model} GPU(s) on {', '.join(hosts)}; "
+            f"usableMemory {usable}Gi (the least memory less the driver's reserve, whole Gi); "
+            f"attests compute capability {cc}, CUDA {cuda}, features {features or 'none'} "
+            "(what every node has)"
+        )
+    for arch, bindings in sorted(bindings_by_arch.items()):
+        profiles.append(
+            {
+                "name": f"nvidia-whole-{arch}",
+                "capability": "gpu",
+                "guarantees": ["whole-device"],
+                "compatibleVariantIds": _variants(catalog, arch),
+                "bindings": bindings,
+            }
+        )
+    if not bindings_by_arch:
+        notes.append("no whole GPU was observed: the draft has no GPU profile")
+    notes.append(
+        "review before signing: version, the window (issuedAt now, expiresAt in "
+        f"{days} days), evidenceId; MIG and VRAM-share bindings are the owner's to add"
+    )
+    envelope = {
+        "schemaVersion": 1,
+        "clusterBindingId": cluster_binding_id,
+        "namespace": namespace,
+        "version": 1,
+        "keyId": key_id,
+        "issuedAt": format_timestamp(now),
+        "expiresAt": format_timestamp(now + timedelta(days=days)),
+        "evidenceId": f"tmi-draft-{now.strftime('%Y-%m-%d')}",
+        "profiles": profiles,
+    }
+    return envelope, notes
+
+
+__all__ = ["DraftError", "Observed", "draft_envelope", "observed", "usable_memory_gi"]

@@ -37,6 +37,7 @@ from policy_io.files import InputError, read_bytes, read_json
 from tmi_cli.capacity_command import add_capacity_parser
 from tmi_cli.cleanup_command import add_cleanup_parser
 from tmi_cli.detect import TOOLKIT_CONFIG, DetectionError, detect_accelerator, detect_toolkit
+from tmi_cli.doctor_command import add_doctor_parser
 from tmi_cli.draft_command import add_draft_parser
 from tmi_cli.evidence_command import add_evidence_parser
 from tmi_cli.host_probe import Capture, cuda_driver, host_gpus, this_node
@@ -251,6 +252,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_ping_parser(sub)
     add_revision_parsers(sub)
     add_draft_parser(sub)
+    add_doctor_parser(sub)
 
     add_profile_parsers(sub)
 

@@ -34,7 +34,9 @@ PAYLOAD_TYPE = "application/vnd.kamiwaza.inference-profile.v1+json"
 DEFAULT_CONFIGMAP_NAME = "kamiwaza-inference-profiles"
 BUNDLE_KEY = "bundle.json"
 DIGEST_KEY = "bundle.sha256"
-DEFAULT_SKEW = timedelta(seconds=300)
+# The seed's window is exact ("Kamiwaza refuses the profile outside that window"): no clock
+# allowance unless a caller states one.
+DEFAULT_SKEW = timedelta(0)
 MAX_BUNDLE_BYTES = 900 * 1024
 REFUSAL_PREFIX = "invalid inference profile authorization: "
 

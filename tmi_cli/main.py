@@ -204,6 +204,15 @@ def cmd_plan(args: argparse.Namespace) -> int:
     return EXIT_UNAVAILABLE if decision.status >= 500 else EXIT_FAILED
 
 
+def cmd_completion(args: argparse.Namespace) -> int:
+    """The shell's completion script for every command and flag, generated from this parser
+    (shtab), so it cannot fall behind the commands."""
+    import shtab  # noqa: PLC0415 - only this command needs it
+
+    sys.stdout.write(shtab.complete(build_parser(), shell=args.shell))
+    return EXIT_OK
+
+
 def _version() -> str:
     try:
         return metadata.version("tmi")
@@ -323,6 +332,14 @@ def build_parser() -> argparse.ArgumentParser:
     # Kept for the scripts that spelled it so: the same as -o.
     p.add_argument("--format", dest="output", choices=FORMATS, help=argparse.SUPPRESS)
     p.set_defaults(func=cmd_render_scheduler_config)
+
+    p = sub.add_parser("completion", help="print the shell completion script")
+    p.add_argument(
+        "shell",
+        choices=("bash", "zsh", "tcsh"),
+        help="e.g. source <(tmi completion bash), or write it to your completions directory",
+    )
+    p.set_defaults(func=cmd_completion)
 
     p = sub.add_parser("catalog", help="print the engine catalog's images as TSV")
     p.set_defaults(func=cmd_catalog)

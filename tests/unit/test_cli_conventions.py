@@ -205,3 +205,49 @@ def test_every_flag_of_every_command_says_what_it_is() -> None:
         if action.option_strings and action.dest != "help" and not action.help
     ]
     assert silent == []
+
+
+def test_shell_completion_knows_every_command_and_is_valid_bash(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import argparse
+    import subprocess
+
+    from tmi_cli.main import build_parser
+
+    assert main(["completion", "bash"]) == 0
+    script = capsys.readouterr().out
+    path = tmp_path / "tmi.bash"
+    path.write_text(script)
+    assert subprocess.run(["bash", "-n", str(path)], check=False).returncode == 0
+    (commands,) = [a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)]
+    for name in commands.choices:
+        assert name in script, name
+    for flag in ("--output-file", "--from-detect", "--as-installer", "--bundle-configmap"):
+        assert flag in script, flag
+
+
+def test_the_documented_recipe_catalog_renders_and_pins_its_image(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """examples/recipe-catalog-gpu.json, as docs/contract.md section 7 shows it: rendered, and
+    a request it matches planned with its image and named recipe."""
+    from tests.profilekit import EXAMPLES, catalog_image
+
+    example = EXAMPLES / "recipe-catalog-gpu.json"
+    catalog = json.loads(example.read_text())
+    assert catalog["recipes"][0]["image"] == catalog_image("llamacpp", "nvidia", "amd64", 13)
+    argv = ["render-catalog", "--catalog", str(example), "--namespace", NAMESPACE]
+    assert main([*argv, "--capability", "gpu", "--output-file", str(tmp_path / "cm.json")]) == 0
+    assert json.loads((tmp_path / "cm.json").read_text())["immutable"] is True
+    who = Owner()
+    bundle = tmp_path / "profile.json"
+    bundle.write_text(json.dumps(who.sign()))
+    requested = tmp_path / "request.json"
+    requested.write_text(json.dumps(request()))
+    argv = ["plan", "--bundle", str(bundle), "--owner-public-key", who.public_key]
+    argv += ["--cluster-binding-id", CLUSTER, "--namespace", NAMESPACE, "--now", NOW_TEXT]
+    argv += ["--request", str(requested), "--gpu-recipe-catalog", str(tmp_path / "cm.json")]
+    assert main(argv) == 0
+    plan = json.loads(capsys.readouterr().out)
+    assert (plan["recipe"], plan["image"]) == ("qwen7b-gguf-8k", catalog["recipes"][0]["image"])

@@ -384,16 +384,20 @@ def test_inverted_window() -> None:
     assert refusal(OWNER.sign(envelope)).reason is Reason.WINDOW
 
 
-def test_issued_in_the_future_beyond_skew() -> None:
-    envelope = OWNER.envelope(issuedAt="2026-11-29T12:10:00Z")
+def test_the_window_is_exact_a_second_early_is_refused() -> None:
+    """The seed: refused outside the window, with no unstated clock allowance."""
+    early = NOW + timedelta(seconds=1)
+    envelope = OWNER.envelope(issuedAt=early.strftime("%Y-%m-%dT%H:%M:%SZ"))
     err = refusal(OWNER.sign(envelope))
     assert err.reason is Reason.WINDOW
     assert "in the future" in err.check
 
 
-def test_issued_in_the_future_within_skew() -> None:
-    envelope = OWNER.envelope(issuedAt="2026-11-29T12:04:00Z")
-    verify_configmap(OWNER.sign(envelope), OWNER.policy(), NOW)
+def test_the_window_opens_at_issued_at_and_closes_at_expires_at() -> None:
+    start = NOW.strftime("%Y-%m-%dT%H:%M:%SZ")
+    verify_configmap(OWNER.sign(OWNER.envelope(issuedAt=start)), OWNER.policy(), NOW)
+    envelope = OWNER.envelope(expiresAt=start)
+    assert refusal(OWNER.sign(envelope)).reason is Reason.WINDOW
 
 
 def test_check_order_key_before_target() -> None:

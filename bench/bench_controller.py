@@ -51,6 +51,7 @@ from allocation_controller.controller import Controller  # noqa: E402
 from allocation_controller.kubeapi import HttpKube  # noqa: E402
 from allocation_controller.leader import LeaderSettings  # noqa: E402
 from inference_policy.grant import CONDITION_TYPE  # noqa: E402
+from inference_policy.signing import DEFAULT_CONFIGMAP_NAME  # noqa: E402
 from localcluster.metrics import parse_metrics  # noqa: E402
 from localcluster.process import python_module  # noqa: E402
 from serving.informer import Collection, list_all  # noqa: E402
@@ -60,7 +61,8 @@ from tests.profilekit import CLUSTER, NOW, Owner, request  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results" / "controller.json"
 NAMESPACE = "kamiwaza"
-PROFILE_NAME = "kamiwaza-inference-profiles-r1"
+# The name the controller reads by default and the kustomize base's Role names.
+PROFILE_NAME = DEFAULT_CONFIGMAP_NAME
 CREATED = "2026-11-29T12:00:00Z"
 
 

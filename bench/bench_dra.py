@@ -14,20 +14,25 @@ last binding, as `bench_scheduling` measures it, whose run loop this uses):
   from the owner's template and allocated by the scheduler's DynamicResources plugin;
 * `dra_without_extender`: the same Pods and scheduler without the extender: the same
   scheduler's DRA figure without tmi;
+* `dra_with_constant_extender`: the same Pods and scheduler with a constant extender in the tmi
+  extender's place (`bench/constant_extender.py`: every node passes, none is scored), so the
+  cost of consulting any HTTP extender is told apart from what tmi's adds to it;
 * `extender_path`: device-plugin engine Pods through the tmi extender, on the other fleet.
 
-Sizes: 500 and 5,000 devices (63 and 625 nodes per fleet). Upstream's scheduler_perf DRA
-claim-template tests run at 51-81 Pods/s at 500 nodes on CI machines. Needs the control-plane
-binaries (`make controlplane`). Run: `.venv/bin/python bench/bench_dra.py`. Writes
-bench/results/dra.json.
+Sizes: 500 and 5,000 devices (63 and 625 nodes per fleet; `--sizes 500` runs one). Upstream's
+scheduler_perf DRA claim-template tests run at 51-81 Pods/s at 500 nodes on CI machines. Needs
+the control-plane binaries (`make controlplane`). Run: `.venv/bin/python bench/bench_dra.py`.
+Writes bench/results/dra.json.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import platform
 import subprocess
 import sys
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +46,7 @@ from bench_scheduling import (  # noqa: E402
     _clear,
     _grant_extender,
     _run,
+    _start_constant_extender,
     _start_extender,
 )
 
@@ -132,6 +138,9 @@ def _clear_claims(plane: ControlPlane) -> None:
 
 
 def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--sizes", type=int, nargs="+", default=list(SIZES), metavar="DEVICES")
+    sizes = tuple(parser.parse_args().sizes)
     owner = Owner()
     envelope = envelope_of(owner)
     configmap = owner.sign(envelope, name=PROFILE_CONFIGMAP)
@@ -145,6 +154,7 @@ def main() -> None:
     }
     plane = ControlPlane.start(start_scheduler=False, apiserver_args=APISERVER_ARGS)
     extender: subprocess.Popen[bytes] | None = None
+    constant: subprocess.Popen[bytes] | None = None
     try:
         admin = plane.kube("admin")
         plane.create_namespace(NAMESPACE)
@@ -165,15 +175,30 @@ def main() -> None:
         config["leaderElection"] = {"leaderElect": False}
         config["clientConnection"] = {"qps": 1000, "burst": 2000}
         without = {k: v for k, v in config.items() if k != "extenders"}
+        constant_port = free_port()
+        constant = _start_constant_extender(plane, constant_port)
+        constant_config = {
+            **config,
+            "extenders": [
+                {**config["extenders"][0], "urlPrefix": f"http://127.0.0.1:{constant_port}"}
+            ],
+        }
         modes = (
             ("dra_with_extender", "nvidia-dra", config, extender.pid, NAMESPACE),
             ("dra_without_extender", "nvidia-dra", without, None, OTHER_NAMESPACE),
+            (
+                "dra_with_constant_extender",
+                "nvidia-dra",
+                constant_config,
+                constant.pid,
+                OTHER_NAMESPACE,
+            ),
             ("extender_path", "nvidia-whole", config, extender.pid, NAMESPACE),
         )
         # Each size adds its fleets to the last: the 5,000-device runs see both sizes' nodes
         # of the other kind too, as a mixed cluster would.
         total_devices = 0
-        for devices in SIZES:
+        for devices in sizes:
             nodes = _fleets(plane, driver, devices, f"s{devices}")
             total_devices += nodes * GPUS_PER_NODE
             runs: dict[str, list[dict[str, Any]]] = {label: [] for label, *_ in modes}
@@ -205,21 +230,33 @@ def main() -> None:
                     "runs": values,
                 }
             summary["nodes_per_fleet"] = nodes
+            summary["date"] = datetime.now(UTC).strftime("%Y-%m-%d")
             summary["dra_devices_published"] = total_devices
+            rate = {label: summary[label]["median_pods_per_second"] for label in runs}
             summary["dra_with_vs_without_extender"] = round(
-                summary["dra_with_extender"]["median_pods_per_second"]
-                / summary["dra_without_extender"]["median_pods_per_second"],
-                3,
+                rate["dra_with_extender"] / rate["dra_without_extender"], 3
+            )
+            summary["dra_constant_vs_without_extender"] = round(
+                rate["dra_with_constant_extender"] / rate["dra_without_extender"], 3
+            )
+            summary["dra_with_vs_constant_extender"] = round(
+                rate["dra_with_extender"] / rate["dra_with_constant_extender"], 3
             )
             results["sizes"][str(devices)] = summary
     finally:
-        if extender is not None:
-            extender.terminate()
-            extender.wait(15)
+        for server in (extender, constant):
+            if server is not None:
+                server.terminate()
+                server.wait(15)
         plane.stop()
+    # A run of some sizes keeps the others' last figures (each size's runs are one run).
+    path = ROOT / "bench" / "results" / "dra.json"
+    if path.is_file():
+        earlier = json.loads(path.read_text()).get("sizes", {})
+        results["sizes"] = {**earlier, **results["sizes"]}
     text = json.dumps(results, indent=2)
     print(text)
-    (ROOT / "bench" / "results" / "dra.json").write_text(text + "\n")
+    path.write_text(text + "\n")
 
 
 if __name__ == "__main__":

@@ -54,6 +54,7 @@ sys.path.append(str(ROOT))  # the checkout, for a script run by path
 
 
 from inference_policy.schedconfig import render_scheduler_config  # noqa: E402
+from inference_policy.signing import DEFAULT_CONFIGMAP_NAME  # noqa: E402
 from inference_policy.wire import ENGINE_LABEL as DEPLOYMENT_LABEL  # noqa: E402
 from localcluster import ApiError, ControlPlane, FakeNode, create_fake_nodes  # noqa: E402
 from localcluster.metrics import parse_metrics  # noqa: E402
@@ -69,7 +70,8 @@ from tests.integration.extenderkit import (  # noqa: E402
 )
 from tests.profilekit import CLUSTER, NAMESPACE, Owner  # noqa: E402
 
-PROFILE_CONFIGMAP = "kamiwaza-inference-profiles-r1"
+# The kustomize base's (the chart's default) name, which its extender Role names.
+PROFILE_CONFIGMAP = DEFAULT_CONFIGMAP_NAME
 SCHEDULER = "kamiwaza-inference-scheduler"
 PODS = {"whole": 480, "mig": 160, "share": 160}
 REPEATS = 11

@@ -26,10 +26,7 @@ from inference_policy.schedconfig import (
     render_scheduler_config,
 )
 from inference_policy.signing import (
-    KeyError_,
     ProfileRefused,
-    TrustedKeys,
-    VerifyPolicy,
     verify_configmap,
 )
 from policy_io.catalog import packaged_catalog
@@ -51,11 +48,10 @@ from tmi_cli.policy_args import (
     EXIT_USAGE,
     CommandError,
     add_policy_arguments,
-    configmap_name,
-    keys,
     now_from,
     policy_state,
     positive_int,
+    verify_policy,
 )
 from tmi_cli.profile_commands import add_profile_parsers
 from tmi_cli.render_dra_command import add_render_dra_parser
@@ -142,17 +138,7 @@ def cmd_render_scheduler_config(args: argparse.Namespace) -> int:
             )
         now = now_from(args.now)
         configmap = read_json(args.bundle, "bundle ConfigMap")
-        try:
-            trusted = TrustedKeys.from_base64(keys(args.owner_public_key))
-        except KeyError_ as exc:
-            raise CommandError(f"--owner-public-key: {exc}", EXIT_USAGE) from None
-        policy = VerifyPolicy(
-            trusted=trusted,
-            cluster_binding_id=args.cluster_binding_id,
-            namespace=args.namespace,
-            minimum_version=args.minimum_bundle_version,
-            configmap_name=configmap_name(args, configmap),
-        )
+        policy = verify_policy(args, configmap)
         try:
             verify_configmap(configmap, policy, now)
         except ProfileRefused as refusal:

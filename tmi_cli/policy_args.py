@@ -14,7 +14,7 @@ from typing import Any
 
 from inference_policy.profile import parse_timestamp
 from inference_policy.recipes import RecipeCatalogError, load_catalog
-from inference_policy.signing import DEFAULT_CONFIGMAP_NAME
+from inference_policy.signing import DEFAULT_CONFIGMAP_NAME, KeyError_, TrustedKeys, VerifyPolicy
 from policy_io.catalog import packaged_catalog
 from policy_io.files import read_json
 from policy_io.state import PolicySettings, PolicyState
@@ -125,6 +125,21 @@ def add_policy_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--cpu-recipe-catalog", metavar="FILE", help="the CPU recipe catalog ConfigMap, if any"
+    )
+
+
+def verify_policy(args: argparse.Namespace, configmap: Any) -> VerifyPolicy:
+    """What the servers verify a profile ConfigMap against, from the trust flags."""
+    try:
+        trusted = TrustedKeys.from_base64(keys(args.owner_public_key))
+    except KeyError_ as exc:
+        raise CommandError(f"--owner-public-key: {exc}", EXIT_USAGE) from None
+    return VerifyPolicy(
+        trusted=trusted,
+        cluster_binding_id=args.cluster_binding_id,
+        namespace=args.namespace,
+        minimum_version=args.minimum_bundle_version,
+        configmap_name=configmap_name(args, configmap),
     )
 
 

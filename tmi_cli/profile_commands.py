@@ -22,7 +22,6 @@ from inference_policy.seed_rules import signing_violations
 from inference_policy.signing import (
     DEFAULT_CONFIGMAP_NAME,
     REFUSAL_PREFIX,
-    KeyError_,
     ProfileRefused,
     Reason,
     TrustedKeys,
@@ -36,12 +35,10 @@ from tmi_cli.output import add_output_arguments, emit
 from tmi_cli.policy_args import (
     EXIT_FAILED,
     EXIT_OK,
-    EXIT_USAGE,
     CommandError,
-    configmap_name,
-    keys,
     now_from,
     positive_int,
+    verify_policy,
 )
 
 Subparsers = Any
@@ -132,17 +129,7 @@ def cmd_sign(args: argparse.Namespace) -> int:
 def cmd_verify(args: argparse.Namespace) -> int:
     now = now_from(args.now)
     configmap = read_json(args.bundle, "bundle ConfigMap")
-    try:
-        trusted = TrustedKeys.from_base64(keys(args.owner_public_key))
-    except KeyError_ as exc:
-        raise CommandError(f"--owner-public-key: {exc}", EXIT_USAGE) from None
-    policy = VerifyPolicy(
-        trusted=trusted,
-        cluster_binding_id=args.cluster_binding_id,
-        namespace=args.namespace,
-        minimum_version=args.minimum_bundle_version,
-        configmap_name=configmap_name(args, configmap),
-    )
+    policy = verify_policy(args, configmap)
     try:
         verified = verify_configmap(configmap, policy, now)
     except ProfileRefused as refusal:

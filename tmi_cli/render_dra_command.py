@@ -24,39 +24,24 @@ from inference_policy.dra_claims import (
 )
 from inference_policy.profile import DraBinding
 from inference_policy.signing import (
-    KeyError_,
     ProfileRefused,
-    TrustedKeys,
-    VerifyPolicy,
     verify_configmap,
 )
 from policy_io.files import read_json
 from tmi_cli.policy_args import (
     EXIT_FAILED,
     EXIT_OK,
-    EXIT_USAGE,
     CommandError,
-    configmap_name,
-    keys,
     now_from,
     positive_int,
+    verify_policy,
 )
 
 
 def cmd_render_dra(args: argparse.Namespace) -> int:
     now = now_from(args.now)
     configmap = read_json(args.bundle, "bundle ConfigMap")
-    try:
-        trusted = TrustedKeys.from_base64(keys(args.owner_public_key))
-    except KeyError_ as exc:
-        raise CommandError(f"--owner-public-key: {exc}", EXIT_USAGE) from None
-    policy = VerifyPolicy(
-        trusted=trusted,
-        cluster_binding_id=args.cluster_binding_id,
-        namespace=args.namespace,
-        minimum_version=args.minimum_bundle_version,
-        configmap_name=configmap_name(args, configmap),
-    )
+    policy = verify_policy(args, configmap)
     try:
         verified = verify_configmap(configmap, policy, now)
     except ProfileRefused as refusal:

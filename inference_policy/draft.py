@@ -1,4 +1,5 @@
-"""A profile draft from what `tmi detect --host` measured on each GPU node, by the seed's rules.
+"""A profile draft from what `tmi detect --host` measured on each GPU node (or what GPU Feature
+Discovery labels on its Node), by the seed's rules.
 
 Writing a profile by hand is arithmetic an owner gets wrong: which facts a binding may attest
 when its nodes differ, and how much memory a deployment may plan on. The seed's rules, applied
@@ -29,6 +30,16 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
+from inference_policy.detection import BF16_MIN_CC, FP8_MIN_CC
+from inference_policy.gfd import (
+    GFD_CC_MAJOR,
+    GFD_CC_MINOR,
+    GFD_CUDA_MAJOR,
+    GFD_CUDA_MAJOR_OLD,
+    GFD_MEMORY,
+    GFD_PRODUCT,
+    int_label,
+)
 from inference_policy.profile import format_timestamp
 
 CatalogRow = tuple[str, str, str, str, str]
@@ -70,9 +81,53 @@ def observed(document: Mapping[str, Any], where: str) -> Observed:
         ) from None
 
 
+# What the driver holds back of a card when nothing measured it (GPU Feature Discovery's
+# labels give the total only): a GiB, in the safe direction (616 MiB on the recorded H200).
+ASSUMED_RESERVE_MIB = 1024
+
+
 def usable_memory_gi(total_mib: int, reserved_mib: int | None) -> int:
     """The seed's rule for a whole device on a discrete card, in whole Gi rounded down."""
-    return (total_mib - (reserved_mib or 0)) // 1024
+    reserve = ASSUMED_RESERVE_MIB if reserved_mib is None else reserved_mib
+    return (total_mib - reserve) // 1024
+
+
+def observed_node(node: Mapping[str, Any]) -> Observed | None:
+    """A Node as GPU Feature Discovery labels it (None: no whole GPU to draft from): model,
+    count and memory from its labels, compute capability and CUDA major, the features the
+    compute capability implies and `mig` where MIG is possible. Peer paths are not labelled,
+    so no p2p or nvlink is drafted; the reserve is not labelled, so ASSUMED_RESERVE_MIB is."""
+    metadata = node.get("metadata") or {}
+    labels = metadata.get("labels") or {}
+    allocatable = (node.get("status") or {}).get("allocatable") or {}
+    product = labels.get(GFD_PRODUCT)
+    memory = int_label(labels, GFD_MEMORY)
+    major, minor = int_label(labels, GFD_CC_MAJOR), int_label(labels, GFD_CC_MINOR)
+    cuda = int_label(labels, GFD_CUDA_MAJOR) or int_label(labels, GFD_CUDA_MAJOR_OLD)
+    whole = str(allocatable.get("nvidia.com/gpu", "0"))
+    if not product or memory is None or major is None or cuda is None or not whole.isdigit():
+        return None
+    count = int(whole)
+    if count == 0:
+        return None
+    cc = (major, minor or 0)
+    features = [f for f, floor in (("bf16", BF16_MIN_CC), ("fp8", FP8_MIN_CC)) if cc >= floor]
+    if labels.get("nvidia.com/mig.capable") == "true":
+        features.append("mig")
+    gpu = {
+        "model": product.replace("-", " "),
+        "memoryTotalMiB": memory,
+        "memoryReservedMiB": None,
+        "migMode": None,
+    }
+    return Observed(
+        node=str(metadata.get("name")),
+        architecture=str(labels.get("kubernetes.io/arch", "amd64")),
+        compute_capability=f"{cc[0]}.{cc[1]}",
+        cuda_driver_major=cuda,
+        features=tuple(features),
+        gpus=tuple({**gpu, "index": i} for i in range(count)),
+    )
 
 
 def _cc_key(cc: str) -> tuple[int, int]:
@@ -102,6 +157,10 @@ def _image(rows: Sequence[CatalogRow], vendor: str, arch: str, cuda: int | None)
 def _variants(rows: Sequence[CatalogRow], arch: str) -> list[str]:
     engines = sorted({r[0] for r in rows if r[1] == "nvidia" and r[2] == arch})
     return [f"{engine}-nvidia-{arch}" for engine in engines]
+
+
+def _assumed(members: Sequence[tuple[Observed, Mapping[str, Any]]]) -> bool:
+    return any(g.get("memoryReservedMiB") is None for _, g in members)
 
 
 def draft_envelope(
@@ -193,7 +252,8 @@ def draft_envelope(
         )
         notes.append(
             f"binding {binding_id}: {len(members)} {model} GPU(s) on {', '.join(hosts)}; "
-            f"usableMemory {usable}Gi (the least memory less the driver's reserve, whole Gi); "
+            f"usableMemory {usable}Gi (the least memory less the driver's reserve, whole Gi"
+            f"{'; the reserve assumed, as labels do not give it' if _assumed(members) else ''}); "
             f"attests compute capability {cc}, CUDA {cuda}, features {features or 'none'} "
             "(what every node has)"
         )
@@ -227,4 +287,12 @@ def draft_envelope(
     return envelope, notes
 
 
-__all__ = ["DraftError", "Observed", "draft_envelope", "observed", "usable_memory_gi"]
+__all__ = [
+    "ASSUMED_RESERVE_MIB",
+    "DraftError",
+    "Observed",
+    "draft_envelope",
+    "observed",
+    "observed_node",
+    "usable_memory_gi",
+]

@@ -30,7 +30,7 @@ from tmi_cli.policy_args import (
 )
 
 
-def _from_api(kubeconfig: str | None, what: str, namespace: str | None = None) -> Any:
+def list_from_api(kubeconfig: str | None, what: str, namespace: str | None = None) -> Any:
     """The namespace's engine Pods, or with no namespace the Nodes, read through the API server
     (the kubeconfig, else in-cluster credentials)."""
     import kubernetes.client  # noqa: PLC0415 - only this path needs the client
@@ -152,14 +152,14 @@ def cmd_capacity(args: argparse.Namespace) -> int:
         deployments = _deployments(read_json(args.deployments, "deployments"), args.deployments)
     else:
         ns = args.deployments_from_namespace
-        listed = _from_api(args.kubeconfig, f"the engine Pods of namespace {ns}", ns)
+        listed = list_from_api(args.kubeconfig, f"the engine Pods of namespace {ns}", ns)
         # Each Pod's kind is implied by the list it came in.
         pods = [{**pod, "kind": "Pod"} for pod in listed.get("items") or []]
         deployments = _deployments(pods, f"namespace {ns}")
     if args.fleet:
         nodes = _nodes(read_json(args.fleet, "fleet"), args.fleet)
     else:
-        nodes = _nodes(_from_api(args.kubeconfig, "Nodes"), "the API's Nodes")
+        nodes = _nodes(list_from_api(args.kubeconfig, "Nodes"), "the API's Nodes")
     state = policy_state(args, now)
     report = replay(deployments, nodes, state.context(now))
     if args.output == "json":

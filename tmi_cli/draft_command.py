@@ -1,5 +1,6 @@
 """`tmi draft`: a profile envelope drafted from `tmi detect --host` outputs, one per GPU node,
-by the seed's rules (`inference_policy.draft`), for the owner to review and sign.
+or from the Nodes' GPU Feature Discovery labels, by the seed's rules (`inference_policy.draft`),
+for the owner to review and sign.
 
 The draft is checked against the profile schema before it is printed, so what the owner signs
 is only what they change; the notes (stderr) name the nodes and models it drew on and what it
@@ -12,11 +13,12 @@ import argparse
 import sys
 from typing import Any
 
-from inference_policy.draft import DraftError, draft_envelope, observed
+from inference_policy.draft import DraftError, draft_envelope, observed, observed_node
 from inference_policy.profile import ProfileSchemaError, parse_envelope
 from inference_policy.signing import public_identity
 from policy_io.catalog import packaged_catalog
 from policy_io.files import read_json
+from tmi_cli.capacity_command import list_from_api
 from tmi_cli.output import add_output_arguments, emit
 from tmi_cli.policy_args import EXIT_OK, EXIT_USAGE, CommandError, now_from, positive_int
 from tmi_cli.profile_commands import load_private_key
@@ -33,7 +35,18 @@ def cmd_draft(args: argparse.Namespace) -> int:
         else args.key_id
     )
     try:
-        nodes = [observed(read_json(path, "detect output"), path) for path in args.from_detect]
+        if args.from_detect:
+            nodes = [observed(read_json(path, "detect output"), path) for path in args.from_detect]
+        else:
+            listed = (
+                read_json(args.from_nodes, "Nodes")
+                if args.from_nodes
+                else list_from_api(args.kubeconfig, "Nodes")
+            )
+            items = listed.get("items") if isinstance(listed, dict) else listed
+            if not isinstance(items, list):
+                raise CommandError("the Nodes must be a NodeList or a list of Nodes")
+            nodes = [n for n in (observed_node(item) for item in items) if n is not None]
         envelope, notes = draft_envelope(
             nodes,
             packaged_catalog().rows(),
@@ -57,13 +70,24 @@ def cmd_draft(args: argparse.Namespace) -> int:
 
 def add_draft_parser(sub: Subparsers) -> None:
     p = sub.add_parser("draft", help="draft a profile envelope from tmi detect --host outputs")
-    p.add_argument(
+    source = p.add_mutually_exclusive_group(required=True)
+    source.add_argument(
         "--from-detect",
-        required=True,
         nargs="+",
         metavar="FILE",
-        help="`tmi detect --host` output of each GPU node (JSON or YAML)",
+        help="`tmi detect --host` output of each GPU node (JSON or YAML): measured facts",
     )
+    source.add_argument(
+        "--from-nodes",
+        metavar="FILE",
+        help="`kubectl get nodes -o json`: GPU Feature Discovery's labels and allocatable",
+    )
+    source.add_argument(
+        "--from-api",
+        action="store_true",
+        help="the same, read as the owner through the API server",
+    )
+    p.add_argument("--kubeconfig", metavar="FILE", help="with --from-api (else in-cluster)")
     p.add_argument("--cluster-binding-id", required=True, metavar="ID", help="this cluster's id")
     p.add_argument("--namespace", required=True, metavar="NS", help="the tenant namespace")
     p.add_argument("--private-key", metavar="FILE", help="the owner's key: its keyId is used")

@@ -699,3 +699,26 @@ def test_the_seeds_values_file_installs_and_its_pull_secret_rule_holds(
     explicit = merged(only, {"core": {"inferenceResources": {"gpuRegistryCredentialsSecret": "m"}}})
     settings = find(rendered(merged(values, explicit), TENANT), "ConfigMap", "tmi-settings")
     assert settings["data"]["TMI_GPU_REGISTRY_CREDENTIALS_SECRET"] == "m"
+
+
+def test_pod_monitors_scrape_each_servers_metrics_port(values: dict[str, Any]) -> None:
+    change = {"monitoring": {"podMonitor": {"enabled": True, "labels": {"release": "prom"}}}}
+    for part, servers in (
+        (TENANT, {"tmi-webhook": "metrics"}),
+        (OWNER, {"tmi-extender": "metrics", "tmi-allocation-controller": "http"}),
+    ):
+        docs = rendered(merged(values, change), part)
+        monitors = {d["metadata"]["name"]: d for d in docs if d["kind"] == "PodMonitor"}
+        assert set(monitors) == set(servers)
+        deployments = {d["metadata"]["name"]: d for d in docs if d["kind"] == "Deployment"}
+        for name, port in servers.items():
+            monitor = monitors[name]
+            assert monitor["metadata"]["labels"]["release"] == "prom"
+            assert monitor["spec"]["selector"]["matchLabels"] == {"app.kubernetes.io/name": name}
+            (endpoint,) = monitor["spec"]["podMetricsEndpoints"]
+            assert endpoint["path"] == "/metrics"
+            # The port names one the server's container declares.
+            containers = deployments[name]["spec"]["template"]["spec"]["containers"]
+            assert port in {p["name"] for c in containers for p in c.get("ports") or []}
+            assert endpoint["port"] == port
+    assert not [d for d in rendered(values, OWNER) if d["kind"] == "PodMonitor"]

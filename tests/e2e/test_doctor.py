@@ -230,3 +230,26 @@ def test_the_table_says_whether_the_install_can_proceed(
     )
     report: Any = None
     assert report is None
+
+
+def test_draft_reads_the_gpu_nodes_as_the_owner_and_not_as_the_installer(
+    plane: ControlPlane, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`tmi draft --from-api`: the owner drafts from the Nodes' GFD labels; the installer, who
+    may not list Nodes, is told so."""
+    admin = plane.kube("admin")
+    node = h100(f"draft-{uuid.uuid4().hex[:4]}", gpus=2)
+    create_fake_nodes(admin, [node])
+    argv = ["draft", "--from-api", "--cluster-binding-id", "c1", "--namespace", NS]
+    argv += ["--key-id", "sha256:" + "0" * 64]
+    try:
+        assert main([*argv, "--kubeconfig", str(plane.kubeconfig("admin"))]) == 0
+        captured = capsys.readouterr()
+        envelope = json.loads(captured.out)
+        ids = [b["id"] for p in envelope["profiles"] for b in p["bindings"]]
+        assert "nvidia-h100-80gb-hbm3-amd64" in ids
+        assert node.name in captured.err
+        assert main([*argv, "--kubeconfig", str(plane.kubeconfig(INSTALLER))]) == 1
+        assert "error: cannot list Nodes: HTTP 403" in capsys.readouterr().err
+    finally:
+        delete_fake_nodes(admin, [node.name])

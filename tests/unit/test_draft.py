@@ -12,7 +12,13 @@ from typing import Any
 
 import pytest
 
-from inference_policy.draft import DraftError, draft_envelope, observed, usable_memory_gi
+from inference_policy.draft import (
+    DraftError,
+    draft_envelope,
+    observed,
+    observed_node,
+    usable_memory_gi,
+)
 from policy_io.catalog import packaged_catalog
 from tests.gpukit import FIXTURE
 from tests.profilekit import request
@@ -32,7 +38,9 @@ def test_the_seeds_memory_rule() -> None:
     # The recorded H200: 143771 MiB, 616 reserved; the seed's 80 GB card: 79Gi.
     assert usable_memory_gi(143771, 616) == 139
     assert usable_memory_gi(81559, 512) == 79
-    assert usable_memory_gi(81559, None) == 79
+    # Unmeasured (labels give the total only), a GiB is assumed: the safe direction.
+    assert usable_memory_gi(81559, None) == 78
+    assert usable_memory_gi(143771, None) == 139
 
 
 def test_a_binding_attests_what_holds_on_every_node(capsys: pytest.CaptureFixture[str]) -> None:
@@ -135,3 +143,49 @@ def test_sign_fills_in_the_key_id_an_envelope_leaves_out(
     bundle = json.loads(signed["data"]["bundle.json"])
     payload = json.loads(base64.b64decode(bundle["payload"]))
     assert payload["keyId"] == key_id
+
+
+def test_a_draft_from_gfd_labels_of_the_nodes(capsys: pytest.CaptureFixture[str]) -> None:
+    """`kubectl get nodes -o json` as GPU Feature Discovery labels them: the same rules, with
+    the reserve assumed and no peer path drafted (labels carry neither)."""
+    from tests.fleetkit import a100_mig, h100
+
+    nodes = [
+        h100("h100-a", gpus=8).manifest(),
+        h100("h100-b", gpus=4, cuda_driver_major=12).manifest(),
+        a100_mig("a100-mig").manifest(),
+        {"metadata": {"name": "cpu"}, "status": {"allocatable": {"cpu": "8"}}},
+    ]
+    seen = [o for o in (observed_node(n) for n in nodes) if o is not None]
+    assert [o.node for o in seen] == ["h100-a", "h100-b"]
+    envelope, notes = draft_envelope(
+        seen,
+        packaged_catalog().rows(),
+        key_id="sha256:" + "0" * 64,
+        cluster_binding_id="c1",
+        namespace="kamiwaza",
+        now=NOW,
+    )
+    (gpu_profile,) = [p for p in envelope["profiles"] if p["capability"] == "gpu"]
+    (binding,) = gpu_profile["bindings"]
+    assert binding["id"] == "nvidia-h100-80gb-hbm3-amd64"
+    assert binding["accelerator"]["cudaDriverMajor"] == 12
+    assert "p2p" not in binding["accelerator"]["features"]
+    assert binding["capacity"]["usableMemory"] == "79Gi"  # 80 GiB labelled, a GiB assumed
+    assert any("12 NVIDIA H100 80GB HBM3 GPU(s) on h100-a, h100-b" in n for n in notes)
+    assert any("the reserve assumed" in n for n in notes)
+
+
+def test_draft_from_a_nodes_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from tests.fleetkit import h100
+
+    nodes = tmp_path / "nodes.json"
+    nodes.write_text(json.dumps({"kind": "NodeList", "items": [h100("gpu-1").manifest()]}))
+    argv = ["draft", "--from-nodes", str(nodes), "--cluster-binding-id", "c1"]
+    argv += ["--namespace", "kamiwaza", "--key-id", "sha256:" + "0" * 64, "--now", NOW_TEXT]
+    assert main(argv) == 0
+    captured = capsys.readouterr()
+    assert json.loads(captured.out)["profiles"][-1]["bindings"][0]["id"].startswith("nvidia-h100")
+    assert "on gpu-1" in captured.err
+    with pytest.raises(SystemExit):
+        main([*argv, "--from-detect", str(nodes)])

@@ -14,7 +14,7 @@
 PYTHON ?= .venv/bin/python
 PYTEST ?= .venv/bin/pytest
 
-.PHONY: controlplane node node-tools-test test-e2e demo-guard
+.PHONY: controlplane node node-tools-test test-e2e test-versions demo-guard
 
 controlplane:
 	tools/k8sbin/build.sh
@@ -34,3 +34,12 @@ test-e2e: node
 # First demo step: plane up, fake GPU nodes, the pod guard refusing a privileged pod.
 demo-guard:
 	$(PYTHON) -m localcluster.demo_guard
+
+# The chart on every Kubernetes minor from the guard's floor to the newest the Go module proxy
+# serves (localcluster/version_check.py): each kube-apiserver is built once into
+# ~/.cache/tmi/apiserver/<version>/ (about four minutes each on two cores), and the results
+# land in docs/compatibility.md. Not part of `make test`: the pinned release runs the e2e suite.
+K8S_RANGE ?= v1.30.14 v1.31.14 v1.32.13 v1.33.13 v1.34.4 v1.35.4 v1.36.3 v1.37.2
+
+test-versions: install controlplane
+	$(PYTHON) -m localcluster.version_check $(K8S_RANGE)

@@ -16,8 +16,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from inference_policy.wire import OPT_IN_LABEL
+
 Status = Literal["pass", "fail", "skip"]
-OPT_IN_LABEL = "kamiwaza.ai/tenant-inference"
 POD_SECURITY = {
     "pod-security.kubernetes.io/warn": "restricted",
     "pod-security.kubernetes.io/audit": "restricted",
@@ -37,6 +38,25 @@ INSTALLER_RIGHTS: tuple[tuple[str, str, str, bool], ...] = (
     ("create", "apiextensions.k8s.io", "customresourcedefinitions", False),
     ("list", "", "nodes", False),
 )
+
+
+def privileged_probe(namespace: str, name: str = "kamiwaza-pod-guard-probe") -> dict[str, Any]:
+    """The seed's probe the guard must refuse: hostPID and a privileged container."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "annotations": {"sidecar.istio.io/inject": "false"},
+        },
+        "spec": {
+            "hostPID": True,
+            "containers": [
+                {"name": "probe", "image": "busybox:1.37", "securityContext": {"privileged": True}}
+            ],
+        },
+    }
 
 
 @dataclass(frozen=True, slots=True)
@@ -264,5 +284,6 @@ __all__ = [
     "guard_checks",
     "installer_check",
     "namespace_checks",
+    "privileged_probe",
     "runtime_class_check",
 ]

@@ -13,8 +13,8 @@ here once:
   driver reserves, in whole Gi rounded down (`understating it is the safe direction`): 139Gi
   on an H200 (143771 MiB, 616 reserved), 79Gi on an 80 GB card;
 * a CPU binding per architecture seen, and each GPU profile's compatibleVariantIds the engines
-  the catalog ships for that architecture; the runtime image the catalog's llama.cpp image for
-  the newest CUDA the nodes' driver runs.
+  the catalog ships for that architecture; the runtime image the llama.cpp image the catalog
+  selects for the binding's facts (`EngineCatalog.select_gpu_image`, the planner's rule).
 
 MIG and VRAM-share bindings depend on how the owner cuts the cards, which detection cannot see,
 so the draft leaves them to the owner and says so. What the draft cannot know (the window, the
@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
+from inference_policy.catalog import EngineCatalog
 from inference_policy.detection import BF16_MIN_CC, FP8_MIN_CC
 from inference_policy.gfd import (
     GFD_CC_MAJOR,
@@ -42,7 +43,6 @@ from inference_policy.gfd import (
 )
 from inference_policy.profile import format_timestamp
 
-CatalogRow = tuple[str, str, str, str, str]
 _SLUG = re.compile(r"[^a-z0-9]+")
 
 
@@ -139,23 +139,24 @@ def _slug(text: str) -> str:
     return _SLUG.sub("-", text.lower()).strip("-")
 
 
-def _image(rows: Sequence[CatalogRow], vendor: str, arch: str, cuda: int | None) -> str | None:
-    """The catalog's llama.cpp image for the vendor and architecture (the newest CUDA the
-    driver runs)."""
-    fitting = [
-        r
-        for r in rows
-        if r[0] == "llamacpp"
-        and r[1] == vendor
-        and r[2] == arch
-        and (cuda is None or (r[3].isdigit() and int(r[3]) <= cuda))
-    ]
-    fitting.sort(key=lambda r: int(r[3]) if r[3].isdigit() else 0)
-    return fitting[-1][4] if fitting else None
+def _gpu_image(catalog: EngineCatalog, arch: str, cc: str, cuda: int) -> str | None:
+    """The llama.cpp image the catalog selects for these facts (its own rule: the newest the
+    card and the driver both run), the binding's runtime image."""
+    engine = catalog.qualified("llamacpp")
+    if engine is None:
+        return None
+    image = catalog.select_gpu_image(engine, "nvidia", arch, _cc_key(cc), cuda).image
+    return image.pinned if image is not None else None
 
 
-def _variants(rows: Sequence[CatalogRow], arch: str) -> list[str]:
-    engines = sorted({r[0] for r in rows if r[1] == "nvidia" and r[2] == arch})
+def _cpu_image(catalog: EngineCatalog, arch: str) -> str | None:
+    engine = catalog.qualified("llamacpp")
+    image = catalog.cpu_image(engine, arch) if engine is not None else None
+    return image.pinned if image is not None else None
+
+
+def _variants(catalog: EngineCatalog, arch: str) -> list[str]:
+    engines = sorted({r[0] for r in catalog.rows() if r[1] == "nvidia" and r[2] == arch})
     return [f"{engine}-nvidia-{arch}" for engine in engines]
 
 
@@ -165,7 +166,7 @@ def _assumed(members: Sequence[tuple[Observed, Mapping[str, Any]]]) -> bool:
 
 def draft_envelope(
     nodes: Iterable[Observed],
-    catalog: Sequence[CatalogRow],
+    catalog: EngineCatalog,
     *,
     key_id: str,
     cluster_binding_id: str,
@@ -191,7 +192,7 @@ def draft_envelope(
             groups.setdefault((node.architecture, str(gpu["model"])), []).append((node, gpu))
     profiles: list[dict[str, Any]] = []
     for arch in sorted({n.architecture for n in seen}):
-        image = _image(catalog, "cpu", arch, None)
+        image = _cpu_image(catalog, arch)
         if image is None:
             notes.append(f"the catalog has no CPU image for {arch}: no CPU binding drafted")
             continue
@@ -223,7 +224,7 @@ def draft_envelope(
             usable_memory_gi(int(g["memoryTotalMiB"]), g.get("memoryReservedMiB"))
             for _, g in members
         )
-        image = _image(catalog, "nvidia", arch, cuda)
+        image = _gpu_image(catalog, arch, cc, cuda)
         if image is None:
             notes.append(f"the catalog has no CUDA {cuda} image for {arch}: {model} left out")
             continue

@@ -31,6 +31,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from functools import cached_property
 from typing import Annotated, Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -81,6 +82,16 @@ class RoomFigures(_Wire):
 
     def text(self) -> str:
         return strictjson.dumps_compact(self.model_dump(mode="json"))
+
+    @cached_property
+    def observed(self) -> datetime:
+        """`observedAt` parsed, once per figures (the webhook asks on every review)."""
+        return parse_timestamp(self.observedAt)
+
+    @cached_property
+    def largest(self) -> Mapping[str, int]:
+        """Each binding's most free on one node: what a choice reads."""
+        return {k: v.largestOnNode for k, v in self.bindings.items()}
 
 
 def parse_figures(text: str) -> RoomFigures:
@@ -163,10 +174,10 @@ def live(
         return Room(None, why=unreadable or f"no {ROOM_CONFIGMAP} figures were published")
     if figures.bundle != bundle_sha256:
         return Room(None, why="the figures are for another profile revision")
-    observed = parse_timestamp(figures.observedAt)
+    observed = figures.observed
     if now - observed > max_age or observed - now > _SKEW:
         return Room(None, why=f"the figures, observed at {figures.observedAt}, are stale")
-    return Room({k: v.largestOnNode for k, v in figures.bindings.items()})
+    return Room(figures.largest)
 
 
 def replaying(choice: PlanChoice | None) -> Room | None:

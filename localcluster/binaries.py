@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -122,50 +123,37 @@ NODE_BINARIES = (
 )
 
 
-def node_bin_dir() -> Path:
-    """The real node's binaries (``tools/k8sbin/build-node.sh``, which owns their cache key and
-    is a no-op once they are built), or raise BinariesMissingError."""
-    override = os.environ.get("TMI_NODE_BIN_DIR")
-    script = _versions_file().parent / "build-node.sh"
-    if override:
-        path = Path(override).expanduser()
+def _built(script_name: str, override: str, what: str, binaries: Sequence[str]) -> Path:
+    """The directory a build script (a no-op once built) prints, or the override variable's,
+    holding every one of ``binaries``; else BinariesMissingError naming what to run."""
+    given = os.environ.get(override)
+    script = _versions_file().parent / script_name
+    if given:
+        path = Path(given).expanduser()
     elif script.is_file():
         done = subprocess.run([str(script)], capture_output=True, text=True, check=False)
         if done.returncode != 0:
-            raise BinariesMissingError(
-                f"building the real node's binaries failed ({script}):\n{done.stderr[-2000:]}"
-            )
+            raise BinariesMissingError(f"building {what} failed ({script}):\n{done.stderr[-2000:]}")
         path = Path(done.stdout.strip().splitlines()[-1])
     else:
-        raise BinariesMissingError("no checkout: set TMI_NODE_BIN_DIR to the node binaries")
-    missing = [name for name in NODE_BINARIES if not os.access(path / name, os.X_OK)]
+        raise BinariesMissingError(f"no checkout: set {override} to {what}")
+    missing = [name for name in binaries if not os.access(path / name, os.X_OK)]
     if missing:
         raise BinariesMissingError(
-            f"node binaries missing from {path}: {', '.join(missing)}. "
-            "Run `make node` (tools/k8sbin/build-node.sh)."
+            f"{what} missing from {path}: {', '.join(missing)}. "
+            f"Run `make node` (tools/k8sbin/{script_name})."
         )
     return path
+
+
+def node_bin_dir() -> Path:
+    """The real node's binaries (``tools/k8sbin/build-node.sh``, which owns their cache key and
+    is a no-op once they are built), or raise BinariesMissingError."""
+    return _built("build-node.sh", "TMI_NODE_BIN_DIR", "the node binaries", NODE_BINARIES)
 
 
 def fakedra_bin() -> Path:
     """``tmi-fakedra``, the simulated GPUs' DRA kubelet plugin (``tools/k8sbin/build-fakedra.sh``,
     a no-op once built), or raise BinariesMissingError."""
-    override = os.environ.get("TMI_FAKEDRA_BIN_DIR")
-    script = _versions_file().parent / "build-fakedra.sh"
-    if override:
-        path = Path(override).expanduser()
-    elif script.is_file():
-        done = subprocess.run([str(script)], capture_output=True, text=True, check=False)
-        if done.returncode != 0:
-            raise BinariesMissingError(
-                f"building tmi-fakedra failed ({script}):\n{done.stderr[-2000:]}"
-            )
-        path = Path(done.stdout.strip().splitlines()[-1])
-    else:
-        raise BinariesMissingError(
-            "no checkout: set TMI_FAKEDRA_BIN_DIR to tmi-fakedra's directory"
-        )
-    binary = path / "tmi-fakedra"
-    if not os.access(binary, os.X_OK):
-        raise BinariesMissingError(f"{binary} is missing. Run `make node`.")
-    return binary
+    path = _built("build-fakedra.sh", "TMI_FAKEDRA_BIN_DIR", "tmi-fakedra", ("tmi-fakedra",))
+    return path / "tmi-fakedra"

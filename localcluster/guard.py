@@ -11,12 +11,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from inference_policy.doctor import EXEC_GUARD, POD_GUARD, privileged_probe
 from localcluster.controlplane import ControlPlane
 from localcluster.kube import JSON, ApiError, Kube
 from localcluster.process import wait_until
 
-POD_GUARD = "kamiwaza-tenant-pod-guard"
-EXEC_GUARD = "kamiwaza-tenant-exec-guard"
 GUARDED_NAMESPACES = ("kamiwaza", "kamiwaza-extensions")
 
 
@@ -27,22 +26,8 @@ def guard_manifest_dir() -> Path:
 def privileged_probe_pod(
     namespace: str = "kamiwaza", name: str = "kamiwaza-pod-guard-probe"
 ) -> JSON:
-    """The seed's probe: hostPID plus a privileged container."""
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {
-            "name": name,
-            "namespace": namespace,
-            "annotations": {"sidecar.istio.io/inject": "false"},
-        },
-        "spec": {
-            "hostPID": True,
-            "containers": [
-                {"name": "probe", "image": "busybox:1.37", "securityContext": {"privileged": True}}
-            ],
-        },
-    }
+    """The seed's probe: hostPID plus a privileged container (`tmi doctor`'s, from the core)."""
+    return privileged_probe(namespace, name)
 
 
 def exec_path(namespace: str, pod: str, container: str | None) -> tuple[str, list[tuple[str, str]]]:

@@ -16,6 +16,7 @@ from typing import Any
 import pynvml
 
 from inference_policy.detection import GpuFacts
+from tmi_cli.host_probe import sections as capture_sections
 from tmi_cli.nvidia_smi import CommandResult
 
 FIXTURE = Path(__file__).resolve().parent / "fixtures" / "gpu" / "h200-1x"
@@ -31,15 +32,8 @@ H200_BLOCK = {
 
 
 def sections(name: str) -> dict[str, str]:
-    """Split a capture file into its "== <command>" sections."""
-    out: dict[str, list[str]] = {}
-    current: list[str] | None = None
-    for line in (FIXTURE / name).read_text().splitlines(keepends=True):
-        if line.startswith("== "):
-            current = out.setdefault(line[3:].strip(), [])
-        elif current is not None:
-            current.append(line)
-    return {key: "".join(lines) for key, lines in out.items()}
+    """A capture file's "== <command>" sections, read as `tmi detect --from` reads them."""
+    return capture_sections(FIXTURE / name)
 
 
 def nvml_dump() -> dict[str, Any]:

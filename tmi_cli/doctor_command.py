@@ -26,6 +26,7 @@ from inference_policy.doctor import (
     guard_checks,
     installer_check,
     namespace_checks,
+    privileged_probe,
     runtime_class_check,
 )
 from tmi_cli.output import emit
@@ -97,25 +98,6 @@ def _decoded(data: Any) -> Any:
         return {"message": data.decode(errors="replace") if isinstance(data, bytes) else data}
 
 
-def _probe(namespace: str) -> dict[str, Any]:
-    """The seed's privileged probe (hostPID and a privileged container)."""
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {
-            "name": "kamiwaza-pod-guard-probe",
-            "namespace": namespace,
-            "annotations": {"sidecar.istio.io/inject": "false"},
-        },
-        "spec": {
-            "hostPID": True,
-            "containers": [
-                {"name": "probe", "image": "busybox:1.37", "securityContext": {"privileged": True}}
-            ],
-        },
-    }
-
-
 def _access(api: _Api, args: argparse.Namespace) -> Check:
     answers = []
     for verb, group, resource, expected in INSTALLER_RIGHTS:
@@ -159,7 +141,7 @@ def _guard(api: _Api, args: argparse.Namespace) -> list[Check]:
     status, answer = api.call(
         "POST",
         f"/api/v1/namespaces/{args.namespace}/pods",
-        _probe(args.namespace),
+        privileged_probe(args.namespace),
         query=[("dryRun", "All")],
         impersonate=None if args.as_installer else args.installer,
     )

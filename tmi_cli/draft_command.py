@@ -49,7 +49,7 @@ def cmd_draft(args: argparse.Namespace) -> int:
             nodes = [n for n in (observed_node(item) for item in items) if n is not None]
         envelope, notes = draft_envelope(
             nodes,
-            packaged_catalog().rows(),
+            packaged_catalog(),
             key_id=key_id,
             cluster_binding_id=args.cluster_binding_id,
             namespace=args.namespace,

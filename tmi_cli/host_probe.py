@@ -44,8 +44,8 @@ class Capture:
                 f"{directory} is not a capture of tools/gpu-capture.sh (no nvidia-smi-extra.txt)"
             )
         self.sections = {
-            **_sections(self.directory / "nvidia-smi.txt"),
-            **_sections(self.directory / "nvidia-smi-extra.txt"),
+            **sections(self.directory / "nvidia-smi.txt"),
+            **sections(self.directory / "nvidia-smi-extra.txt"),
         }
 
     def __call__(self, args: Sequence[str]) -> CommandResult:
@@ -77,7 +77,7 @@ def _absent(rest: tuple[str, ...]) -> CommandResult:
     return CommandResult(1, "", f"nvidia-smi {' '.join(rest)}: not recorded in the capture")
 
 
-def _sections(path: Path) -> dict[str, str]:
+def sections(path: Path) -> dict[str, str]:
     """A capture file's "== <command>" sections."""
     if not path.is_file():
         return {}
@@ -156,6 +156,18 @@ def mig_profiles(smi: Smi) -> dict[int, list[str]]:
     return found
 
 
+def smi_of(run: Callable[[Sequence[str]], CommandResult]) -> Smi:
+    """nvidia-smi through `run` (the host's, or a Capture), as `host_gpus` asks it."""
+
+    def smi(*args: str) -> CommandResult:
+        try:
+            return run(["nvidia-smi", *args])
+        except FileNotFoundError as err:
+            raise DetectionError(f"nvidia-smi is not installed: {err}") from err
+
+    return smi
+
+
 def cuda_driver(smi: Smi) -> tuple[int, int] | None:
     """The CUDA version the driver supports, from nvidia-smi's banner."""
     banner = smi()
@@ -168,4 +180,4 @@ def this_node() -> str:
     return os.environ.get("NODE_NAME") or socket.gethostname()
 
 
-__all__ = ["Capture", "cuda_driver", "host_gpus", "mig_profiles", "this_node"]
+__all__ = ["Capture", "cuda_driver", "host_gpus", "mig_profiles", "sections", "smi_of", "this_node"]

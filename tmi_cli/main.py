@@ -37,7 +37,7 @@ from tmi_cli.detect import TOOLKIT_CONFIG, DetectionError, detect_accelerator, d
 from tmi_cli.doctor_command import add_doctor_parser
 from tmi_cli.draft_command import add_draft_parser
 from tmi_cli.evidence_command import add_evidence_parser
-from tmi_cli.host_probe import Capture, cuda_driver, host_gpus, this_node
+from tmi_cli.host_probe import Capture, cuda_driver, host_gpus, smi_of, this_node
 from tmi_cli.nvidia_smi import probe_nvidia_smi, run_command
 from tmi_cli.output import FORMATS, add_output_arguments, emit
 from tmi_cli.ping_command import add_ping_parser
@@ -102,8 +102,7 @@ def cmd_detect(args: argparse.Namespace) -> int:
             # The accelerator block stays as the seed prints it; the report sits beside it.
             document["containerToolkit"] = detect_toolkit(args.toolkit_config)
         if args.host:
-            smi = capture if capture is not None else run_command
-            runner = _smi(smi)
+            runner = smi_of(capture if capture is not None else run_command)
             gpus = host_gpus(runner)
             node = args.node or (capture.node if capture is not None else None) or this_node()
             source = f"capture {args.from_dir}" if capture is not None else "nvidia-smi"
@@ -114,16 +113,6 @@ def cmd_detect(args: argparse.Namespace) -> int:
         raise CommandError(str(exc)) from None
     emit(document, args)
     return EXIT_OK
-
-
-def _smi(run: Any) -> Any:
-    def smi(*args: str) -> Any:
-        try:
-            return run(["nvidia-smi", *args])
-        except FileNotFoundError as err:
-            raise DetectionError(f"nvidia-smi is not installed: {err}") from err
-
-    return smi
 
 
 def cmd_render_scheduler_config(args: argparse.Namespace) -> int:

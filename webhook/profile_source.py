@@ -184,9 +184,9 @@ class PolicyStore:
         return self.feed.snapshot.decide(request, now, self.room(now))
 
 
-def _choosing(figures: RoomFigures) -> tuple[str, dict[str, int]]:
+def _choosing(figures: RoomFigures) -> tuple[str, Mapping[str, int]]:
     """What a choice reads of the figures: their revision and each binding's largest room."""
-    return figures.bundle, {k: v.largestOnNode for k, v in figures.bindings.items()}
+    return figures.bundle, figures.largest
 
 
 class Memo(Generic[K, V]):

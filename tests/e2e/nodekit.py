@@ -11,6 +11,7 @@ from typing import Any
 
 from localcluster import ControlPlane, Kube
 from localcluster.binaries import versions
+from localcluster.engine_pods import engine_pod
 from localcluster.node_images import (
     PROBE,
     SCHEDULER_REPOSITORY,
@@ -24,7 +25,7 @@ from localcluster.node_stack import ChartStack, deploy_chart
 from localcluster.process import wait_until
 from localcluster.realnode import RealNode
 from localcluster.stack import TenantStack
-from tests.e2e.stackkit import owner_settings, tenant_stack, whole_h100_envelope
+from tests.e2e.stackkit import LARGE, owner_settings, tenant_stack, whole_h100_envelope
 from tests.profilekit import Owner
 
 RUNNING_TIMEOUT = 90.0
@@ -51,6 +52,21 @@ def real_node_stack(
         assert up.extender is not None
         up.extender.wait_nodes([node.name])
         yield up
+
+
+def engine_with_sidecar(stack: TenantStack, name: str) -> dict[str, Any]:
+    """The 72B engine Pod (its image the plan's, mapped to the probe) with a sidecar the plan
+    grants nothing: the shield must reach that process."""
+    pod = engine_pod(
+        stack.settings.namespace,
+        LARGE,
+        name=name,
+        container={"name": "engine", "image": "placeholder.invalid/engine:1"},
+    )
+    pod["spec"]["containers"].append(
+        {"name": "sidecar", "image": PROBE, "imagePullPolicy": "IfNotPresent"}
+    )
+    return pod
 
 
 def probe_pod(namespace: str, name: str, env: dict[str, str] | None = None) -> dict[str, Any]:

@@ -19,7 +19,7 @@ from localcluster import (
     create_fake_nodes,
     delete_fake_nodes,
 )
-from localcluster.stack import StackSettings, TenantStack, deploy_stack
+from localcluster.stack import CONDITION, StackSettings, TenantStack, condition, deploy_stack
 from tests.profilekit import CLUSTER, Owner, gpu_binding, gpu_profile, request, with_profiles
 
 WHOLE = "whole-h100-amd64"
@@ -148,3 +148,21 @@ def refusal(kube: Kube, pod: dict[str, Any]) -> ApiError:
     except ApiError as exc:
         return exc
     raise AssertionError(f"the API server admitted Pod {pod['metadata']['name']}")
+
+
+def placed_and_verified(
+    kube: Kube, stack: TenantStack, name: str, timeout: float = 90
+) -> dict[str, Any]:
+    """The Pod once it is bound and its AllocationVerified condition is True."""
+    return kube.wait_for(
+        "v1",
+        "Pod",
+        name,
+        stack.settings.namespace,
+        lambda p: (
+            bool(p["spec"].get("nodeName"))
+            and (condition(p, CONDITION) or {}).get("status") == "True"
+        ),
+        timeout=timeout,
+        what=f"Pod {name} placed and verified",
+    )

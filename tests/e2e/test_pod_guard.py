@@ -15,10 +15,9 @@ from typing import Any
 
 import pytest
 
+from inference_policy.doctor import EXEC_GUARD, POD_GUARD
 from localcluster import ApiError, ControlPlane, Kube
 from localcluster.guard import (
-    EXEC_GUARD,
-    POD_GUARD,
     apply_guard,
     dry_run_create,
     post_exec,

@@ -22,7 +22,7 @@ import pytest
 from localcluster import ControlPlane, FakeNode, create_fake_nodes, delete_fake_nodes
 from localcluster.binaries import versions
 from localcluster.components import KWOK_NODE_ANNOTATION
-from localcluster.engine_pods import CONDITION, condition, engine_pod
+from localcluster.engine_pods import CONDITION, condition
 from localcluster.image import Layout
 from localcluster.node_images import PROBE
 from localcluster.nodes import is_node_ready
@@ -30,12 +30,12 @@ from localcluster.realnode import RealNode, probe_report
 from localcluster.stack import TenantStack
 from tests.e2e.nodekit import (
     condition_is,
+    engine_with_sidecar,
     is_ready,
     probe_pod,
     real_node_stack,
     wait_pod,
 )
-from tests.e2e.stackkit import LARGE
 from tests.evidencekit import H200_UUID, SHARED, FakeSmi
 from tmi_cli import evidence_command
 from tmi_cli.gpu_processes import NvidiaSmiReader
@@ -48,20 +48,6 @@ pytestmark = pytest.mark.e2e
 def stack(node_plane: ControlPlane, real_node: RealNode) -> Iterator[TenantStack]:
     with real_node_stack(node_plane, real_node, "tmi-node") as up:
         yield up
-
-
-def _engine(stack: TenantStack, name: str) -> dict[str, object]:
-    pod = engine_pod(
-        stack.settings.namespace,
-        LARGE,
-        name=name,
-        container={"name": "engine", "image": "placeholder.invalid/engine:1"},
-    )
-    # A sidecar the plan grants nothing: the shield must reach its process.
-    pod["spec"]["containers"].append(
-        {"name": "sidecar", "image": PROBE, "imagePullPolicy": "IfNotPresent"}
-    )
-    return pod
 
 
 def test_the_real_node_joins_beside_kwok_nodes_with_its_own_runtime(
@@ -99,7 +85,7 @@ def test_the_engine_container_sees_exactly_the_allocated_uuid_and_its_sidecar_vo
 ) -> None:
     ns = stack.settings.namespace
     tenant = node_plane.kube("tmi-installer")
-    created = tenant.create(_engine(stack, "engine-uuid"))
+    created = tenant.create(engine_with_sidecar(stack, "engine-uuid"))
     try:
         pod = wait_pod(node_plane.kube("admin"), ns, "engine-uuid", is_ready)
         assert pod["spec"]["nodeName"] == real_node.name
@@ -141,7 +127,7 @@ def test_the_engine_pod_runs_but_is_not_ready_until_allocation_verified(
     assert stack.controller is not None
     stack.controller.stop()
     try:
-        node_plane.kube("tmi-installer").create(_engine(stack, "engine-gate"))
+        node_plane.kube("tmi-installer").create(engine_with_sidecar(stack, "engine-gate"))
         # Every container runs and the kubelet says they are ready, yet the Pod is not: the gate.
         pod = wait_pod(
             admin, ns, "engine-gate", lambda p: condition_is(p, "ContainersReady", "True")
@@ -190,7 +176,7 @@ def test_evidence_maps_running_containers_to_their_pods_and_reports_two_on_one_u
 ) -> None:
     ns = stack.settings.namespace
     admin = node_plane.kube("admin")
-    engine = node_plane.kube("tmi-installer").create(_engine(stack, "engine-evidence"))
+    engine = node_plane.kube("tmi-installer").create(engine_with_sidecar(stack, "engine-evidence"))
     rogue_ns = node_plane.create_namespace(f"rogue-{engine['metadata']['uid'][:6]}")
     rogue_name = rogue_ns["metadata"]["name"]
     try:

@@ -22,13 +22,12 @@ import pytest
 
 from inference_policy.dra_claims import CLAIM_NAME
 from localcluster import ControlPlane
-from localcluster.engine_pods import CONDITION, condition, engine_pod
-from localcluster.node_images import PROBE
+from localcluster.engine_pods import CONDITION, condition
 from localcluster.process import wait_until
 from localcluster.realnode import RealNode, probe_report
 from localcluster.stack import TenantStack
-from tests.e2e.nodekit import real_node_stack, wait_pod
-from tests.e2e.stackkit import LARGE, dated
+from tests.e2e.nodekit import engine_with_sidecar, real_node_stack, wait_pod
+from tests.e2e.stackkit import dated
 from tests.profilekit import Owner, dra_binding, gpu_profile, with_profiles
 
 pytestmark = pytest.mark.e2e
@@ -71,19 +70,6 @@ def stack(
         yield up
 
 
-def _engine(stack: TenantStack, name: str) -> dict[str, Any]:
-    pod = engine_pod(
-        stack.settings.namespace,
-        LARGE,
-        name=name,
-        container={"name": "engine", "image": "placeholder.invalid/engine:1"},
-    )
-    pod["spec"]["containers"].append(
-        {"name": "sidecar", "image": PROBE, "imagePullPolicy": "IfNotPresent"}
-    )
-    return pod
-
-
 def test_the_driver_publishes_the_fixtures_gpus_under_the_nodes_identity(
     real_node: RealNode, devices: list[dict[str, Any]]
 ) -> None:
@@ -101,7 +87,7 @@ def test_a_dra_engine_pod_runs_with_the_allocated_device_and_is_verified(
     ns = stack.settings.namespace
     admin = node_plane.kube("admin")
     tenant = node_plane.kube("tmi-installer")
-    created = tenant.create(_engine(stack, "dra-engine"))
+    created = tenant.create(engine_with_sidecar(stack, "dra-engine"))
     assert created["spec"]["resourceClaims"][0]["name"] == CLAIM_NAME
     spec: Path | None = None
     try:

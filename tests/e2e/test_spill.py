@@ -25,7 +25,7 @@ from inference_policy.room import ROOM_CONFIGMAP, ROOM_KEY, WITH_ROOM, parse_fig
 from localcluster import ApiError, ControlPlane, Kube, create_fake_nodes
 from localcluster.nodes import delete_fake_nodes
 from localcluster.stack import CONDITION, TenantStack, condition, engine_pod
-from tests.e2e.stackkit import dated, pod_names, tenant_stack
+from tests.e2e.stackkit import dated, placed_and_verified, pod_names, tenant_stack
 from tests.fleetkit import a100_mig, l40s
 from tests.profilekit import Owner, gpu_binding, gpu_profile, request, with_profiles
 
@@ -95,21 +95,6 @@ def _wait_room(kube: Kube, stack: TenantStack, want: dict[str, tuple[int, int]])
     )
 
 
-def _placed(kube: Kube, stack: TenantStack, name: str) -> dict[str, Any]:
-    return kube.wait_for(
-        "v1",
-        "Pod",
-        name,
-        stack.settings.namespace,
-        lambda p: (
-            bool(p["spec"].get("nodeName"))
-            and (condition(p, CONDITION) or {}).get("status") == "True"
-        ),
-        timeout=60,
-        what=f"Pod {name} placed and verified",
-    )
-
-
 def _plan(pod: dict[str, Any]) -> dict[str, Any]:
     plan: dict[str, Any] = json.loads(pod["metadata"]["annotations"]["kamiwaza.ai/plan"])
     return plan
@@ -126,7 +111,7 @@ def test_with_the_mig_slices_full_the_next_deployment_is_placed_on_the_share(
     with pod_names(control_plane, stack) as unique:
         first = unique("first")
         installer.create(engine_pod(namespace, SMALL, name=first))
-        pod = _placed(admin, stack, first)
+        pod = placed_and_verified(admin, stack, first)
         assert (pod["spec"]["nodeName"], _plan(pod)["bindingId"]) == (nodes["mig"], MIG)
         assert _plan(pod)["choice"] == {"rule": WITH_ROOM, "passed": []}
         assert pod["spec"]["containers"][0]["resources"]["limits"] == {MIG_RESOURCE: "1"}
@@ -135,7 +120,7 @@ def test_with_the_mig_slices_full_the_next_deployment_is_placed_on_the_share(
         _wait_room(admin, stack, {MIG: (0, 0), SHARE: (48, 48)})
         second = unique("second")
         installer.create(engine_pod(namespace, SMALL, name=second))
-        pod = _placed(admin, stack, second)
+        pod = placed_and_verified(admin, stack, second)
         plan = _plan(pod)
         assert (pod["spec"]["nodeName"], plan["bindingId"]) == (nodes["share"], SHARE)
         assert plan["choice"] == {"rule": WITH_ROOM, "passed": [MIG]}
@@ -193,7 +178,7 @@ def test_figures_the_tenant_writes_steer_only_among_the_bindings_its_request_may
             what="the webhook to plan with the tenant's figures",
         )
         installer.create(engine_pod(namespace, SMALL, name=name))
-        pod = _placed(admin, stack, name)
+        pod = placed_and_verified(admin, stack, name)
         plan = _plan(pod)
         assert (pod["spec"]["nodeName"], plan["bindingId"]) == (nodes["share"], SHARE)
         assert plan["choice"] == {"rule": WITH_ROOM, "passed": [MIG]}

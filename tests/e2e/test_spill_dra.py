@@ -23,7 +23,7 @@ from localcluster import ControlPlane, Kube
 from localcluster.dra_driver import Driver, published_device
 from localcluster.nodes import FakeNode, create_fake_nodes, delete_fake_nodes
 from localcluster.stack import CONDITION, TenantStack, condition, engine_pod
-from tests.e2e.stackkit import dated, pod_names, tenant_stack
+from tests.e2e.stackkit import dated, placed_and_verified, pod_names, tenant_stack
 from tests.profilekit import Owner, dra_binding, gpu_profile, request, with_profiles
 
 pytestmark = pytest.mark.e2e
@@ -95,21 +95,6 @@ def nodes(control_plane: ControlPlane, stack: TenantStack) -> Iterator[dict[str,
         delete_fake_nodes(admin, list(names.values()))
 
 
-def _verified(kube: Kube, stack: TenantStack, name: str) -> dict[str, Any]:
-    return kube.wait_for(
-        "v1",
-        "Pod",
-        name,
-        stack.settings.namespace,
-        lambda p: (
-            bool(p["spec"].get("nodeName"))
-            and (condition(p, CONDITION) or {}).get("status") == "True"
-        ),
-        timeout=90,
-        what=f"Pod {name} allocated and verified",
-    )
-
-
 def _allocated(kube: Kube, stack: TenantStack, pod: dict[str, Any]) -> dict[str, Any]:
     statuses = pod["status"].get("resourceClaimStatuses") or []
     name = next(s["resourceClaimName"] for s in statuses if s["name"] == CLAIM_NAME)
@@ -129,7 +114,7 @@ def test_with_the_mig_device_taken_the_next_claim_takes_the_whole_gpu(
         created = installer.create(engine_pod(namespace, request(), name=first))
         plan_claim = _claim_of(created)
         assert plan_claim["spill"] == "firstAvailable" and len(plan_claim["deviceClasses"]) == 2
-        pod = _verified(admin, stack, first)
+        pod = placed_and_verified(admin, stack, first)
         result = _allocated(admin, stack, pod)
         assert (result["request"], result["pool"]) == (f"{CLAIM_NAME}/b0", nodes["mig"])
 
@@ -137,7 +122,7 @@ def test_with_the_mig_device_taken_the_next_claim_takes_the_whole_gpu(
         created = installer.create(engine_pod(namespace, request(), name=second))
         # The same plan as the first: the claim, not the webhook, finds the room.
         assert _claim_of(created) == plan_claim
-        pod = _verified(admin, stack, second)
+        pod = placed_and_verified(admin, stack, second)
         result = _allocated(admin, stack, pod)
         assert (result["request"], result["pool"]) == (f"{CLAIM_NAME}/b1", nodes["whole"])
         message = (condition(pod, CONDITION) or {}).get("message", "")

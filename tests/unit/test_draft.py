@@ -51,7 +51,7 @@ def test_a_binding_attests_what_holds_on_every_node(capsys: pytest.CaptureFixtur
     older["host"]["gpus"][0]["memoryTotalMiB"] = 140000
     envelope, notes = draft_envelope(
         [observed(first, "a"), observed(older, "b")],
-        packaged_catalog().rows(),
+        packaged_catalog(),
         key_id="sha256:" + "0" * 64,
         cluster_binding_id="c1",
         namespace="kamiwaza",
@@ -160,7 +160,7 @@ def test_a_draft_from_gfd_labels_of_the_nodes(capsys: pytest.CaptureFixture[str]
     assert [o.node for o in seen] == ["h100-a", "h100-b"]
     envelope, notes = draft_envelope(
         seen,
-        packaged_catalog().rows(),
+        packaged_catalog(),
         key_id="sha256:" + "0" * 64,
         cluster_binding_id="c1",
         namespace="kamiwaza",

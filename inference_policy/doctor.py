@@ -73,7 +73,24 @@ class Check:
         return body
 
 
-def namespace_checks(namespace: str, document: Mapping[str, Any] | None) -> list[Check]:
+def serves(configurations: Sequence[Mapping[str, Any]] | None, namespace: str) -> bool | None:
+    """Is the owner part that serves ``namespace`` installed: does a MutatingWebhookConfiguration
+    call a webhook Service in it? None when they could not be read."""
+    if configurations is None:
+        return None
+    return any(
+        ((hook.get("clientConfig") or {}).get("service") or {}).get("namespace") == namespace
+        for configuration in configurations
+        for hook in configuration.get("webhooks") or []
+    )
+
+
+def namespace_checks(
+    namespace: str, document: Mapping[str, Any] | None, served: bool | None = None
+) -> list[Check]:
+    """The namespace, its Pod Security labels, and its opt-in: required once the owner part
+    serves it (``served``), and not before, since opting in earlier guards a namespace whose
+    webhook is not there yet, so a preflight before the install does not fail on it."""
     if document is None:
         return [
             Check(
@@ -95,11 +112,18 @@ def namespace_checks(namespace: str, document: Mapping[str, Any] | None) -> list
         )
     )
     opted = labels.get(OPT_IN_LABEL) == "enabled"
+    found = f"{OPT_IN_LABEL}={labels.get(OPT_IN_LABEL, '(absent)')}"
+    if not opted and not served:
+        found += (
+            "; no webhook configuration serves it yet"
+            if served is False
+            else "; the webhook configurations could not be read"
+        )
     checks.append(
         Check(
             "namespace-opt-in",
-            "pass" if opted else "fail",
-            f"{OPT_IN_LABEL}={labels.get(OPT_IN_LABEL, '(absent)')}",
+            "pass" if opted else "fail" if served else "skip",
+            found,
             ""
             if opted
             else f"once both chart parts are installed: kubectl label namespace {namespace} "
@@ -131,18 +155,31 @@ def installer_check(installer: str, answers: Sequence[tuple[str, str, str, bool,
     )
 
 
-def guard_checks(present: Mapping[str, bool], refusal: str | None, admitted: bool) -> list[Check]:
-    """`present`: each guard object's name -> whether it exists; `refusal`: the message the
-    privileged probe's dry run was refused with (None: it was admitted, or not tried)."""
-    absent = sorted(name for name, exists in present.items() if not exists)
-    checks = [
-        Check(
+def guard_checks(
+    present: Mapping[str, bool | None], refusal: str | None, admitted: bool
+) -> list[Check]:
+    """`present`: each guard object's name -> whether it exists (None: this identity may not
+    read it, as an installer may not); `refusal`: the message the privileged probe's dry run
+    was refused with (None: it was admitted, or not tried)."""
+    absent = sorted(name for name, exists in present.items() if exists is False)
+    unread = sorted(name for name, exists in present.items() if exists is None)
+    if absent:
+        presence = Check(
             "pod-guard-present",
-            "fail" if absent else "pass",
-            f"missing {', '.join(absent)}" if absent else "the guard's policies and bindings exist",
-            "kubectl apply -f manifests/guard/ as the administrator" if absent else "",
+            "fail",
+            f"missing {', '.join(absent)}",
+            "kubectl apply -f manifests/guard/ as the administrator",
         )
-    ]
+    elif unread:
+        presence = Check(
+            "pod-guard-present",
+            "skip",
+            f"{', '.join(unread)} may not be read with this identity (pod-guard-denies shows "
+            "whether the guard acts)",
+        )
+    else:
+        presence = Check("pod-guard-present", "pass", "the guard's policies and bindings exist")
+    checks = [presence]
     if refusal is not None and POD_GUARD in refusal:
         checks.append(Check("pod-guard-denies", "pass", "a privileged Pod is refused by the guard"))
     else:
@@ -286,4 +323,5 @@ __all__ = [
     "namespace_checks",
     "privileged_probe",
     "runtime_class_check",
+    "serves",
 ]

@@ -19,6 +19,7 @@ REQUIRED_BINARIES = (
     "etcd",
     "kube-apiserver",
     "kube-scheduler",
+    "kubectl",
     "kube-controller-manager",
     "kwok",
     "helm",

@@ -68,7 +68,10 @@ def template_text(
 ) -> str:
     """What ``helm template`` prints for ``values`` (a JSON file, so no --set quoting rules),
     for a cluster of ``kube_version`` (default: the version the local cluster runs, as
-    ``helm install`` would read it from the cluster)."""
+    ``helm install`` would read it from the cluster). With the owner part on, the chart's
+    crds/ come first, as ``helm install`` creates them; the tenant's install skips them
+    (``--skip-crds``: its installer may not create definitions)."""
+    owner = bool((values.get("owner") or {}).get("enabled"))
     with tempfile.NamedTemporaryFile("w", suffix=".json", prefix="tmi-values-") as handle:
         json.dump(dict(values), handle)
         handle.flush()
@@ -81,6 +84,7 @@ def template_text(
                 f"--namespace={namespace}",
                 f"--values={handle.name}",
                 f"--kube-version={kube_version or versions().kubernetes}",
+                *(["--include-crds"] if owner else []),
             ]
         )
 

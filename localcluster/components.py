@@ -10,8 +10,11 @@ RBAC and audit concerns the plane also carries.
 from __future__ import annotations
 
 import copy
+import functools
+import re
 import shutil
 import ssl
+import subprocess
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -47,6 +50,15 @@ def default_scheduler_config() -> dict[str, Any]:
 def data_text(name: str) -> str:
     """One of the files shipped in localcluster/data (manifests, KWOK stages, audit policy)."""
     return resources.files("localcluster").joinpath("data", name).read_text()
+
+
+@functools.cache
+def _scheduler_ready_path(binary: Path) -> str:
+    """What says a kube-scheduler is ready, as the chart's probe asks it: /readyz from 1.31,
+    /healthz before (the release range's older schedulers, `make test-versions`)."""
+    out = subprocess.run([str(binary), "--version"], capture_output=True, text=True, check=False)
+    found = re.search(r"v1\.(\d+)\.", out.stdout)
+    return "/healthz" if found and int(found.group(1)) < 31 else "/readyz"
 
 
 def _insecure_context() -> ssl.SSLContext:
@@ -379,6 +391,7 @@ class Components:
         config_file = self.workdir / f"scheduler-{name}.yaml"
         config_file.write_text(yaml.safe_dump(cfg, sort_keys=False))
         key = f"scheduler-{name}"
+        ready = _scheduler_ready_path(self.bin_dir / "kube-scheduler")
         try:
             proc, port = self._start_on_free_port(
                 key,
@@ -390,8 +403,8 @@ class Components:
                     f"--v={verbosity}",
                     *extra_args,
                 ],
-                lambda p: f"https://{HOST}:{p}/readyz",
-                what=f"kube-scheduler {name} /readyz",
+                lambda p: f"https://{HOST}:{p}{ready}",
+                what=f"kube-scheduler {name} {ready}",
                 context=_insecure_context(),
             )
         except ComponentError:

@@ -43,6 +43,8 @@ class StackSettings:
     # The chart's core.inferenceResources.engineImageMap (catalog reference -> mirror), as
     # pairs; the real node maps every engine to the image it has imported.
     engine_image_map: tuple[tuple[str, str], ...] = ()
+    # The chart's owner.admissionPolicies.enabled; False is the fallback for releases before 1.36.
+    admission_policies: bool = True
 
     def chart_values(self, **extra: Any) -> dict[str, Any]:
         """The values file an owner and a tenant would install the chart with."""
@@ -56,6 +58,7 @@ class StackSettings:
             log_level=self.log_level,
             follow_revisions=self.follow_revisions,
             engine_image_map=dict(self.engine_image_map) or None,
+            admission_policies=self.admission_policies,
             **extra,
         )
 

@@ -20,6 +20,7 @@ import orjson
 from inference_policy.capacity import Deployment, Report, replay
 from inference_policy.wire import ENGINE_LABEL, REQUEST_ANNOTATION
 from policy_io.files import read_json
+from tmi_cli.kubeconfig import kubeconfig_for
 from tmi_cli.policy_args import (
     EXIT_OK,
     EXIT_USAGE,
@@ -32,13 +33,13 @@ from tmi_cli.policy_args import (
 
 def list_from_api(kubeconfig: str | None, what: str, namespace: str | None = None) -> Any:
     """The namespace's engine Pods, or with no namespace the Nodes, read through the API server
-    (the kubeconfig, else in-cluster credentials)."""
+    (the kubeconfig, else $KUBECONFIG, ~/.kube/config or in-cluster credentials)."""
     import kubernetes.client  # noqa: PLC0415 - only this path needs the client
 
     from serving.kube import ClientConfigError, load_configuration  # noqa: PLC0415
 
     try:
-        configuration = load_configuration(kubeconfig)
+        configuration = load_configuration(kubeconfig_for(kubeconfig))
     except ClientConfigError as exc:
         raise CommandError(str(exc)) from None
     # The official client is only partly typed; it is used through one untyped handle.
@@ -195,7 +196,11 @@ def add_capacity_parser(sub: Any) -> None:
         action="store_true",
         help="the cluster's Nodes, read through the API server (the owner may; a tenant may not)",
     )
-    p.add_argument("--kubeconfig", metavar="FILE", help="for the API reads (else in-cluster)")
+    p.add_argument(
+        "--kubeconfig",
+        metavar="FILE",
+        help="for the API reads (else $KUBECONFIG, ~/.kube/config, in-cluster)",
+    )
     p.add_argument(
         "-o", "--output", choices=("table", "json"), default="table", help="output (table)"
     )

@@ -24,6 +24,8 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
+from tmi_cli.kubeconfig import kubeconfig_for
+
 EXIT_OK, EXIT_FAILED = 0, 1
 NAME_KEY = "kubernetes.io/metadata.name"
 
@@ -48,7 +50,7 @@ def _remove(namespace: str, names: list[str], kubeconfig: str | None) -> list[st
 
     # The official client is only partly typed; it is used through one untyped handle.
     kube: Any = kubernetes.client
-    client = kube.ApiClient(load_configuration(kubeconfig))
+    client = kube.ApiClient(load_configuration(kubeconfig_for(kubeconfig)))
     api = kube.AdmissionregistrationV1Api(client)
     reviews = kube.AuthorizationV1Api(client)
     removed: list[str] = []
@@ -125,7 +127,11 @@ def add_cleanup_parser(sub: Any) -> None:
         metavar="NAME",
         help="a MutatingWebhookConfiguration that may be this namespace's (repeatable)",
     )
-    p.add_argument("--kubeconfig", metavar="FILE", help="default: the in-cluster account")
+    p.add_argument(
+        "--kubeconfig",
+        metavar="FILE",
+        help="default: $KUBECONFIG, ~/.kube/config, else the in-cluster account",
+    )
     p.add_argument(
         "--best-effort",
         action="store_true",

@@ -28,7 +28,9 @@ from inference_policy.doctor import (
     namespace_checks,
     privileged_probe,
     runtime_class_check,
+    serves,
 )
+from tmi_cli.kubeconfig import kubeconfig_for
 from tmi_cli.output import emit
 from tmi_cli.policy_args import EXIT_FAILED, EXIT_OK, CommandError
 
@@ -46,7 +48,7 @@ class _Api:
         from serving.kube import ClientConfigError, load_configuration  # noqa: PLC0415
 
         try:
-            configuration = load_configuration(kubeconfig)
+            configuration = load_configuration(kubeconfig_for(kubeconfig))
         except ClientConfigError as exc:
             raise CommandError(str(exc)) from None
         self._kube: Any = kubernetes.client
@@ -133,11 +135,10 @@ def _access(api: _Api, args: argparse.Namespace) -> Check:
 
 
 def _guard(api: _Api, args: argparse.Namespace) -> list[Check]:
-    present = {}
+    present: dict[str, bool | None] = {}
     for name in (POD_GUARD, EXEC_GUARD):
         for kind in ("validatingadmissionpolicies", "validatingadmissionpolicybindings"):
-            status, _ = api.get(f"{_ADMISSION}/{kind}/{name}")
-            present[f"{kind}/{name}"] = status == 200
+            present[f"{kind}/{name}"], _ = _optional(api, f"{_ADMISSION}/{kind}/{name}")
     status, answer = api.call(
         "POST",
         f"/api/v1/namespaces/{args.namespace}/pods",
@@ -162,7 +163,9 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     try:
         checks: list[Check] = []
         status, namespace = api.get(f"/api/v1/namespaces/{args.namespace}")
-        checks += namespace_checks(args.namespace, namespace if status == 200 else None)
+        listed, hooks = api.get(f"{_ADMISSION}/mutatingwebhookconfigurations")
+        served = serves(hooks["items"] if listed == 200 else None, args.namespace)
+        checks += namespace_checks(args.namespace, namespace if status == 200 else None, served)
         checks.append(_access(api, args))
         checks += _guard(api, args)
         if args.cert_manager:
@@ -219,7 +222,11 @@ def add_doctor_parser(sub: Subparsers) -> None:
         action="store_false",
         help="the install provides its TLS Secrets (tenant.certManager=false)",
     )
-    p.add_argument("--kubeconfig", metavar="FILE", help="the identity to check as")
+    p.add_argument(
+        "--kubeconfig",
+        metavar="FILE",
+        help="the identity to check as (else $KUBECONFIG, ~/.kube/config, in-cluster)",
+    )
     p.add_argument(
         "-o",
         "--output",

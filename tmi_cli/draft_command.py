@@ -87,7 +87,11 @@ def add_draft_parser(sub: Subparsers) -> None:
         action="store_true",
         help="the same, read as the owner through the API server",
     )
-    p.add_argument("--kubeconfig", metavar="FILE", help="with --from-api (else in-cluster)")
+    p.add_argument(
+        "--kubeconfig",
+        metavar="FILE",
+        help="with --from-api (else $KUBECONFIG, ~/.kube/config, in-cluster)",
+    )
     p.add_argument("--cluster-binding-id", required=True, metavar="ID", help="this cluster's id")
     p.add_argument("--namespace", required=True, metavar="NS", help="the tenant namespace")
     p.add_argument("--private-key", metavar="FILE", help="the owner's key: its keyId is used")

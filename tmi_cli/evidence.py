@@ -28,6 +28,7 @@ from inference_policy.evidence import (
 )
 from tmi_cli.cgroups import read_owners
 from tmi_cli.gpu_processes import GpuReader
+from tmi_cli.kubeconfig import kubeconfig_for
 
 __all__ = [
     "EvidenceRequest",
@@ -86,7 +87,7 @@ def pods_from_api(node: str, kubeconfig: str | None = None) -> list[dict[str, An
     from serving.kube import ClientConfigError, load_configuration  # noqa: PLC0415
 
     try:
-        configuration = load_configuration(kubeconfig)
+        configuration = load_configuration(kubeconfig_for(kubeconfig))
     except ClientConfigError as exc:
         raise DetectionError(str(exc)) from None
     # The official client is only partly typed; it is used through one untyped handle.

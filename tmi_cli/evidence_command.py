@@ -132,7 +132,9 @@ def add_evidence_parser(sub: Any) -> None:
         help="read this node's Pods from the API server (in-cluster, else --kubeconfig)",
     )
     p.add_argument(
-        "--kubeconfig", metavar="FILE", help="for the API read (else the in-cluster account)"
+        "--kubeconfig",
+        metavar="FILE",
+        help="for the API read (else $KUBECONFIG, ~/.kube/config, in-cluster)",
     )
     p.add_argument("--node", metavar="NAME", help="this node's name (default $NODE_NAME)")
     p.add_argument("--samples", type=_positive, default=1, metavar="N", help="samples to take")

@@ -98,6 +98,41 @@ def doctor(
     return status, checks
 
 
+@contextlib.contextmanager
+def _serving_configuration(plane: ControlPlane) -> Iterator[None]:
+    """A webhook configuration calling a Service in NS, for a kind nobody creates."""
+    admin = plane.kube("admin")
+    name = f"tmi-doctor-{uuid.uuid4().hex[:6]}"
+    admin.apply(
+        {
+            "apiVersion": "admissionregistration.k8s.io/v1",
+            "kind": "MutatingWebhookConfiguration",
+            "metadata": {"name": name},
+            "webhooks": [
+                {
+                    "name": "doctor.tmi.invalid",
+                    "clientConfig": {"service": {"namespace": NS, "name": "tmi-webhook"}},
+                    "rules": [
+                        {
+                            "apiGroups": ["tmi-doctor.invalid"],
+                            "apiVersions": ["v1"],
+                            "operations": ["CREATE"],
+                            "resources": ["nothings"],
+                        }
+                    ],
+                    "failurePolicy": "Ignore",
+                    "sideEffects": "None",
+                    "admissionReviewVersions": ["v1"],
+                }
+            ],
+        }
+    )
+    try:
+        yield
+    finally:
+        admin.delete("admissionregistration.k8s.io/v1", "MutatingWebhookConfiguration", name)
+
+
 def test_the_namespace_checks(plane: ControlPlane, capsys: pytest.CaptureFixture[str]) -> None:
     _, checks = doctor(plane, capsys, "--namespace", f"absent-{uuid.uuid4().hex[:6]}")
     assert checks["namespace"]["status"] == "fail"
@@ -107,7 +142,14 @@ def test_the_namespace_checks(plane: ControlPlane, capsys: pytest.CaptureFixture
     assert checks["namespace"]["status"] == "pass"
     assert checks["namespace-pod-security"]["status"] == "fail"
     assert "pod-security.kubernetes.io/warn=restricted" in checks["namespace-pod-security"]["fix"]
+    # Not opted in before the owner part serves the namespace is no failure of a preflight...
+    assert checks["namespace-opt-in"]["status"] == "skip"
+    assert checks["namespace-opt-in"]["found"].endswith("no webhook configuration serves it yet")
+    # ... but once a webhook configuration calls a Service there, it is.
+    with _serving_configuration(plane):
+        _, checks = doctor(plane, capsys, "--namespace", NS)
     assert checks["namespace-opt-in"]["status"] == "fail"
+    assert checks["namespace-opt-in"]["fix"].startswith("once both chart parts are installed")
     _label(plane, LABELS)
     _, checks = doctor(plane, capsys, "--namespace", NS)
     assert checks["namespace-pod-security"]["status"] == "pass"
@@ -211,6 +253,9 @@ def test_as_the_installer_it_checks_its_own_rights_and_skips_the_owners_reads(
     _, checks = doctor(plane, capsys, "--as-installer", identity=INSTALLER)
     assert checks["installer-namespace-scoped"]["status"] == "pass"
     assert checks["pod-guard-denies"]["status"] == "pass"
+    # The installer may not read the guard's cluster-scoped objects: not read is not missing.
+    assert checks["pod-guard-present"]["status"] == "skip", checks["pod-guard-present"]
+    assert checks["namespace-opt-in"]["status"] in ("pass", "skip")
     for name in ("gpu-nodes-allocatable", "gpu-nodes-untainted", "gpu-nodes-gfd"):
         assert checks[name]["status"] == "skip", checks[name]
     assert checks["runtimeclass-nvidia"]["status"] == "skip"

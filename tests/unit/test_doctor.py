@@ -12,6 +12,7 @@ from inference_policy.doctor import (
     installer_check,
     namespace_checks,
     runtime_class_check,
+    serves,
 )
 from localcluster.nodes import FakeNode
 from tests.fleetkit import h100, no_gfd
@@ -26,11 +27,34 @@ def test_a_namespace_without_the_seeds_labels_fails_with_the_command_that_fixes_
     assert _statuses(checks) == {
         "namespace": "pass",
         "namespace-pod-security": "fail",
-        "namespace-opt-in": "fail",
+        "namespace-opt-in": "skip",
     }
     fix = checks[1].fix
     assert fix.startswith("kubectl label namespace kamiwaza ")
     assert "pod-security.kubernetes.io/audit=restricted" in fix
+
+
+def test_the_opt_in_is_required_once_the_owner_part_serves_the_namespace() -> None:
+    def opt_in(served: bool | None, labels: dict[str, str]) -> tuple[str, str]:
+        (check,) = [
+            c
+            for c in namespace_checks("kamiwaza", {"metadata": {"labels": labels}}, served)
+            if c.name == "namespace-opt-in"
+        ]
+        return check.status, check.found
+
+    assert opt_in(True, {})[0] == "fail"
+    assert opt_in(False, {}) == (
+        "skip",
+        "kamiwaza.ai/tenant-inference=(absent); no webhook configuration serves it yet",
+    )
+    assert opt_in(None, {})[0] == "skip"
+    assert opt_in(True, {"kamiwaza.ai/tenant-inference": "enabled"})[0] == "pass"
+    tenant_hook = {"webhooks": [{"clientConfig": {"service": {"namespace": "kamiwaza"}}}]}
+    other = {"webhooks": [{"clientConfig": {"url": "https://elsewhere"}}]}
+    assert serves([other, tenant_hook], "kamiwaza") is True
+    assert serves([other], "kamiwaza") is False
+    assert serves(None, "kamiwaza") is None
 
 
 def test_the_installer_must_be_namespace_scoped() -> None:
@@ -70,3 +94,15 @@ def test_gpu_nodes_need_allocatable_no_taint_and_gfd_labels() -> None:
     assert [c.status for c in gpu_node_checks(None)] == ["skip"] * 3
     (none,) = gpu_node_checks([FakeNode("cpu", gpus=0, vram_gb=None).manifest()])
     assert none.status == "fail"
+
+
+def test_guard_objects_the_identity_may_not_read_are_skipped_not_missing() -> None:
+    names = [f"{k}/{n}" for n in (POD_GUARD, EXEC_GUARD) for k in ("policies", "bindings")]
+    refusal = f"denied by ValidatingAdmissionPolicy '{POD_GUARD}'"
+    unread = guard_checks(dict.fromkeys(names), refusal, admitted=False)
+    assert [(c.name, c.status) for c in unread] == [
+        ("pod-guard-present", "skip"),
+        ("pod-guard-denies", "pass"),
+    ]
+    one_absent = guard_checks({**dict.fromkeys(names), names[0]: False}, refusal, False)
+    assert one_absent[0].status == "fail" and one_absent[0].found == f"missing {names[0]}"

@@ -1,5 +1,5 @@
 """docs/compatibility.md as `make test-versions` writes it: one row per release and check, and
-a run of some releases keeping the others' rows."""
+a run of some releases keeping the others' rows and the dates they were checked on."""
 
 from __future__ import annotations
 
@@ -16,10 +16,12 @@ def test_the_report_round_trips_and_orders_by_minor(
     report = tmp_path / "compatibility.md"
     monkeypatch.setattr(version_check, "REPORT", report)
     results = {
-        "v1.37.2": [("dry run, policies", "pass")],
-        "v1.30.14": [("dry run, policies", "fail: MutatingAdmissionPolicy x: not served")],
+        "v1.37.2": [("dry run, policies", "pass", "2026-12-04")],
+        "v1.30.14": [
+            ("dry run, policies", "fail: MutatingAdmissionPolicy x: not served", "2026-12-03")
+        ],
     }
-    report.write_text(version_check._table(results, "2026-12-04"))
+    report.write_text(version_check._table(results))
     rows = [row for row in report.read_text().splitlines() if row.startswith("| v1.")]
     assert [row.split("|")[1].strip() for row in rows] == ["v1.30.14", "v1.37.2"]
     assert version_check._recorded() == results

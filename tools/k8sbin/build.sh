@@ -17,7 +17,7 @@ source "$here/lib.sh"
 
 key="${K8S_VERSION}-etcd${ETCD_VERSION#v}-kwok${KWOK_VERSION#v}-helm${HELM_VERSION#v}-kustomize${KUSTOMIZE_VERSION#v}"
 bin_dir="${TMI_K8S_BIN_DIR:-$HOME/.cache/tmi/k8sbin/$key}"
-binaries=(etcd kube-apiserver kube-scheduler kube-controller-manager kwok helm kustomize tmi-oci)
+binaries=(etcd kube-apiserver kube-scheduler kube-controller-manager kubectl kwok helm kustomize tmi-oci)
 
 if all_present; then
   echo "control-plane binaries already present (${key}): $bin_dir" >&2
@@ -51,41 +51,60 @@ k8s_ldflags="-s -w \
  -X k8s.io/client-go/pkg/version.gitMajor=1 \
  -X k8s.io/client-go/pkg/version.gitMinor=${k8s_minor}"
 
-echo ">> building kube-apiserver, kube-scheduler, kube-controller-manager ${K8S_VERSION}" >&2
-go -C "$here" build -trimpath -ldflags "$k8s_ldflags" -o "$tmp/" \
-  k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-scheduler \
-  k8s.io/kubernetes/cmd/kube-controller-manager
+# A cache that lacks only some binaries (one added since it was built) builds only those.
+needed() {  # needed <name>: not yet in the cache
+  [[ ! -x "$bin_dir/$1" ]]
+}
 
-echo ">> building etcd ${ETCD_VERSION}" >&2
-# The package's default binary name would be "server".
-go -C "$here/etcd" build -trimpath \
-  -ldflags "-s -w -X go.etcd.io/etcd/api/v3/version.GitSHA=${ETCD_VERSION}" \
-  -o "$tmp/etcd" go.etcd.io/etcd/server/v3
-
-echo ">> building kwok ${KWOK_VERSION}" >&2
-go -C "$here/kwok" build -trimpath \
-  -ldflags "-s -w -X sigs.k8s.io/kwok/pkg/consts.Version=${KWOK_VERSION#v}" \
-  -o "$tmp/kwok" sigs.k8s.io/kwok/cmd/kwok
-
-echo ">> building helm ${HELM_VERSION}" >&2
-# Without the k8sVersion stamps (helm's own Makefile sets them) `helm template` and `helm lint`
-# assume Kubernetes v1.20 and refuse the chart's kubeVersion.
-helm_k8s="$(go -C "$here/helm" list -m -f '{{.Version}}' k8s.io/client-go)"
-helm_k8s_minor="$(echo "$helm_k8s" | cut -d. -f2)"
-helm_ldflags="-s -w -X helm.sh/helm/v3/internal/version.version=${HELM_VERSION}"
-for pkg in helm.sh/helm/v3/pkg/lint/rules helm.sh/helm/v3/pkg/chartutil; do
-  helm_ldflags+=" -X ${pkg}.k8sVersionMajor=1 -X ${pkg}.k8sVersionMinor=${helm_k8s_minor}"
+k8s_cmds=()
+for b in kube-apiserver kube-scheduler kube-controller-manager kubectl; do
+  needed "$b" && k8s_cmds+=("k8s.io/kubernetes/cmd/$b")
 done
-go -C "$here/helm" build -trimpath -ldflags "$helm_ldflags" \
-  -o "$tmp/helm" helm.sh/helm/v3/cmd/helm
+if ((${#k8s_cmds[@]})); then
+  echo ">> building ${k8s_cmds[*]##*/} ${K8S_VERSION}" >&2
+  go -C "$here" build -trimpath -ldflags "$k8s_ldflags" -o "$tmp/" "${k8s_cmds[@]}"
+fi
 
-echo ">> building kustomize ${KUSTOMIZE_VERSION}" >&2
-go -C "$here/kustomize" build -trimpath \
-  -ldflags "-s -w -X sigs.k8s.io/kustomize/api/provenance.version=${KUSTOMIZE_VERSION}" \
-  -o "$tmp/kustomize" sigs.k8s.io/kustomize/kustomize/v5
+if needed etcd; then
+  echo ">> building etcd ${ETCD_VERSION}" >&2
+  # The package's default binary name would be "server".
+  go -C "$here/etcd" build -trimpath \
+    -ldflags "-s -w -X go.etcd.io/etcd/api/v3/version.GitSHA=${ETCD_VERSION}" \
+    -o "$tmp/etcd" go.etcd.io/etcd/server/v3
+fi
 
-echo ">> building tmi-oci (go-containerregistry)" >&2
-go -C "$here/ocibuild" build -trimpath -ldflags "-s -w" -o "$tmp/tmi-oci" .
+if needed kwok; then
+  echo ">> building kwok ${KWOK_VERSION}" >&2
+  go -C "$here/kwok" build -trimpath \
+    -ldflags "-s -w -X sigs.k8s.io/kwok/pkg/consts.Version=${KWOK_VERSION#v}" \
+    -o "$tmp/kwok" sigs.k8s.io/kwok/cmd/kwok
+fi
+
+if needed helm; then
+  echo ">> building helm ${HELM_VERSION}" >&2
+  # Without the k8sVersion stamps (helm's own Makefile sets them) `helm template` and `helm lint`
+  # assume Kubernetes v1.20 and refuse the chart's kubeVersion.
+  helm_k8s="$(go -C "$here/helm" list -m -f '{{.Version}}' k8s.io/client-go)"
+  helm_k8s_minor="$(echo "$helm_k8s" | cut -d. -f2)"
+  helm_ldflags="-s -w -X helm.sh/helm/v3/internal/version.version=${HELM_VERSION}"
+  for pkg in helm.sh/helm/v3/pkg/lint/rules helm.sh/helm/v3/pkg/chartutil; do
+    helm_ldflags+=" -X ${pkg}.k8sVersionMajor=1 -X ${pkg}.k8sVersionMinor=${helm_k8s_minor}"
+  done
+  go -C "$here/helm" build -trimpath -ldflags "$helm_ldflags" \
+    -o "$tmp/helm" helm.sh/helm/v3/cmd/helm
+fi
+
+if needed kustomize; then
+  echo ">> building kustomize ${KUSTOMIZE_VERSION}" >&2
+  go -C "$here/kustomize" build -trimpath \
+    -ldflags "-s -w -X sigs.k8s.io/kustomize/api/provenance.version=${KUSTOMIZE_VERSION}" \
+    -o "$tmp/kustomize" sigs.k8s.io/kustomize/kustomize/v5
+fi
+
+if needed tmi-oci; then
+  echo ">> building tmi-oci (go-containerregistry)" >&2
+  go -C "$here/ocibuild" build -trimpath -ldflags "-s -w" -o "$tmp/tmi-oci" .
+fi
 
 printf 'K8S_VERSION=%s\nETCD_VERSION=%s\nKWOK_VERSION=%s\nHELM_VERSION=%s\nKUSTOMIZE_VERSION=%s\nGO=%s\n' \
   "$K8S_VERSION" "$ETCD_VERSION" "$KWOK_VERSION" "$HELM_VERSION" "$KUSTOMIZE_VERSION" \

@@ -1,0 +1,40 @@
+"""Replicas of one deployment apart, different deployments packed: the prioritize scores' last
+step.
+
+Seed 002 warns that two replicas on one GPU are no evidence of resilience to that GPU failing,
+and best fit, left alone, consolidates: the node the first replica part-filled is the best fit
+for the second. So where some candidate already holds a replica of the Pod's deployment (its
+`kamiwaza.ai/deployment-id`), every fitting node holding none ranks above every node holding
+one, and among those holding one, fewer replicas rank higher. It is a score, not a filter: when
+only a node holding a replica has room, the replica still goes there. Nothing changes for a
+deployment with no replica placed yet, nor between nodes alike in what they hold, so different
+deployments pack exactly as before.
+
+Apart on nodes is also apart on physical devices: a node's device plugin or DRA driver chooses
+the device within the node, so distinct nodes are the separation the extender can give.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+MAX_SCORE = 10
+# Fitting nodes that hold no replica score in [APART, MAX_SCORE], their best-fit order kept;
+# nodes that hold some score in [1, APART - 1], fewer replicas higher.
+APART = 4
+
+
+def spread_replicas(scores: Sequence[int], replicas: Sequence[int]) -> list[int]:
+    """``scores`` (0..10) of the candidates prioritize is given, every one of which passed the
+    filter, with ``replicas`` (how many of the Pod's deployment each holds) taken first: those
+    holding none keep their order above those holding some. Unchanged where none holds one."""
+    if not any(count > 0 for count in replicas):
+        return list(scores)
+    span = MAX_SCORE - APART
+    return [
+        APART + (span * score) // MAX_SCORE if count == 0 else max(1, APART - count)
+        for score, count in zip(scores, replicas, strict=True)
+    ]
+
+
+__all__ = ["APART", "spread_replicas"]

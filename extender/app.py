@@ -32,14 +32,8 @@ from extender.config import DEFAULT_MAX_BODY_BYTES
 from extender.metrics import ExtenderMetrics
 from extender.sources import ClusterSource
 from extender.tenants import Tenant
-from extender.view import (
-    ClusterView,
-    FilterOutcome,
-    Outcome,
-    filter_nodes,
-    prioritize_nodes,
-    unencodable,
-)
+from extender.verbs import filter_nodes, prioritize_nodes, unencodable
+from extender.view import ClusterView, FilterOutcome, Outcome
 from extender.wire import ExtenderFilterResult
 from policy_io.state import PolicySettings
 from serving.app import READ_TIMEOUT, read_limited, running

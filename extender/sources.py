@@ -36,6 +36,7 @@ from inference_policy.ledger import (
     pod_key,
 )
 from inference_policy.nodes import NodeFacts, node_facts
+from inference_policy.spread import deployment_of
 from inference_policy.wire import ENGINE_LABEL as DEPLOYMENT_LABEL
 from policy_io.feed import FeedChange
 from serving.informer import Collection, Delta, Informer, Informers, ListWatch
@@ -140,19 +141,23 @@ class KubernetesSource:
 
     def _pods(self, view: ClusterView, scope: str) -> Informer:
         pods: dict[str, Accounted] = {}
+        deployments: dict[str, str | None] = {}
 
         def changed(delta: Delta) -> None:
             key = pod_key(delta.object)
             accounted = None if delta.type == "DELETED" else accounted_pod(delta.object)
+            deployment = deployment_of(delta.object)
             if delta.type == "DELETED":
                 pods.pop(key, None)
+                deployments.pop(key, None)
             else:
                 pods[key] = accounted
+                deployments[key] = deployment
             if not delta.listed:
-                view.pod_changed(key, accounted)
+                view.pod_changed(key, accounted, deployment)
 
         def listed(informer: Informer) -> None:
-            view.replace_pods(scope, pods.items())
+            view.replace_pods(scope, pods.items(), deployments)
 
         namespace = None if scope == ALL_NAMESPACES else scope
         collection = Collection(

@@ -1,4 +1,5 @@
-"""The extender's picture of the cluster, and the filter and prioritize answers drawn from it.
+"""The extender's picture of the cluster, which the filter and prioritize answers are drawn from
+(`extender.verbs`).
 
 `ClusterView` is changed only on the event loop: the informers run there and hand it finished
 values, so there is no lock to wedge and a request never waits on the API server. It holds
@@ -42,23 +43,19 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Generic, TypeVar
 
-import orjson
-
-from extender.args import Candidates, candidates, has_plan, pod_of
 from extender.pod_demand import Unplaceable, outside_every_tenant, pod_demand
 from extender.tenants import Tenant
-from extender.wire import ExtenderArgs, ExtenderFilterResult, HostPriorityList
+from extender.wire import ExtenderFilterResult, HostPriorityList
 from inference_policy.bounded import keep
 from inference_policy.fragmentation import RequestMix
 from inference_policy.ledger import UsageLedger
-from inference_policy.nodes import FITS, NodeFacts, Verdict
+from inference_policy.nodes import NodeFacts, Verdict
 from inference_policy.placement import (
     Demand,
     check_nodes,
     free_of,
-    score_nodes,
-    scores_from,
 )
+from inference_policy.spread import ReplicaIndex
 from inference_policy.verdict_codes import NodeVerdictCode
 from policy_io.feed import PolicyFeed
 from policy_io.state import PolicySettings, PolicyState
@@ -179,6 +176,7 @@ class ClusterView:
         self._demands: dict[tuple[str, str, int, int], Demand | Refusal | None] = {}
         self.nodes: dict[str, NodeFacts] = {}
         self.ledger = UsageLedger()
+        self.replicas = ReplicaIndex()
         self.pod_scopes = tuple(pod_scopes)
         self._pending: set[str] = {NODES, *(f"pods/{s}" for s in self.pod_scopes)}
         self.events = 0
@@ -228,28 +226,42 @@ class ClusterView:
             cycle.forget(name)
 
     def replace_pods(
-        self, scope: str, pods: Iterable[tuple[str, tuple[str, dict[str, int]] | None]]
+        self,
+        scope: str,
+        pods: Iterable[tuple[str, tuple[str, dict[str, int]] | None]],
+        deployments: Mapping[str, str | None] | None = None,
     ) -> None:
-        """Every planned Pod of one scope (a namespace, or * for all) as a list returned them."""
+        """Every planned Pod of one scope (a namespace, or * for all) as a list returned them,
+        with the deployment each is a replica of."""
         seen: set[str] = set()
         for key, accounted in pods:
             seen.add(key)
-            self._account(key, accounted)
+            self._account(key, accounted, (deployments or {}).get(key))
         prefix = "" if scope == "*" else scope + "/"
         for key in self.ledger.pod_keys():
             if key.startswith(prefix) and key not in seen:
                 self.ledger.remove(key)
+                self.replicas.apply(key, None, None)
         self._pending.discard(f"pods/{scope}")
 
-    def pod_changed(self, key: str, accounted: tuple[str, dict[str, int]] | None) -> None:
+    def pod_changed(
+        self,
+        key: str,
+        accounted: tuple[str, dict[str, int]] | None,
+        deployment: str | None = None,
+    ) -> None:
         self.events += 1
-        self._account(key, accounted)
+        self._account(key, accounted, deployment)
 
-    def _account(self, key: str, accounted: tuple[str, dict[str, int]] | None) -> None:
+    def _account(
+        self, key: str, accounted: tuple[str, dict[str, int]] | None, deployment: str | None
+    ) -> None:
         if accounted is None:
             self.ledger.remove(key)
+            self.replicas.apply(key, None, None)
         else:
             self.ledger.upsert(key, *accounted)
+            self.replicas.apply(key, deployment, accounted[0])
 
     def cycle(self, demand: Demand) -> _Cycle:
         """The remembered verdicts and free capacities for this demand, less those of the nodes
@@ -357,141 +369,3 @@ class ClusterView:
         if isinstance(found, Refusal):
             raise Unplaceable(found.reason, found.code)
         return found
-
-
-def _unknown(name: str) -> Verdict:
-    return Verdict(
-        False,
-        f"node {name} is not in the extender's node cache yet; it is retried when the cache "
-        "catches up",
-        False,
-        NodeVerdictCode.UNKNOWN_NODE,
-    )
-
-
-def filter_nodes(view: ClusterView, args: ExtenderArgs) -> FilterOutcome:
-    """The ExtenderFilterResult for one ExtenderArgs. Raises ArgsError for a malformed body."""
-    pod = pod_of(args)
-    cands = candidates(args, view.nodes)
-    if has_plan(pod) and not view.ready:
-        missing = ", ".join(sorted(view.pending))
-        body = _filter_body(cands, [], {}, {})
-        body["Error"] = f"the extender's caches have not synced yet ({missing}); retry shortly"
-        return Outcome(body, "not-ready", nodes=len(cands.names))
-    try:
-        demand = view.demand(pod)
-    except Unplaceable as exc:
-        failed = dict.fromkeys(cands.names, exc.reason)
-        count = len(cands.names)
-        return Outcome(
-            _filter_body(cands, [], {}, failed), exc.code, {exc.code: count}, nodes=count
-        )
-    if demand is None:
-        passed = list(range(len(cands.names)))
-        return Outcome(_filter_body(cands, passed, {}, {}), "unplanned", nodes=len(cands.names))
-    passed_idx: list[int] = []
-    failed_nodes: dict[str, str] = {}
-    unresolvable: dict[str, str] = {}
-    codes: dict[str, int] = {}
-    node_codes: dict[str, str] = {}
-    if cands.cache_mode:
-        verdicts = view.verdicts(demand, cands.names, cands.facts)
-    else:
-        verdicts = check_nodes(demand, cands.facts, view.ledger.used)
-    names = cands.names
-    keep = passed_idx.append
-    for index, found in enumerate(verdicts):
-        if found is FITS:
-            keep(index)
-            continue
-        verdict = _unknown(names[index]) if found is None else found
-        if verdict.fits:
-            keep(index)
-            continue
-        target = unresolvable if verdict.unresolvable else failed_nodes
-        target[names[index]] = verdict.reason or verdict.code
-        node_codes[names[index]] = verdict.code
-        codes[verdict.code] = codes.get(verdict.code, 0) + 1
-    codes[NodeVerdictCode.FITS] = len(passed_idx)
-    body = _filter_body(cands, passed_idx, failed_nodes, unresolvable)
-    return Outcome(body, "planned", codes, node_codes, len(names))
-
-
-def _filter_body(
-    cands: Candidates,
-    passed: list[int],
-    failed: dict[str, str],
-    unresolvable: dict[str, str],
-) -> ExtenderFilterResult:
-    if cands.cache_mode:
-        return {
-            "Nodes": None,
-            "NodeNames": [cands.names[i] for i in passed],
-            "FailedNodes": failed,
-            "FailedAndUnresolvableNodes": unresolvable,
-            "Error": "",
-        }
-    # Full-node mode: the scheduler reads Nodes.items only, so the kept Node objects are echoed
-    # back exactly as received; replying with names alone would reject every node.
-    return {
-        "Nodes": {"metadata": cands.list_meta, "items": [cands.items[i] for i in passed]},
-        "NodeNames": None,
-        "FailedNodes": failed,
-        "FailedAndUnresolvableNodes": unresolvable,
-        "Error": "",
-    }
-
-
-def prioritize_nodes(view: ClusterView, args: ExtenderArgs) -> PriorityOutcome:
-    """The HostPriorityList for one ExtenderArgs. Raises ArgsError for a malformed body."""
-    pod = pod_of(args)
-    cands = candidates(args, view.nodes)
-    if has_plan(pod) and not view.ready:
-        return Outcome([{"Host": n, "Score": 0} for n in cands.names], "not-ready")
-    try:
-        demand = view.demand(pod)
-    except Unplaceable as exc:
-        return Outcome([{"Host": n, "Score": 0} for n in cands.names], exc.code)
-    if demand is None:
-        return Outcome([{"Host": n, "Score": 0} for n in cands.names], "unplanned")
-    view.observe(pod, demand)
-    workload = view.mix.workload()
-    if cands.cache_mode and demand.path == "gpu" and len(demand.kind) == 1:
-        frees, scale = view.frees(demand, cands.names, cands.facts)
-        scores = scores_from(demand, frees, scale, workload)
-    else:
-        scores = score_nodes(demand, cands.facts, view.ledger.used, workload)
-    body: HostPriorityList = [
-        {"Host": name, "Score": value} for name, value in zip(cands.names, scores, strict=True)
-    ]
-    return Outcome(body, "planned")
-
-
-def unencodable(body: Any, exc: Exception) -> str:
-    """Why an answer cannot be encoded, naming the node when one is the cause.
-
-    Full-node mode echoes the Node objects it keeps, so whatever nesting a Node carries goes
-    back out through orjson, which refuses more than 254 levels. Each kept Node is tried alone
-    at the depth it has in the answer, which finds the one to name; this runs only after the
-    whole answer has failed, so the common path never walks the Nodes.
-    """
-    nodes = body.get("Nodes") if isinstance(body, Mapping) else None
-    if isinstance(nodes, Mapping):
-        for item in nodes.get("items") or []:
-            try:
-                orjson.dumps({"Nodes": {"items": [item]}})
-            except orjson.JSONEncodeError as item_exc:
-                meta = item.get("metadata") if isinstance(item, Mapping) else None
-                name = meta.get("name") if isinstance(meta, Mapping) else None
-                return (
-                    f"node {name} in ExtenderArgs.Nodes.items cannot be sent back: {item_exc} "
-                    "(a value nests too deeply); no node was filtered"
-                )
-        try:
-            orjson.dumps({"Nodes": {"metadata": nodes.get("metadata")}})
-        except orjson.JSONEncodeError as meta_exc:
-            return (
-                f"ExtenderArgs.Nodes.metadata cannot be sent back: {meta_exc} "
-                "(a value nests too deeply); no node was filtered"
-            )
-    return f"the answer cannot be encoded: {exc}"

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from inference_policy.quantity import QuantityError, resource_units
+from inference_policy.wire import ENGINE_LABEL
 
 _TERMINATED = ("Succeeded", "Failed")
 
@@ -130,7 +131,7 @@ _KEPT_CONTAINER = ("name", "resources", "restartPolicy")
 
 def holding_part(pod: Mapping[str, Any]) -> dict[str, Any]:
     """The part of a Pod that decides what it holds: `accounted_pod` and `pod_key` answer the
-    same for it as for the whole Pod, and nothing else is kept.
+    same for it as for the whole Pod, and nothing else is kept but its deployment label.
 
     For a cache of many Pods (the extender's informer keeps every bound engine Pod): a whole Pod
     is a hundred-odd objects (annotations, environment, probes, volumes, status conditions),
@@ -144,6 +145,10 @@ def holding_part(pod: Mapping[str, Any]) -> dict[str, Any]:
     meta = pod.get("metadata")
     if isinstance(meta, Mapping):
         out["metadata"] = {key: meta[key] for key in _KEPT_METADATA if key in meta}
+        labels = meta.get("labels")
+        # The deployment the Pod is a replica of, for spreading its siblings apart.
+        if isinstance(labels, Mapping) and ENGINE_LABEL in labels:
+            out["metadata"]["labels"] = {ENGINE_LABEL: labels[ENGINE_LABEL]}
     elif meta is not None:
         out["metadata"] = meta
     spec = pod.get("spec")

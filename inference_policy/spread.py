@@ -16,7 +16,10 @@ the device within the node, so distinct nodes are the separation the extender ca
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from inference_policy.wire import ENGINE_LABEL
 
 MAX_SCORE = 10
 # Fitting nodes that hold no replica score in [APART, MAX_SCORE], their best-fit order kept;
@@ -37,4 +40,49 @@ def spread_replicas(scores: Sequence[int], replicas: Sequence[int]) -> list[int]
     ]
 
 
-__all__ = ["APART", "spread_replicas"]
+def deployment_of(pod: Mapping[str, Any]) -> str | None:
+    """The Pod's deployment (`kamiwaza.ai/deployment-id`), None when it names none."""
+    meta = pod.get("metadata")
+    labels = meta.get("labels") if isinstance(meta, Mapping) else None
+    value = labels.get(ENGINE_LABEL) if isinstance(labels, Mapping) else None
+    return value if isinstance(value, str) and value else None
+
+
+class ReplicaIndex:
+    """How many bound Pods of each deployment each node holds, kept as informer events arrive
+    (a few dictionary operations each)."""
+
+    def __init__(self) -> None:
+        self._pods: dict[str, tuple[str, str]] = {}
+        self._nodes: dict[str, dict[str, int]] = {}
+
+    def apply(self, key: str, deployment: str | None, node: str | None) -> None:
+        """Pod ``key`` of ``deployment`` is bound to ``node`` now (None: holds no node)."""
+        now = (deployment, node) if deployment is not None and node is not None else None
+        before = self._pods.get(key)
+        if before == now:
+            return
+        if before is not None:
+            del self._pods[key]
+            counts = self._nodes[before[0]]
+            counts[before[1]] -= 1
+            if counts[before[1]] == 0:
+                del counts[before[1]]
+            if not counts:
+                del self._nodes[before[0]]
+        if now is not None:
+            self._pods[key] = now
+            counts = self._nodes.setdefault(now[0], {})
+            counts[now[1]] = counts.get(now[1], 0) + 1
+
+    def counts(self, deployment: str | None) -> Mapping[str, int]:
+        """Node name -> how many of ``deployment``'s Pods it holds (empty for None)."""
+        if deployment is None:
+            return _EMPTY
+        return self._nodes.get(deployment) or _EMPTY
+
+
+_EMPTY: Mapping[str, int] = {}
+
+
+__all__ = ["APART", "ReplicaIndex", "deployment_of", "spread_replicas"]

@@ -212,6 +212,44 @@ def test_best_fit_fills_the_partly_used_node_and_leaves_the_emptier_one_whole(
     assert bound(kube, stack, wide)["spec"]["nodeName"] == emptier
 
 
+def test_replicas_of_one_deployment_go_to_distinct_nodes_while_deployments_still_pack(
+    control_plane: ControlPlane, kube: Kube, stack: TenantStack, nodes: Callable[..., list[str]]
+) -> None:
+    """Seed 002: two replicas on one GPU are no evidence of resilience to that GPU failing.
+    A 2-GPU and a 4-GPU node: best fit sends the first replica to the smaller; the second
+    replica of the same deployment would fill it exactly, and goes to the other node instead;
+    a Pod of another deployment still fills the smaller node, through the real scheduler."""
+    smaller, larger = nodes(h100("spread-a", gpus=2), h100("spread-b", gpus=4))
+    installer = control_plane.kube("tmi-installer")
+    with pod_names(control_plane, stack) as unique:
+
+        def replica(deployment: str) -> str:
+            name = unique(deployment)
+            pod = engine_pod(_ns(stack), LARGE, name=name, deployment_id=deployment)
+            installer.create(pod)
+            return name
+
+        extender = stack.extender
+        assert extender is not None
+
+        def placed(deployment: str) -> str:
+            before = metric(extender.metrics(), "tmi_extender_accounted_pods")
+            node = str(bound(kube, stack, replica(deployment))["spec"]["nodeName"])
+            # The next Pod is judged with this one in the extender's ledger, as a later
+            # replica of a rollout is.
+            wait_until(
+                lambda: metric(extender.metrics(), "tmi_extender_accounted_pods") > before,
+                timeout=30,
+                what="the extender to account the bound Pod",
+            )
+            return node
+
+        chat = f"chat-{uuid.uuid4().hex[:4]}"
+        assert placed(chat) == smaller
+        assert placed(chat) == larger
+        assert placed(f"embed-{chat}") == smaller
+
+
 def test_node_whose_labels_contradict_the_binding_is_filtered_with_the_reason(
     kube: Kube, stack: TenantStack, nodes: Callable[..., list[str]], pods: Callable[..., str]
 ) -> None:

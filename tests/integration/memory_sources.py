@@ -14,6 +14,7 @@ from extender.config import ALL_NAMESPACES
 from extender.view import ClusterView
 from inference_policy.ledger import accounted_pod, pod_key
 from inference_policy.nodes import node_facts
+from inference_policy.spread import deployment_of
 from inference_policy.wire import ENGINE_LABEL as DEPLOYMENT_LABEL
 from policy_io.state import PROFILE_LABEL
 from webhook.profile_source import PolicyStore
@@ -97,6 +98,7 @@ class ExtenderMemorySource:
                         for key, pod in self.pods.items()
                         if _in_scope(pod, (scope,))
                     ),
+                    {key: deployment_of(pod) for key, pod in self.pods.items()},
                 )
         if "profile" not in self.hold:
             self._deliver_profile(view)
@@ -119,7 +121,7 @@ class ExtenderMemorySource:
         key = pod_key(pod)
         self.pods[key] = pod
         if self.view is not None and _in_scope(pod, self.view.pod_scopes):
-            self.view.pod_changed(key, accounted_pod(pod))
+            self.view.pod_changed(key, accounted_pod(pod), deployment_of(pod))
 
     def delete_pod(self, key: str) -> None:
         self.pods.pop(key, None)

@@ -18,7 +18,7 @@ import pytest
 from aiohttp.test_utils import TestClient
 from pytest_aiohttp import AiohttpClient
 
-from inference_policy.wire import PLAN_ANNOTATION
+from inference_policy.wire import ENGINE_LABEL, PLAN_ANNOTATION
 from tests.fleetkit import (
     FLEET,
     H100_2,
@@ -164,6 +164,26 @@ async def test_best_fit_keeps_large_free_devices_whole_for_shares(
         client, "prioritize", cache_args(planned_pod(plans["share"]), ["l40s-b", "l40s"])
     )
     assert scores == [{"Host": "l40s-b", "Score": 1}, {"Host": "l40s", "Score": 8}]
+
+
+async def test_a_replica_goes_to_a_node_without_its_sibling_while_deployments_still_pack(
+    aiohttp_client: AiohttpClient, owner: Owner, plans: dict[str, Any]
+) -> None:
+    """Best fit would put the second replica beside the first, on the node it part-filled;
+    seed 002: two replicas on one GPU are no evidence of resilience to that GPU failing."""
+    first = planned_pod(plans["share"])
+    deployment = first["metadata"]["labels"][ENGINE_LABEL]
+    used = [bound(first, "l40s")]
+    client, _ = await client_for(aiohttp_client, owner, nodes=[L40S, l40s("l40s-b")], pods=used)
+    sibling = planned_pod(plans["share"])
+    sibling["metadata"]["labels"][ENGINE_LABEL] = deployment
+    apart = await post(client, "prioritize", cache_args(sibling, ["l40s", "l40s-b"]))
+    assert apart[1]["Score"] > apart[0]["Score"] >= 1, apart
+    # Another deployment packs onto the part-filled node, as best fit says.
+    other = await post(
+        client, "prioritize", cache_args(planned_pod(plans["share"]), ["l40s", "l40s-b"])
+    )
+    assert other[0]["Score"] > other[1]["Score"], other
 
 
 # -- each reason, and where it lands -------------------------------------------------------------

@@ -92,7 +92,11 @@ async def test_informers_list_then_follow_watch_events(
         [pods] = [i for i in source.informers.informers if i.collection.kind == "Pod"]
         kept = pods.store.get(first["metadata"]["name"])
         assert kept is not None and kept["spec"] == holding_part(first)["spec"]
-        assert set(kept["metadata"]) == {"name", "namespace", "uid", "resourceVersion"}
+        assert set(kept["metadata"]) == {"name", "namespace", "uid", "resourceVersion", "labels"}
+        # Of the labels, only the deployment the Pod is a replica of (for spreading replicas).
+        assert kept["metadata"]["labels"] == {
+            DEPLOYMENT_LABEL: first["metadata"]["labels"][DEPLOYMENT_LABEL]
+        }
 
         cluster.put("nodes", _node("n2", gpus=8))
         second = bound(planned_pod(plan), "n1")

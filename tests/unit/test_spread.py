@@ -6,7 +6,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from inference_policy.spread import APART, spread_replicas
+from inference_policy.spread import APART, ReplicaIndex, deployment_of, spread_replicas
 
 
 def test_without_a_replica_placed_the_scores_are_unchanged() -> None:
@@ -49,3 +49,29 @@ def test_the_order_is_replicas_first_then_best_fit(rows: list[tuple[int, int]]) 
                 assert v1 > v2
             if r1 == r2 == 0 and s1 > s2:
                 assert v1 >= v2
+
+
+def test_the_index_follows_binds_moves_and_deletes() -> None:
+    index = ReplicaIndex()
+    index.apply("ns/a", "d1", "n1")
+    index.apply("ns/b", "d1", "n1")
+    index.apply("ns/c", "d1", "n2")
+    index.apply("ns/x", "d2", "n1")
+    index.apply("ns/y", None, "n1")  # no deployment: not counted
+    assert dict(index.counts("d1")) == {"n1": 2, "n2": 1}
+    assert dict(index.counts("d2")) == {"n1": 1}
+    index.apply("ns/a", "d1", "n1")  # a status update changes nothing
+    index.apply("ns/b", "d1", None)  # terminated
+    index.apply("ns/c", "d1", "n3")  # recreated elsewhere under the same key
+    assert dict(index.counts("d1")) == {"n1": 1, "n3": 1}
+    index.apply("ns/a", None, None)
+    index.apply("ns/c", None, None)
+    assert dict(index.counts("d1")) == {}
+    assert dict(index.counts(None)) == {}
+
+
+def test_the_deployment_is_the_engine_label() -> None:
+    assert deployment_of({"metadata": {"labels": {"kamiwaza.ai/deployment-id": "d1"}}}) == "d1"
+    assert deployment_of({"metadata": {"labels": {"kamiwaza.ai/deployment-id": ""}}}) is None
+    assert deployment_of({"metadata": {"labels": "junk"}}) is None
+    assert deployment_of({}) is None

@@ -58,10 +58,20 @@ log = logging.getLogger(__name__)
 LIST_RESTARTS = 3
 
 
-async def list_all(api: ListWatch, collection: Collection, *, page_size: int = 500) -> Page:
+async def list_all(
+    api: ListWatch,
+    collection: Collection,
+    *,
+    page_size: int = 500,
+    keep: Callable[[JSON], JSON] | None = None,
+) -> Page:
     """Every object of the collection, page by page, as one consistent list: the items (with
     their kind and apiVersion, which list items lack) and the list's resourceVersion. A continue
-    token that expires mid-list starts the list over, a few times at most."""
+    token that expires mid-list starts the list over, a few times at most.
+
+    ``keep`` is applied to each page's items as the page arrives, so a list of many objects
+    never holds more than one page of them whole (an extender restarting with 150,000 engine
+    Pods would otherwise hold them all decoded before keeping a tenth of each)."""
     restarts = 0
     while True:
         items: list[JSON] = []
@@ -69,7 +79,10 @@ async def list_all(api: ListWatch, collection: Collection, *, page_size: int = 5
         try:
             while True:
                 page = await api.list_page(collection, limit=page_size, continue_token=token)
-                items.extend(page.items)
+                for item in page.items:
+                    item.setdefault("apiVersion", collection.api_version)
+                    item.setdefault("kind", collection.kind)
+                    items.append(item if keep is None else keep(item))
                 token = page.continue_token or None
                 if token is None:
                     break
@@ -79,9 +92,6 @@ async def list_all(api: ListWatch, collection: Collection, *, page_size: int = 5
             restarts += 1
             log.info("list of %s expired between pages; listing again", collection)
             continue
-        for item in items:
-            item.setdefault("apiVersion", collection.api_version)
-            item.setdefault("kind", collection.kind)
         return Page(items, page.resource_version)
 
 
@@ -235,7 +245,7 @@ class Informer:
 
     async def relist(self) -> None:
         """List the collection and deliver its difference from the store."""
-        page = await list_all(self.api, self.collection, page_size=self.page_size)
+        page = await list_all(self.api, self.collection, page_size=self.page_size, keep=self._kept)
         self.lists += 1
         self._listed_at = self.monotonic()
         seen: set[str] = set()
@@ -244,7 +254,7 @@ class Informer:
             if key is None:
                 continue
             seen.add(key)
-            self._upsert(obj, listed=True)
+            self._upsert(obj, listed=True, kept=True)
         for key in [k for k in self.store.names() if k not in seen]:
             gone = self.store.remove(key)
             if gone is not None:
@@ -308,11 +318,12 @@ class Informer:
 
     # -- delivery ------------------------------------------------------------------------------
 
-    def _upsert(self, obj: JSON, *, listed: bool) -> None:
+    def _upsert(self, obj: JSON, *, listed: bool, kept: bool = False) -> None:
         key = self.collection.key(obj)
         if key is None:
             return
-        obj = self._kept(obj)
+        if not kept:
+            obj = self._kept(obj)
         old = self.store.get(key)
         if same_revision(old, obj):
             return

@@ -141,6 +141,34 @@ async def test_managed_fields_are_neither_stored_nor_delivered(
         await subject.stop()
 
 
+async def test_a_list_keeps_each_page_before_asking_for_the_next(
+    cluster: FakeCluster, client: ApiClient
+) -> None:
+    """The transform runs on each page as it arrives, once per object, so a long list is never
+    held whole (150,000 engine Pods decoded at once would outgrow the extender's memory)."""
+    for i in range(7):
+        cluster.put("nodes", node(f"n{i}"))
+    pages_when_kept: dict[str, int] = {}
+
+    def keep(obj: dict[str, Any]) -> dict[str, Any]:
+        name = obj["metadata"]["name"]
+        assert name not in pages_when_kept, f"{name} kept twice"
+        pages_when_kept[name] = len(cluster.list_requests)
+        return obj
+
+    recorder = Recorder()
+    subject = informer(client, recorder, page_size=3, transform=keep)
+    subject.start()
+    try:
+        await asyncio.wait_for(subject.synced.wait(), 10)
+        assert [p.get("limit") for p in cluster.list_requests] == ["3", "3", "3"]
+        # Pages of n0-n2, n3-n5, n6: each kept while only its own page had been asked for.
+        assert pages_when_kept == {f"n{i}": i // 3 + 1 for i in range(7)}
+        assert recorder.seen("ADDED") == [f"n{i}" for i in range(7)]
+    finally:
+        await subject.stop()
+
+
 async def test_a_transform_decides_what_is_stored_and_delivered(
     cluster: FakeCluster, client: ApiClient
 ) -> None:

@@ -195,6 +195,20 @@ def _child_rss(pid: int) -> float:
     return 0.0
 
 
+def meets(figures: dict[str, Any]) -> dict[str, bool]:
+    """Each target against this run's figures: the p99 target for both verbs, with every node
+    named and with the 750 names kube-scheduler sends."""
+    limit = TARGETS["filter_p99_ms"]
+    return {
+        f"{verb}_p99_ms_{names}_names": figures[f"{verb}_{names}_names"]["p99_ms"] <= limit
+        for verb in ("filter", "prioritize")
+        for names in ("all", str(SCHEDULER_SENDS))
+    } | {
+        "ready_s": figures["ready_s"] <= TARGETS["ready_s"],
+        "rss_mib": figures["rss_mib_after_calls"] <= TARGETS["rss_mib"],
+    }
+
+
 def main() -> None:
     from cryptography.hazmat.primitives import serialization
 
@@ -246,7 +260,6 @@ def main() -> None:
         "controller_pods": shared["controller_pods"],
         "controller_store_mib": shared["controller_store_mib"],
     }
-    worst = max(figures["filter_all_names"]["p99_ms"], figures["filter_750_names"]["p99_ms"])
     results = {
         "machine": platform.machine(),
         "python": platform.python_version(),
@@ -255,13 +268,7 @@ def main() -> None:
         "pods_per_node": args.pods_per_node,
         "targets": TARGETS,
         **figures,
-        "meets": {
-            "filter_p99_ms": worst <= TARGETS["filter_p99_ms"],
-            "filter_p99_ms_750_names": figures["filter_750_names"]["p99_ms"]
-            <= TARGETS["filter_p99_ms"],
-            "ready_s": figures["ready_s"] <= TARGETS["ready_s"],
-            "rss_mib": rss_after <= TARGETS["rss_mib"],
-        },
+        "meets": meets(figures),
     }
     text = json.dumps(results, indent=2)
     print(text)

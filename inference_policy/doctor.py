@@ -73,13 +73,27 @@ class Check:
         return body
 
 
+def _selects(hook: Mapping[str, Any], namespace: str) -> bool:
+    """Does the entry name ``namespace`` itself: a Service there, or (a webhook reached by URL)
+    a namespaceSelector on the namespace's name, as the chart's entries carry."""
+    if ((hook.get("clientConfig") or {}).get("service") or {}).get("namespace") == namespace:
+        return True
+    selector = hook.get("namespaceSelector") or {}
+    return any(
+        term.get("key") == "kubernetes.io/metadata.name"
+        and term.get("operator") == "In"
+        and namespace in (term.get("values") or [])
+        for term in selector.get("matchExpressions") or []
+    )
+
+
 def serves(configurations: Sequence[Mapping[str, Any]] | None, namespace: str) -> bool | None:
     """Is the owner part that serves ``namespace`` installed: does a MutatingWebhookConfiguration
-    call a webhook Service in it? None when they could not be read."""
+    call a webhook Service in it, or select it by name? None when they could not be read."""
     if configurations is None:
         return None
     return any(
-        ((hook.get("clientConfig") or {}).get("service") or {}).get("namespace") == namespace
+        _selects(hook, namespace)
         for configuration in configurations
         for hook in configuration.get("webhooks") or []
     )

@@ -4,11 +4,17 @@ step.
 Seed 002 warns that two replicas on one GPU are no evidence of resilience to that GPU failing,
 and best fit, left alone, consolidates: the node the first replica part-filled is the best fit
 for the second. So where some candidate already holds a replica of the Pod's deployment (its
-`kamiwaza.ai/deployment-id`), every fitting node holding none ranks above every node holding
-one, and among those holding one, fewer replicas rank higher. It is a score, not a filter: when
-only a node holding a replica has room, the replica still goes there. Nothing changes for a
-deployment with no replica placed yet, nor between nodes alike in what they hold, so different
-deployments pack exactly as before.
+`kamiwaza.ai/deployment-id`, within its namespace), every fitting node holding none ranks above
+every node holding one, and among those holding one, fewer replicas rank higher (1 to 3: from
+three replicas on, alike). It is a score, not a filter: when only a node holding a replica has
+room, the replica still goes there. Nothing changes for a deployment with no replica placed
+yet, so different deployments pack exactly as before; for one that has, best fit still orders
+the nodes holding none, though more coarsely (the extender's 0..10 range, squeezed into 4..10,
+ties some neighbouring grades).
+
+Replicas are known from the extender's Pod watch, once bound: two replicas scheduled back to
+back can reach prioritize before the first one's bind is seen, and then both take best fit's
+node. A deployment's later replicas, and a rollout's, are spread.
 
 Apart on nodes is also apart on physical devices: a node's device plugin or DRA driver chooses
 the device within the node, so distinct nodes are the separation the extender can give.
@@ -41,11 +47,17 @@ def spread_replicas(scores: Sequence[int], replicas: Sequence[int]) -> list[int]
 
 
 def deployment_of(pod: Mapping[str, Any]) -> str | None:
-    """The Pod's deployment (`kamiwaza.ai/deployment-id`), None when it names none."""
+    """The Pod's deployment, `<namespace>/<kamiwaza.ai/deployment-id>`; None when it names
+    none. Within its namespace only: one owner release serves several tenants, and neither
+    tenant's ids may push the other's replicas about."""
     meta = pod.get("metadata")
-    labels = meta.get("labels") if isinstance(meta, Mapping) else None
+    if not isinstance(meta, Mapping):
+        return None
+    labels = meta.get("labels")
     value = labels.get(ENGINE_LABEL) if isinstance(labels, Mapping) else None
-    return value if isinstance(value, str) and value else None
+    if not isinstance(value, str) or not value:
+        return None
+    return f"{meta.get('namespace') or ''}/{value}"
 
 
 class ReplicaIndex:

@@ -32,6 +32,16 @@ from localcluster.process import python_module, wait_until
 FIELD_MANAGER = "helm"
 INSTALLER = "tmi-installer"
 DELEGATION_ROLE = "kamiwaza-installer-delegation"
+# What the tenant part grants its own ServiceAccounts beyond `admin`, which RBAC lets only a
+# holder grant; manifests/installer/kamiwaza-installer.yaml ships the same Role.
+DELEGATION_RULES = [
+    {
+        "apiGroups": [""],
+        "resources": ["endpoints"],
+        "verbs": ["create", "delete", "patch", "update"],
+    },
+    {"apiGroups": [""], "resources": ["pods/status"], "verbs": ["patch"]},
+]
 # The kinds a kubelet-less plane applies; Deployments are played by local processes.
 NOT_APPLIED = frozenset({"Deployment"})
 RBAC_TIMEOUT = 30.0
@@ -212,14 +222,7 @@ def grant_installer(plane: ControlPlane, namespace: str) -> None:
             "apiVersion": "rbac.authorization.k8s.io/v1",
             "kind": "Role",
             "metadata": {"name": DELEGATION_ROLE, "namespace": namespace},
-            "rules": [
-                {
-                    "apiGroups": [""],
-                    "resources": ["endpoints"],
-                    "verbs": ["create", "delete", "patch", "update"],
-                },
-                {"apiGroups": [""], "resources": ["pods/status"], "verbs": ["patch"]},
-            ],
+            "rules": DELEGATION_RULES,
         }
     )
     kube.apply(

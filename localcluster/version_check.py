@@ -76,10 +76,16 @@ def _bins(workdir: Path, release: Path) -> tuple[Path, str]:
         if name == "kube-scheduler" and not source.is_file():
             older = _older_scheduler(release)
             if older is None:
-                raise RuntimeError(f"no kube-scheduler for {release.name} nor the minor below")
+                raise Unbuilt(f"no kube-scheduler {release.name}, nor one of the minor below")
             source, note = older, f"kube-scheduler {older.parent.name} in place of {release.name}'s"
+        if not source.is_file():
+            raise Unbuilt(f"no {name} {release.name}")
         (bins / name).symlink_to(source)
     return bins, note
+
+
+class Unbuilt(RuntimeError):
+    """A release's binary is neither built nor buildable here: its rows say so."""
 
 
 def _docs(policies: bool) -> list[dict[str, Any]]:
@@ -156,7 +162,10 @@ def check(version: str) -> list[tuple[str, str]]:
     rows: list[tuple[str, str]] = []
     with tempfile.TemporaryDirectory(prefix="tmi-version-") as tmp:
         work = Path(tmp)
-        bins, note = _bins(work, release)
+        try:
+            bins, note = _bins(work, release)
+        except Unbuilt as exc:
+            return [("the chart's every object and the stack", f"not run: {exc} ({built})")]
         served, dry = _dry_runs(bins, work / "dry-run")
         for policies in (True, False):
             rows.append(dry[policies])
@@ -200,7 +209,9 @@ def _table(results: dict[str, Rows]) -> str:
     ]
     for version, rows in sorted(results.items(), key=lambda kv: int(kv[0].split(".")[1])):
         for what, result, date in rows:
-            lines.append(f"| {version} | {what} | {result.replace('|', '/')} | {date} |")
+            # One table row each: a failure's text may carry a log's lines and bars.
+            cell = " ".join(result.split()).replace("|", "/")
+            lines.append(f"| {version} | {' '.join(what.split())} | {cell} | {date} |")
     return "\n".join(lines) + "\n"
 
 

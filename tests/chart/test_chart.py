@@ -613,6 +613,20 @@ def test_the_scheduler_is_probed_where_its_release_serves(
     assert container["readinessProbe"]["httpGet"]["path"] == ready
 
 
+def test_a_pinned_scheduler_image_is_probed_where_every_release_serves(
+    values: dict[str, Any],
+) -> None:
+    """A pinned image may be a release below 1.31 on a newer cluster (the skew policy allows
+    one minor): /healthz, which every release serves."""
+    pinned = merged(values, {"owner": {"scheduler": {"image": "mirror.example/ks:v1.30.14"}}})
+    docs = render(part_values(OWNER, pinned), namespace=OWNER_NS, kube_version="v1.36.3")
+    (container,) = find(docs, "Deployment", DEFAULT_SCHEDULER_NAME)["spec"]["template"]["spec"][
+        "containers"
+    ]
+    assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
+    assert container["readinessProbe"]["httpGet"]["path"] == "/healthz"
+
+
 def test_the_pod_knobs_reach_every_server_and_leave_the_charts_own_annotations(
     values: dict[str, Any],
 ) -> None:

@@ -63,8 +63,16 @@ def engine_with_sidecar(stack: TenantStack, name: str) -> dict[str, Any]:
         name=name,
         container={"name": "engine", "image": "placeholder.invalid/engine:1"},
     )
+    # The engine container runs the probe too, serving on :8080: the sidecar runs it without
+    # the image's `-listen=:8080` (a command of its own drops the image's arguments), or the
+    # second of the two to bind would exit and crash-loop the Pod out of Ready.
     pod["spec"]["containers"].append(
-        {"name": "sidecar", "image": PROBE, "imagePullPolicy": "IfNotPresent"}
+        {
+            "name": "sidecar",
+            "image": PROBE,
+            "imagePullPolicy": "IfNotPresent",
+            "command": ["/usr/bin/tmi-probe"],
+        }
     )
     return pod
 

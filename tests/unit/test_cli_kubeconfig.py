@@ -23,11 +23,16 @@ def test_the_flag_wins(home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     assert kubeconfig_for("/given") == "/given"
 
 
-def test_kubeconfig_names_a_list_and_its_first_file_is_used(
+def test_kubeconfig_names_a_list_and_its_first_existing_file_is_used(
     home: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("KUBECONFIG", os.pathsep.join(["", "/first", "/second"]))
-    assert kubeconfig_for(None) == "/first"
+    second = home / "second"
+    second.write_text("apiVersion: v1\n")
+    monkeypatch.setenv("KUBECONFIG", os.pathsep.join(["", "/absent", str(second)]))
+    assert kubeconfig_for(None) == str(second)
+    # None exists: the first is named, so the error says which file was looked for.
+    monkeypatch.setenv("KUBECONFIG", os.pathsep.join(["/absent", "/also-absent"]))
+    assert kubeconfig_for(None) == "/absent"
 
 
 def test_the_home_file_only_when_it_is_there(home: Path) -> None:

@@ -54,6 +54,25 @@ def test_the_opt_in_is_required_once_the_owner_part_serves_the_namespace() -> No
     other = {"webhooks": [{"clientConfig": {"url": "https://elsewhere"}}]}
     assert serves([other, tenant_hook], "kamiwaza") is True
     assert serves([other], "kamiwaza") is False
+    # The owner's webhook.url: no Service, the entry selects the namespace by name.
+    by_url = {
+        "webhooks": [
+            {
+                "clientConfig": {"url": "https://webhook.example/mutate"},
+                "namespaceSelector": {
+                    "matchExpressions": [
+                        {
+                            "key": "kubernetes.io/metadata.name",
+                            "operator": "In",
+                            "values": ["kamiwaza"],
+                        }
+                    ]
+                },
+            }
+        ]
+    }
+    assert serves([by_url], "kamiwaza") is True
+    assert serves([by_url], "elsewhere") is False
     assert serves(None, "kamiwaza") is None
 
 

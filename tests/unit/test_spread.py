@@ -3,6 +3,8 @@ among the nodes alike in what they hold of it."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -70,8 +72,14 @@ def test_the_index_follows_binds_moves_and_deletes() -> None:
     assert dict(index.counts(None)) == {}
 
 
-def test_the_deployment_is_the_engine_label() -> None:
-    assert deployment_of({"metadata": {"labels": {"kamiwaza.ai/deployment-id": "d1"}}}) == "d1"
-    assert deployment_of({"metadata": {"labels": {"kamiwaza.ai/deployment-id": ""}}}) is None
+def test_the_deployment_is_the_engine_label_within_its_namespace() -> None:
+    def pod(namespace: str, value: str) -> dict[str, Any]:
+        labels = {"kamiwaza.ai/deployment-id": value}
+        return {"metadata": {"namespace": namespace, "labels": labels}}
+
+    assert deployment_of(pod("tenant-a", "d1")) == "tenant-a/d1"
+    # Another tenant naming the same id is another deployment.
+    assert deployment_of(pod("tenant-b", "d1")) != deployment_of(pod("tenant-a", "d1"))
+    assert deployment_of(pod("tenant-a", "")) is None
     assert deployment_of({"metadata": {"labels": "junk"}}) is None
     assert deployment_of({}) is None

@@ -33,3 +33,22 @@ def test_the_checked_in_report_lists_every_minor_of_the_range() -> None:
     line = next(row for row in makefile.splitlines() if row.startswith("K8S_RANGE ?="))
     for version in line.split("?=")[1].split():
         assert f"| {version} |" in text, version
+
+
+def test_a_failure_that_spans_lines_stays_one_row(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    report = tmp_path / "compatibility.md"
+    monkeypatch.setattr(version_check, "REPORT", report)
+    failure = "fail: the stack did not come up: timed out; log:\n\tline | one\n\tline two"
+    results = {"v1.33.13": [("the stack", failure, "2026-12-04")]}
+    report.write_text(version_check._table(results))
+    assert version_check._recorded() == {
+        "v1.33.13": [
+            (
+                "the stack",
+                "fail: the stack did not come up: timed out; log: line / one line two",
+                "2026-12-04",
+            )
+        ]
+    }

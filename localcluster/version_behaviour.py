@@ -32,11 +32,12 @@ from inference_policy.access_cel import FORGERY_PREFIX
 from inference_policy.signing import DEFAULT_CONFIGMAP_NAME, public_identity, sign_envelope
 from localcluster.admission_policies import denied_by_guard, policy_docs
 from localcluster.controlplane import ControlPlane
+from localcluster.demo import DEMO_FLEET
 from localcluster.engine_pods import CONDITION, condition, engine_pod
 from localcluster.install import INSTALLER
 from localcluster.kube import ApiError, Kube
 from localcluster.metrics import metric
-from localcluster.nodes import FakeNode, create_fake_nodes
+from localcluster.nodes import create_fake_nodes
 from localcluster.stack import TenantStack, deploy_stack
 from localcluster.stack_settings import StackSettings
 from localcluster.webhook import PLAN_ANNOTATION
@@ -47,15 +48,8 @@ ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
 CLUSTER = "version-check"
 WAIT = 60.0
-# The example profile's whole-H200 binding, on the node GPU Feature Discovery would label so.
-NODE = FakeNode(
-    "gpu-h200-0",
-    gpu_product="NVIDIA-H200",
-    gpus=2,
-    vram_gb=141,
-    gpu_memory_mib=143771,
-    compute_capability="9.0",
-)
+# The example profile's whole-H200 binding, on the demo's node GPU Feature Discovery labels so.
+NODE = next(node for node in DEMO_FLEET if node.gpu_product == "NVIDIA-H200")
 REQUEST = EXAMPLES / "request-llama70b-vllm.json"
 PROBES = ("shield", "guard", "webhook", "extender")
 

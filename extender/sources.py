@@ -140,8 +140,7 @@ class KubernetesSource:
         return self._informer(Collection("nodes", "Node"), changed, listed)
 
     def _pods(self, view: ClusterView, scope: str) -> Informer:
-        pods: dict[str, Accounted] = {}
-        deployments: dict[str, str | None] = {}
+        pods: dict[str, tuple[Accounted, str | None]] = {}
 
         def changed(delta: Delta) -> None:
             key = pod_key(delta.object)
@@ -149,15 +148,13 @@ class KubernetesSource:
             deployment = deployment_of(delta.object)
             if delta.type == "DELETED":
                 pods.pop(key, None)
-                deployments.pop(key, None)
             else:
-                pods[key] = accounted
-                deployments[key] = deployment
+                pods[key] = (accounted, deployment)
             if not delta.listed:
                 view.pod_changed(key, accounted, deployment)
 
         def listed(informer: Informer) -> None:
-            view.replace_pods(scope, pods.items(), deployments)
+            view.replace_pods(scope, ((key, *held) for key, held in pods.items()))
 
         namespace = None if scope == ALL_NAMESPACES else scope
         collection = Collection(

@@ -228,15 +228,14 @@ class ClusterView:
     def replace_pods(
         self,
         scope: str,
-        pods: Iterable[tuple[str, tuple[str, dict[str, int]] | None]],
-        deployments: Mapping[str, str | None] | None = None,
+        pods: Iterable[tuple[str, tuple[str, dict[str, int]] | None, str | None]],
     ) -> None:
-        """Every planned Pod of one scope (a namespace, or * for all) as a list returned them,
-        with the deployment each is a replica of."""
+        """Every planned Pod of one scope (a namespace, or * for all) as a list returned them:
+        its key, what it holds where, and the deployment it is a replica of."""
         seen: set[str] = set()
-        for key, accounted in pods:
+        for key, accounted, deployment in pods:
             seen.add(key)
-            self._account(key, accounted, (deployments or {}).get(key))
+            self._account(key, accounted, deployment)
         prefix = "" if scope == "*" else scope + "/"
         for key in self.ledger.pod_keys():
             if key.startswith(prefix) and key not in seen:

@@ -9,7 +9,9 @@ when they are missing.
 
 from __future__ import annotations
 
+import functools
 import os
+import re
 import subprocess
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -89,6 +91,21 @@ def default_bin_dir() -> Path:
     if override:
         return Path(override).expanduser()
     return Path.home() / ".cache" / "tmi" / "k8sbin" / versions().cache_key
+
+
+@functools.cache
+def release_of(binary: Path) -> str:
+    """The Kubernetes release a component binary says it is (`--version`: "Kubernetes
+    v1.30.14"), "unknown" when it says none. Read once per binary."""
+    out = subprocess.run([str(binary), "--version"], capture_output=True, text=True, check=False)
+    found = re.search(r"v1\.\d+\.\d+\S*", out.stdout)
+    return found.group(0) if found else "unknown"
+
+
+def minor_of(release: str) -> int | None:
+    """1.30's 30, None for a release that is not v1.N.P."""
+    found = re.match(r"v1\.(\d+)\.", release)
+    return int(found.group(1)) if found else None
 
 
 def bin_dir() -> Path:

@@ -10,11 +10,8 @@ RBAC and audit concerns the plane also carries.
 from __future__ import annotations
 
 import copy
-import functools
-import re
 import shutil
 import ssl
-import subprocess
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -25,6 +22,7 @@ from typing import Any
 
 import yaml
 
+from localcluster.binaries import minor_of, release_of
 from localcluster.pki import CertificateAuthority, write_service_account_key
 from localcluster.podnet import PodNetwork
 from localcluster.process import ComponentError, ManagedProcess, free_port, http_ok, wait_until
@@ -52,13 +50,11 @@ def data_text(name: str) -> str:
     return resources.files("localcluster").joinpath("data", name).read_text()
 
 
-@functools.cache
 def _scheduler_ready_path(binary: Path) -> str:
     """What says a kube-scheduler is ready, as the chart's probe asks it: /readyz from 1.31,
     /healthz before (the release range's older schedulers, `make test-versions`)."""
-    out = subprocess.run([str(binary), "--version"], capture_output=True, text=True, check=False)
-    found = re.search(r"v1\.(\d+)\.", out.stdout)
-    return "/healthz" if found and int(found.group(1)) < 31 else "/readyz"
+    minor = minor_of(release_of(binary))
+    return "/healthz" if minor is not None and minor < 31 else "/readyz"
 
 
 def _insecure_context() -> ssl.SSLContext:

@@ -26,7 +26,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from localcluster.binaries import REQUIRED_BINARIES, bin_dir, versions
+from localcluster.binaries import REQUIRED_BINARIES, bin_dir, release_of, versions
 from localcluster.chart import OWNER, TENANT, part_values, render
 from localcluster.chartgen import OWNER_NAMESPACE, TENANT_NAMESPACE, base_values
 from localcluster.controlplane import ControlPlane
@@ -140,12 +140,9 @@ def _dry_runs(bins: Path, work: Path) -> tuple[str, dict[bool, tuple[str, str]]]
 
 
 def _behaviour(bins: Path, work: Path, policies: bool, served: str) -> tuple[str, str]:
-    scheduler = subprocess.run(
-        [str(bins / "kube-scheduler"), "--version"], capture_output=True, text=True, check=False
-    ).stdout.split()[-1:]
     what = (
         f"the stack {_way(policies)}: {', '.join(PROBES)} (kube-apiserver {served}, "
-        f"kube-scheduler {' '.join(scheduler) or 'unknown'})"
+        f"kube-scheduler {release_of((bins / 'kube-scheduler').resolve())})"
     )
     plane = ControlPlane.start(work, bins, start_scheduler=False, start_controller_manager=False)
     try:

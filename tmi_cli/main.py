@@ -48,6 +48,7 @@ from tmi_cli.policy_args import (
     EXIT_USAGE,
     CommandError,
     add_policy_arguments,
+    add_trust_arguments,
     now_from,
     policy_state,
     positive_int,
@@ -291,17 +292,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="CONFIGMAP_FILE",
         help="optionally, a signed profile to verify first (with the three flags below)",
     )
-    p.add_argument("--owner-public-key", action="append", metavar="B64", help="with --bundle")
-    p.add_argument("--cluster-binding-id", metavar="ID", help="with --bundle")
-    p.add_argument("--namespace", metavar="NS", help="with --bundle")
-    p.add_argument(
-        "--minimum-bundle-version",
-        type=positive_int,
-        default=1,
-        metavar="N",
-        help="with --bundle",
-    )
-    p.add_argument("--bundle-configmap", metavar="NAME", help="with --bundle: its name")
+    add_trust_arguments(p, when="with --bundle")
     p.add_argument("--now", metavar="T", help="with --bundle: check its window at T")
     add_output_arguments(p)
     # Kept for the scripts that spelled it so: the same as -o.

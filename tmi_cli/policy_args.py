@@ -85,33 +85,50 @@ def image_map(path: str | None) -> dict[str, str] | None:
     return document
 
 
-def add_policy_arguments(p: argparse.ArgumentParser) -> None:
-    """The flags of the profile, its trust and the planning settings (`tmi plan`'s)."""
-    p.add_argument(
-        "--bundle", metavar="CONFIGMAP_FILE", help="the signed profile ConfigMap (JSON or YAML)"
-    )
+def add_trust_arguments(
+    p: argparse.ArgumentParser, *, required: bool = False, when: str = ""
+) -> None:
+    """The flags `verify_policy` reads: the trusted keys, the cluster, the tenant namespace,
+    the version floor and the configured ConfigMap name. ``required``: the command always
+    verifies; ``when`` ("with --bundle") says when an optional one does."""
+    lead = f"{when}: " if when else ""
     p.add_argument(
         "--owner-public-key",
+        required=required,
         action="append",
         metavar="B64",
-        help="a trusted owner key, as tmi keygen prints it (repeat for several)",
+        help=f"{lead}a trusted owner key, as tmi keygen prints it (repeat for several)",
     )
     p.add_argument(
-        "--cluster-binding-id", metavar="ID", help="this cluster's id, as the profile names it"
+        "--cluster-binding-id",
+        required=required,
+        metavar="ID",
+        help=f"{lead}this cluster's id, as the profile names it",
     )
-    p.add_argument("--namespace", metavar="NS", help="the tenant namespace")
+    p.add_argument(
+        "--namespace", required=required, metavar="NS", help=f"{lead}the tenant namespace"
+    )
     p.add_argument(
         "--minimum-bundle-version",
         type=positive_int,
         default=1,
         metavar="N",
-        help="refuse profile versions below N (default 1)",
+        help=f"{lead}refuse profile versions below N (default 1)",
     )
     p.add_argument(
         "--bundle-configmap",
         metavar="NAME",
-        help="the ConfigMap name the servers are configured with (default: the one it carries)",
+        help=f"{lead}the ConfigMap name the servers are configured with (default: the one it "
+        "carries)",
     )
+
+
+def add_policy_arguments(p: argparse.ArgumentParser) -> None:
+    """The flags of the profile, its trust and the planning settings (`tmi plan`'s)."""
+    p.add_argument(
+        "--bundle", metavar="CONFIGMAP_FILE", help="the signed profile ConfigMap (JSON or YAML)"
+    )
+    add_trust_arguments(p)
     p.add_argument("--now", metavar="T", help="decide at T (RFC 3339) instead of now")
     p.add_argument(
         "--engine-image-map",

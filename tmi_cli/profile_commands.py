@@ -36,8 +36,8 @@ from tmi_cli.policy_args import (
     EXIT_FAILED,
     EXIT_OK,
     CommandError,
+    add_trust_arguments,
     now_from,
-    positive_int,
     verify_policy,
 )
 
@@ -182,27 +182,7 @@ def add_profile_parsers(sub: Subparsers) -> None:
     p.add_argument(
         "--bundle", required=True, metavar="CONFIGMAP_FILE", help="the ConfigMap (JSON or YAML)"
     )
-    p.add_argument(
-        "--owner-public-key",
-        required=True,
-        action="append",
-        metavar="B64",
-        help="a trusted owner key (repeat for several)",
-    )
-    p.add_argument("--cluster-binding-id", required=True, metavar="ID", help="this cluster's id")
-    p.add_argument("--namespace", required=True, metavar="NS", help="the tenant namespace")
-    p.add_argument(
-        "--minimum-bundle-version",
-        type=positive_int,
-        default=1,
-        metavar="N",
-        help="refuse versions below N (default 1)",
-    )
-    p.add_argument(
-        "--bundle-configmap",
-        metavar="NAME",
-        help="the ConfigMap name the servers are configured with (default: the name it carries)",
-    )
+    add_trust_arguments(p, required=True)
     p.add_argument("--now", metavar="T", help="check the time window at T (RFC 3339)")
     add_output_arguments(p)
     p.set_defaults(func=cmd_verify)

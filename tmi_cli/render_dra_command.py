@@ -32,8 +32,8 @@ from tmi_cli.policy_args import (
     EXIT_FAILED,
     EXIT_OK,
     CommandError,
+    add_trust_arguments,
     now_from,
-    positive_int,
     verify_policy,
 )
 
@@ -71,19 +71,7 @@ def add_render_dra_parser(sub: Any) -> None:
         help="print the DeviceClasses and claim templates of a profile's dra bindings",
     )
     p.add_argument("--bundle", required=True, metavar="CONFIGMAP_FILE", help="signed profile")
-    p.add_argument(
-        "--owner-public-key", required=True, action="append", metavar="B64", help="trusted key"
-    )
-    p.add_argument("--cluster-binding-id", required=True, metavar="ID", help="this cluster's id")
-    p.add_argument("--namespace", required=True, metavar="NS", help="the tenant namespace")
-    p.add_argument(
-        "--minimum-bundle-version",
-        type=positive_int,
-        default=1,
-        metavar="N",
-        help="refuse profile versions below N (default 1)",
-    )
-    p.add_argument("--bundle-configmap", metavar="NAME", help="configured ConfigMap name")
+    add_trust_arguments(p, required=True)
     p.add_argument(
         "--objects",
         action="store_true",

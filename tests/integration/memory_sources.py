@@ -94,11 +94,10 @@ class ExtenderMemorySource:
                 view.replace_pods(
                     scope,
                     (
-                        (key, accounted_pod(pod))
+                        (key, accounted_pod(pod), deployment_of(pod))
                         for key, pod in self.pods.items()
                         if _in_scope(pod, (scope,))
                     ),
-                    {key: deployment_of(pod) for key, pod in self.pods.items()},
                 )
         if "profile" not in self.hold:
             self._deliver_profile(view)

@@ -3,9 +3,9 @@ pages and watch streams.
 
 The official client is synchronous: a watch would pin a thread each, and stopping a server would
 have to wait for a blocked read or abandon it. So requests are made here on the event loop, and
-the official client is used for what it is good at: reading a kubeconfig or the in-cluster
-service account (CA, client certificate, bearer token, and the token's periodic re-read) into a
-`Configuration` (`serving.kube.load_configuration`), whose token is asked for on every request.
+the credentials are read once (`serving.credentials`: a kubeconfig or the in-cluster service
+account: CA, client certificate, bearer token, and the token's periodic re-read), the token
+asked for on every request.
 
 Every request has a timeout, watches excepted: a watch is bounded by its `timeoutSeconds` plus a
 read timeout instead. A watch stream is read in chunks and split on newlines here, because
@@ -23,8 +23,9 @@ from typing import Any
 import aiohttp
 import orjson
 
+from serving.credentials import load_credentials
 from serving.informer import Collection, Page, WatchEvent
-from serving.kube import api_error, load_configuration
+from serving.kube import ClientConfigError, api_error
 
 MAX_LINE_BYTES = 32 * 1024 * 1024
 MAX_BODY_BYTES = 64 * 1024 * 1024
@@ -34,17 +35,6 @@ CONTENT_TYPES = {
     "json": "application/json",
     "strategic": "application/strategic-merge-patch+json",
 }
-
-
-def ssl_context(configuration: Any) -> ssl.SSLContext:
-    """The TLS settings of a loaded `Configuration`: its CA, its client certificate."""
-    context = ssl.create_default_context(cafile=configuration.ssl_ca_cert or None)
-    if configuration.cert_file:
-        context.load_cert_chain(configuration.cert_file, configuration.key_file)
-    if not configuration.verify_ssl:
-        context.check_hostname = False
-        context.verify_mode = ssl.CERT_NONE
-    return context
 
 
 class ApiClient:
@@ -70,15 +60,18 @@ class ApiClient:
     def options(kubeconfig: str | None) -> dict[str, Any]:
         """The constructor's arguments from a kubeconfig (None: the in-cluster account); loaded
         now, so a bad kubeconfig fails the start (ClientConfigError), not a later request."""
-        configuration = load_configuration(kubeconfig)
-        context = ssl_context(configuration) if configuration.host.startswith("https") else None
+        credentials = load_credentials(kubeconfig)
+        try:
+            context = credentials.ssl_context()
+        except (OSError, ssl.SSLError) as exc:
+            raise ClientConfigError(
+                f"cannot load the Kubernetes client configuration from "
+                f"{kubeconfig or 'the in-cluster service account'}: its TLS files: {exc}"
+            ) from None
         return {
-            "server": configuration.host,
+            "server": credentials.server,
             "ssl_context": context,
-            # The client files a kubeconfig or service-account token under "BearerToken".
-            "authorization": lambda: configuration.get_api_key_with_prefix(
-                "BearerToken", alias="authorization"
-            ),
+            "authorization": credentials.authorization,
         }
 
     @property

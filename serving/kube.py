@@ -2,8 +2,9 @@
 
 Every server reads its credentials the same way, from a kubeconfig file (a person debugging, the
 local test cluster) or from the in-cluster service account, and loads them when it starts, so
-that a bad kubeconfig is exit status 2 rather than an informer failing forever. The official
-client is used for that alone; the requests themselves are made on the event loop
+that a bad kubeconfig is exit status 2 rather than an informer failing forever
+(`serving.credentials`; the official client's loader here, for the CLI and for a kubeconfig
+only it understands). The requests themselves are made on the event loop
 (`serving.apiserver`), and a failed one is an `ApiError` whatever sent it, so the informer and
 the controller's writes tell a 410 or a 409 apart the same way against the real API server and
 against the in-memory one the tests use.
@@ -14,12 +15,7 @@ from __future__ import annotations
 import random
 from typing import Any
 
-import kubernetes.client
-import kubernetes.config
 import yaml
-
-# The official client is only partly typed; it is used through this one untyped handle.
-_kube: Any = kubernetes
 
 
 class ClientConfigError(ValueError):
@@ -27,7 +23,16 @@ class ClientConfigError(ValueError):
 
 
 def load_configuration(kubeconfig: str | None) -> Any:
-    """A `kubernetes.client.Configuration` from a kubeconfig file, or the in-cluster account."""
+    """A `kubernetes.client.Configuration` from a kubeconfig file, or the in-cluster account.
+
+    The official client is imported here, not with the module: the servers read their
+    credentials with `serving.credentials` and import it only for a kubeconfig that needs it
+    (it costs about 32 MiB of resident memory); the CLI's commands use it for their requests."""
+    import kubernetes.client  # noqa: PLC0415
+    import kubernetes.config  # noqa: PLC0415
+
+    # The official client is only partly typed; it is used through this one untyped handle.
+    _kube: Any = kubernetes
     configuration = _kube.client.Configuration()
     try:
         if kubeconfig:

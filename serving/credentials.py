@@ -1,8 +1,9 @@
 """The servers' credentials for the API server, read without the official client.
 
-Importing `kubernetes` costs each server about 32 MiB of its resident memory (its generated
-models), and the servers use it for nothing but reading credentials: a third of a webhook's or
-an extender's footprint (`bench/bench_peer.py`). What they run with is read here instead: the
+Importing `kubernetes` costs each server about 9 MiB of resident memory beyond the libraries
+it shares with the server (its generated models; 32 MiB in a bare interpreter), and the servers
+use it for nothing but reading credentials (`bench/bench_peer.py` measures each server's
+memory beside HAMi's). What they run with is read here instead: the
 in-cluster service account (the API server's address from the environment, the CA and the
 bound token from the mounted files, the token re-read as the kubelet rotates it) and the
 kubeconfig shapes a server is started with (a CA, a client certificate, a token or a token

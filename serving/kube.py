@@ -27,7 +27,8 @@ def load_configuration(kubeconfig: str | None) -> Any:
 
     The official client is imported here, not with the module: the servers read their
     credentials with `serving.credentials` and import it only for a kubeconfig that needs it
-    (about 9 MiB of resident memory beyond what a server shares with it); the CLI's commands use it for their requests."""
+    (about 9 MiB of resident memory beyond what a server shares with it); the CLI's commands
+    use it for their requests."""
     import kubernetes.client  # noqa: PLC0415
     import kubernetes.config  # noqa: PLC0415
 

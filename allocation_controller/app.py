@@ -2,8 +2,11 @@
 
 The probes answer for the replica, not for the leader: a follower with warm caches is ready
 (it can take over at once), so both replicas stay in the Service and the PodDisruptionBudget
-counts them. Liveness fails only when a background loop (an informer or the election) has died,
-which the loops themselves never allow for an ordinary error; a restart is the right fix then.
+counts them. A replica that has lost its rights in the tenant namespace stays ready too, and
+says so in the answer: the tenant's doing cannot hold up the owner's rollouts and drains.
+Liveness fails only when a background loop (an informer, the election, the rights review) has
+died, which the loops themselves never allow for an ordinary error; a restart is the right fix
+then.
 """
 
 from __future__ import annotations
@@ -28,7 +31,10 @@ async def readyz(request: web.Request) -> web.Response:
     controller = request.app[CONTROLLER]
     if controller.synced:
         role = "leader" if controller.leading else "follower"
-        return web.Response(text=f"ok ({role})\n")
+        # Still ready without its tenant rights (`allocation_controller.rights` says why); the
+        # answer says so for whoever reads it.
+        lacking = f"; {controller.rights.summary()}" if controller.rights.missing else ""
+        return web.Response(text=f"ok ({role}){lacking}\n")
     return web.Response(status=503, text="the Pod and ConfigMap caches have not synced yet\n")
 
 

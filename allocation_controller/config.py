@@ -61,6 +61,10 @@ class ControllerSettings:
     evidence_token: str = field(default="", repr=False)
     evidence_ttl: float = 300.0
     fault_pause_before_patch: float = 0.0
+    # How often the controller asks whether it still holds its rights in the tenant namespace
+    # (`allocation_controller.rights`), and the Pod its Events about them regard (POD_NAME).
+    rights_seconds: float = 15.0
+    pod_name: str | None = None
 
     @property
     def namespace(self) -> str:
@@ -72,6 +76,7 @@ _OPTIONS: tuple[Option, ...] = (
     options.KUBECONFIG,
     *options.TRUST,
     *options.PLANNING,
+    *options.REVISION_CAPS,
     Option(
         "--scheduling-timeout-seconds",
         "TMI_SCHEDULING_TIMEOUT_SECONDS",
@@ -100,6 +105,12 @@ _OPTIONS: tuple[Option, ...] = (
         f"HTTP port for /healthz, /readyz, /metrics (default {DEFAULT_PORT})",
     ),
     options.LOG_LEVEL,
+    Option(
+        "--rights-seconds",
+        "TMI_RIGHTS_SECONDS",
+        "how often the controller asks whether it still may read Pods and write their status in "
+        "the tenant namespace (default 15; at once after a refusal)",
+    ),
     Option(
         "--evidence-token",
         "TMI_EVIDENCE_TOKEN",
@@ -167,6 +178,7 @@ def settings_from_args(
         airgap_registry=get("--airgap-registry"),
         gpu_recipe_catalog_configmap=get("--gpu-recipe-catalog-configmap"),
         cpu_recipe_catalog_configmap=get("--cpu-recipe-catalog-configmap"),
+        **given.revision_caps(),
     )
     identity = (
         get("--identity")
@@ -216,4 +228,6 @@ def settings_from_args(
         evidence_token=get("--evidence-token") or "",
         evidence_ttl=number("--evidence-ttl-seconds", 300.0, 10, 86400),
         fault_pause_before_patch=pause,
+        rights_seconds=number("--rights-seconds", 15.0, 1, 3600),
+        pod_name=given.env.get("POD_NAME") or None,
     )

@@ -24,6 +24,11 @@ What wakes a Pod up:
 * a failed reconcile, after a per-Pod exponential backoff;
 * leaving the watch without being deleted (its engine label removed): one fresh read, and a
   verified Pod that is no longer an engine Pod is marked False, since it is no longer re-checked.
+
+Its own rights in the tenant namespace are reviewed beside all this (`allocation_controller.
+rights`), and at once when the API server refuses it the Pod list or watch, a Pod read or a
+status patch: a refused Pod list counts as read, like a refused ConfigMap, so the replica stays
+ready, and the informer lists again with backoff until the rights are back.
 """
 
 from __future__ import annotations
@@ -40,14 +45,22 @@ from allocation_controller.config import ControllerSettings
 from allocation_controller.leader import LeaderElector
 from allocation_controller.metrics import Metrics
 from allocation_controller.ports import JSON, KubePort, PodPort
-from allocation_controller.reconciler import NotLeader, Reconciler, ReconcileSettings, Result
+from allocation_controller.reconciler import (
+    CONTROLLER_NAME,
+    NotLeader,
+    Reconciler,
+    ReconcileSettings,
+    Result,
+)
 from allocation_controller.revisions import PolicyView
+from allocation_controller.rights import RightsMonitor, reporter_for
 from allocation_controller.workqueue import ShutDown, WorkQueue
 from inference_policy.grant import node_name, plan_revision
 from inference_policy.signing import VerifiedProfile
 from inference_policy.wire import ENGINE_LABEL, PLAN_ANNOTATION
 from policy_io.feed import FeedChange
 from serving.informer import Collection, Delta, Informer, ObjectStore
+from serving.kube import not_permitted
 from serving.revisions import feed_informers
 
 log = logging.getLogger(__name__)
@@ -110,7 +123,26 @@ class Controller:
             Collection("pods", "Pod", namespace, label_selector=ENGINE_LABEL),
             self._on_pod,
             watch_timeout=watch,
-            on_listed=lambda _: self._inputs.set(),
+            on_listed=self._pods_listed,
+            on_error=self._pods_failed,
+        )
+        # The API server refuses this replica the Pod list (its Role or binding is gone): the
+        # Pods are as known as they can be, and `rights` reports the loss.
+        self.pods_refused = False
+        lease_namespace = settings.lease_namespace or settings.namespace
+        self.rights = RightsMonitor(
+            api,
+            namespace,
+            reporter_for(
+                lease_namespace,
+                settings.pod_name,
+                settings.leader.name,
+                CONTROLLER_NAME,
+                settings.leader.identity,
+            ),
+            self.metrics,
+            interval=settings.rights_seconds,
+            clock=clock,
         )
 
         def new(
@@ -172,9 +204,10 @@ class Controller:
 
     @property
     def synced(self) -> bool:
-        """Every input is known: listed, or (a ConfigMap) refused to this replica's Role, which
-        the verdicts then report; the Pods themselves must have been listed."""
-        return self.pods.synced.is_set() and self.policy.feed.ready
+        """Every input is known: listed, or refused to this replica's Role, which the verdicts
+        (a ConfigMap) or the rights report (the Pods, `allocation_controller.rights`) then say."""
+        pods = self.pods.synced.is_set() or self.pods_refused
+        return pods and self.policy.feed.ready
 
     @property
     def healthy(self) -> bool:
@@ -184,6 +217,16 @@ class Controller:
         return self.elector is None or self.elector.is_leader()
 
     # -- watch handlers ------------------------------------------------------------------------
+
+    def _pods_listed(self, informer: Informer) -> None:
+        self.pods_refused = False
+        self._inputs.set()
+
+    def _pods_failed(self, exc: Exception) -> None:
+        if not_permitted(exc) is not None:
+            self.pods_refused = True
+            self._inputs.set()
+            self.rights.wake()
 
     def _on_pod(self, delta: Delta) -> None:
         kind, pod, old = delta.type, delta.object, delta.old
@@ -293,6 +336,9 @@ class Controller:
                 self.queue.done(key)
                 raise
             except Exception as exc:
+                if not_permitted(exc) is not None:
+                    # A status patch or a Pod read refused: the binding may be gone.
+                    self.rights.wake()
                 delay = self.queue.add_rate_limited(key)
                 log.warning(
                     "reconcile of Pod %s failed (%s: %s); retrying in %.2fs",
@@ -322,6 +368,7 @@ class Controller:
             loop.create_task(informer.run(), name=f"informer-{informer.what}")
             for informer in self.informers
         ]
+        self._tasks.append(loop.create_task(self.rights.run(), name="rights"))
         if self.elector is not None:
             self._tasks.append(loop.create_task(self.elector.run(stop), name="leader-election"))
         else:

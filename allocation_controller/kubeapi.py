@@ -1,4 +1,5 @@
-"""The controller's ports over the real API server: its namespace's Pods and Events, its Lease.
+"""The controller's ports over the real API server: its namespace's Pods and Events, its Lease,
+and what it asks about its own rights.
 
 List and watch, the connection pool and the credentials are `serving.apiserver.ApiClient`'s,
 shared with the other servers; what is added here is what only the controller writes. Every
@@ -107,6 +108,18 @@ class HttpKube(ApiClient):
 
     async def create_event(self, event: Mapping[str, Any]) -> None:
         await self.request("POST", self._path("events", group="events.k8s.io/v1"), body=event)
+
+    # -- AccessPort ----------------------------------------------------------------------------
+
+    async def review_access(self, review: Mapping[str, Any]) -> JSON:
+        answered: JSON = await self.request(
+            "POST", "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews", body=dict(review)
+        )
+        return answered
+
+    async def create_owner_event(self, event: Mapping[str, Any]) -> None:
+        path = self._path("events", group="events.k8s.io/v1", namespace=self._lease_namespace)
+        await self.request("POST", path, body=dict(event))
 
     # -- LeasePort -----------------------------------------------------------------------------
 

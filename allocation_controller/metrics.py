@@ -56,6 +56,13 @@ class Metrics:
             ["state"],
             registry=self.registry,
         )
+        self.rights_missing = Gauge(
+            "tmi_allocation_rights_missing",
+            "1 for each right the API server says this controller lacks in its tenant namespace "
+            "(its verdicts there cannot be kept), 0 for each it holds",
+            ["namespace", "resource", "verb"],
+            registry=self.registry,
+        )
         self.event_failures = Counter(
             "tmi_allocation_event_failures",
             "Events that could not be recorded (the condition was still written)",

@@ -19,6 +19,7 @@ from serving.kube import ApiError, Conflict, Gone, NotFound, api_error
 # The errors are the shared ones, named here too so the controller's modules import one place.
 __all__ = [
     "JSON",
+    "AccessPort",
     "ApiError",
     "ClaimReader",
     "Conflict",
@@ -70,5 +71,17 @@ class LeasePort(Protocol):
     async def replace_lease(self, name: str, lease: Mapping[str, Any]) -> JSON: ...
 
 
-class KubePort(PodPort, ListWatch, LeasePort, ClaimReader, Protocol):
-    """All three, as one API server connection provides them."""
+class AccessPort(Protocol):
+    """What the controller's report on its own rights needs (`allocation_controller.rights`):
+    a SelfSubjectAccessReview, which every authenticated identity may create, and an Event in
+    the owner's namespace, which the tenant cannot take away."""
+
+    async def review_access(self, review: Mapping[str, Any]) -> JSON:
+        """Create the SelfSubjectAccessReview; returns it with its `status` answered."""
+
+    async def create_owner_event(self, event: Mapping[str, Any]) -> None:
+        """Create an events.k8s.io/v1 Event in the owner's namespace (the Lease's)."""
+
+
+class KubePort(PodPort, ListWatch, LeasePort, ClaimReader, AccessPort, Protocol):
+    """All of them, as one API server connection provides them."""

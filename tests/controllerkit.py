@@ -43,6 +43,15 @@ _KINDS: dict[str, str] = {
 }
 
 
+# The fake's operations each right of `inference_policy.owner_rights.CONTROLLER_RIGHTS` covers.
+RIGHT_OPERATIONS = {
+    ("list", "pods"): "list_pods",
+    ("watch", "pods"): "watch_pods",
+    ("get", "pods"): "get_pod",
+    ("patch", "pods/status"): "patch_pod_status",
+}
+
+
 def _now_text() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
@@ -136,6 +145,10 @@ class MemoryKube:
         self.failures: dict[str, list[ApiError]] = {}
         self.latency = 0.0
         self.on_patch: Callable[[Patch], object] | None = None
+        # Operations (method names, as `calls` counts them) RBAC refuses with 403, as after the
+        # tenant deleted the controller's RoleBinding; its access reviews answer the same.
+        self.forbidden: set[str] = set()
+        self.owner_events: list[JSON] = []
 
     @property
     def namespace(self) -> str:
@@ -202,9 +215,29 @@ class MemoryKube:
         self.calls[operation] = self.calls.get(operation, 0) + 1
         if self.latency:
             await asyncio.sleep(self.latency)
+        if operation in self.forbidden:
+            raise ApiError(403, "Forbidden", f"the Role does not allow {operation}")
         pending = self.failures.get(operation)
         if pending:
             raise pending.pop(0)
+
+    # -- AccessPort ----------------------------------------------------------------------------
+
+    async def review_access(self, review: Mapping[str, Any]) -> JSON:
+        await self._call("review_access")
+        attributes = review["spec"]["resourceAttributes"]
+        resource = attributes["resource"]
+        if attributes.get("subresource"):
+            resource += "/" + attributes["subresource"]
+        operation = RIGHT_OPERATIONS.get((attributes["verb"], resource))
+        return {
+            **copy.deepcopy(dict(review)),
+            "status": {"allowed": operation not in self.forbidden},
+        }
+
+    async def create_owner_event(self, event: Mapping[str, Any]) -> None:
+        await self._call("create_owner_event")
+        self.owner_events.append(copy.deepcopy(dict(event)))
 
     # -- ClaimReader ---------------------------------------------------------------------------
 

@@ -4,9 +4,10 @@ The tenant's webhook writes the plan, and the tenant can replace that webhook, s
 Pod proves nothing by itself. Before any node is judged, the Pod is held to the signed profile
 exactly as the allocation controller holds a running one (`inference_policy.grant.check_grant`:
 the plan is what the verified revision it names plans for the Pod's deployment request, and the
-Pod's accelerator asks, image, RuntimeClass and shields are the plan's); a Pod that asks for an
-accelerator with no plan at all is refused too. Either refusal is `Unplaceable`: every node
-fails with the reason, which the scheduler writes into the Pod's events.
+Pod's accelerator asks, image, RuntimeClass and shields are the plan's); a Pod that reaches for
+anything without a GPU plan (none, a CPU plan, or one that says it places nothing) is refused by
+the core's gate (`inference_policy.device_gate`) before that. Either refusal is `Unplaceable`:
+every node fails with the reason, which the scheduler writes into the Pod's events.
 """
 
 from __future__ import annotations
@@ -16,9 +17,10 @@ from datetime import datetime
 from typing import Any
 
 from inference_policy.access import reaches
+from inference_policy.device_gate import device_gate
 from inference_policy.grant import check_placement
 from inference_policy.placement import Demand, demand_for
-from inference_policy.plan import Plan, PlanError, parse_plan
+from inference_policy.plan import Plan, PlanError
 from inference_policy.planner import PROFILE_PREFIX
 from inference_policy.signing import ProfileRefused, VerifiedProfile
 from inference_policy.verdict_codes import NodeVerdictCode
@@ -36,30 +38,14 @@ class Unplaceable(Exception):
 
 
 def pod_demand(pod: Mapping[str, Any], snapshot: PolicySnapshot, now: datetime) -> Demand | None:
-    """The Pod's demand; None for a Pod without a plan that asks for no accelerator (or an
-    external plan, which places nothing). Raises Unplaceable."""
-    meta = pod.get("metadata") or {}
-    annotations = meta.get("annotations") if isinstance(meta, Mapping) else None
-    text = annotations.get(PLAN_ANNOTATION) if isinstance(annotations, Mapping) else None
-    if text is None:
-        unplanned = reaches(pod)
-        if unplanned:
-            raise Unplaceable(
-                "the Pod asks for an accelerator without a plan ("
-                + ", ".join(reach.field for reach in unplanned)
-                + "); only an engine Pod planned by the tenant webhook may",
-                NodeVerdictCode.UNPLANNED_DEVICE,
-            )
-        return None
-    if not isinstance(text, str):
-        raise Unplaceable(
-            f"the {PLAN_ANNOTATION} annotation is not a string", NodeVerdictCode.PLAN_INVALID
-        )
-    try:
-        plan = parse_plan(text)
-    except PlanError as exc:
-        raise Unplaceable(str(exc), NodeVerdictCode.PLAN_INVALID) from None
-    if plan.path == "external":
+    """The Pod's demand; None for a Pod that reaches for nothing and holds no local plan (none,
+    or an external one). Raises Unplaceable, first for what the core's gate refuses
+    (`inference_policy.device_gate`: a reach without a GPU plan, whatever the plan says)."""
+    gate = device_gate(pod)
+    if gate.code is not None:
+        raise Unplaceable(gate.reason, gate.code)
+    plan = gate.plan
+    if plan is None:
         return None
     profile = current_profile(snapshot, now) if plan.path == "gpu" else None
     try:

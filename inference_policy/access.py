@@ -18,12 +18,20 @@ A Pod reaches for an accelerator through any of:
 * a dynamic resource claim: `spec.resourceClaims` or a container's `resources.claims` (an engine
   Pod's `spec.resourceClaims` and its engine container's claims belong to its plan, as its
   RuntimeClass does: the plan sets them, from the owner's claim templates, or removes them);
-* a device-selecting environment variable (`DEVICE_ENV`) the container runtime obeys, unless it
-  explicitly selects no device (`NVIDIA_VISIBLE_DEVICES=void`);
-* on the engine container that holds the grant, an `envFrom` source that could set a
-  device-selecting variable (no `prefix`, or one that a device variable starts with): the Pod's
-  own variables come after the device plugin's, so `NVIDIA_VISIBLE_DEVICES=all` from a
-  ConfigMap would widen the grant to every GPU on the node;
+* a device variable: any variable in a namespace a vendor's container runtime reads to hand out
+  devices or device features (`DEVICE_ENV_PREFIXES`, below, with the sources it rests on). This
+  is an allow-list, not a list of known variables: the whole namespace is refused, on every
+  container, and the one value allowed is the shield's (`NVIDIA_VISIBLE_DEVICES=void`, which
+  hands out nothing). The plan writes no variable on the granted container: its devices come
+  from the device plugin or its claim alone;
+* on any container, an `envFrom` source that could set a device variable: one with no
+  `prefix`, or a prefix that a device-variable namespace starts with (or that starts with one).
+  The Pod's own variables come after the device plugin's, so `NVIDIA_VISIBLE_DEVICES=all` from
+  a ConfigMap would widen the grant to every GPU on the node, and another vendor's runtime does
+  not care that the NVIDIA variable says `void`;
+* a Container Device Interface annotation (`CDI_ANNOTATION_PREFIXES`): container runtimes with
+  CDI enabled (containerd 2, CRI-O, NVIDIA's runtime in CDI mode) inject the devices such a key
+  names, whatever the device plugin granted;
 * a RuntimeClass (which may be the NVIDIA runtime that honours such variables);
 * a `kamiwaza.ai/plan` annotation it was not given by the webhook.
 
@@ -53,14 +61,47 @@ from inference_policy.wire import PLAN_ANNOTATION
 STANDARD_RESOURCES = frozenset(("cpu", "memory", "ephemeral-storage", "pods"))
 STANDARD_PREFIXES = ("hugepages-",)
 NVIDIA_DEVICE_ENV = "NVIDIA_VISIBLE_DEVICES"
+# Every namespace of variables a container runtime reads to hand out devices or device
+# features. A runtime reads these from the container's final environment (image, envFrom, env),
+# so one set on any container counts, whatever the device plugin granted:
+# - NVIDIA Container Toolkit (internal/config/image/cuda_image.go): NVIDIA_VISIBLE_DEVICES,
+#   NVIDIA_DRIVER_CAPABILITIES, NVIDIA_REQUIRE_*, NVIDIA_DISABLE_REQUIRE,
+#   NVIDIA_MIG_CONFIG_DEVICES, NVIDIA_MIG_MONITOR_DEVICES, NVIDIA_IMEX_CHANNELS, and the feature
+#   switches NVIDIA_GDS, NVIDIA_MOFED, NVIDIA_NVSWITCH, NVIDIA_GDRCOPY (RDMA, NVSwitch, GDS and
+#   IMEX devices for a container that holds a GPU); gVisor's nvproxy reads the same names;
+# - AMD Container Toolkit: AMD_VISIBLE_DEVICES;
+# - Intel Gaudi (habana-container-runtime): HABANA_VISIBLE_DEVICES, HABANA_VISIBLE_MODULES;
+# - AWS Neuron (oci-neuron-hook): AWS_NEURON_VISIBLE_DEVICES;
+# - Huawei Ascend (ascend-docker-runtime): ASCEND_VISIBLE_DEVICES, ASCEND_RUNTIME_OPTIONS,
+#   ASCEND_ALLOW_LINK;
+# - Enflame (ENFLAME_VISIBLE_DEVICES) and Moore Threads (MTHREADS_VISIBLE_DEVICES) runtimes.
+# The whole namespace is refused, not the names above, so a feature variable added in a later
+# release is refused the day it ships. Variables a library reads inside the process
+# (CUDA_VISIBLE_DEVICES, HIP_VISIBLE_DEVICES) only narrow what the container was given and are
+# not in any of these namespaces.
+DEVICE_ENV_PREFIXES = (
+    "NVIDIA_",
+    "AMD_",
+    "HABANA_",
+    "AWS_NEURON_",
+    "ASCEND_",
+    "ENFLAME_",
+    "MTHREADS_",
+)
+# Kept for readers of the two variables this rule began with; the rule is the namespaces above.
 DEVICE_ENV = (NVIDIA_DEVICE_ENV, "AMD_VISIBLE_DEVICES")
 # NVIDIA's container toolkit treats `void` as "behave like runc": no device, no driver.
 NO_DEVICE = "void"
+# Pod annotation keys a CDI-enabled container runtime turns into devices (containerd's and
+# CRI-O's `cdi.k8s.io/` prefix; NVIDIA's runtime in CDI mode reads its own as well).
+CDI_ANNOTATION_PREFIXES = ("cdi.k8s.io/", "nvidia.cdi.k8s.io/")
 CONTAINER_LISTS = ("containers", "initContainers", "ephemeralContainers")
 RESOURCE_PARTS = ("requests", "limits")
 
 
-ReachKind = Literal["resource", "claim", "env", "runtime-class", "plan-annotation", "node"]
+ReachKind = Literal[
+    "resource", "claim", "env", "runtime-class", "plan-annotation", "node", "annotation"
+]
 
 
 @dataclass(frozen=True, order=True, slots=True)
@@ -79,22 +120,34 @@ def is_accelerator_resource(name: str) -> bool:
     return name not in STANDARD_RESOURCES and not name.startswith(STANDARD_PREFIXES)
 
 
+def is_device_variable(name: object) -> bool:
+    """A variable in a namespace some container runtime reads to hand out devices."""
+    return isinstance(name, str) and name.startswith(DEVICE_ENV_PREFIXES)
+
+
 def selects_devices(entry: Mapping[str, Any]) -> bool:
-    """An env entry that makes the container runtime hand devices to the container."""
+    """An env entry that makes a container runtime hand devices (or device features) to the
+    container: any device variable but the shield's literal value."""
     name = entry.get("name")
-    if name not in DEVICE_ENV:
+    if not is_device_variable(name):
         return False
-    switched_off = entry.get("value") == NO_DEVICE and "valueFrom" not in entry
-    return not (name == NVIDIA_DEVICE_ENV and switched_off)
+    shield = name == NVIDIA_DEVICE_ENV and entry.get("value") == NO_DEVICE
+    return not (shield and "valueFrom" not in entry)
 
 
 def can_set_device_env(source: Mapping[str, Any]) -> bool:
-    """An `envFrom` entry whose keys could land on a device-selecting variable: one with no
-    prefix, or a prefix some such variable starts with (`NVIDIA_` and a key `VISIBLE_DEVICES`)."""
+    """An `envFrom` entry whose keys could land on a device variable: one with no prefix, or a
+    prefix that a device-variable namespace starts with (`NV` and a key `IDIA_GDS`) or that
+    starts with one (`NVIDIA_` and a key `VISIBLE_DEVICES`)."""
     prefix = source.get("prefix")
     if not isinstance(prefix, str) or not prefix:
         return True
-    return any(name.startswith(prefix) for name in DEVICE_ENV)
+    return any(ns.startswith(prefix) or prefix.startswith(ns) for ns in DEVICE_ENV_PREFIXES)
+
+
+def is_cdi_annotation(key: object) -> bool:
+    """A Pod annotation a CDI-enabled container runtime turns into devices."""
+    return isinstance(key, str) and key.startswith(CDI_ANNOTATION_PREFIXES)
 
 
 def is_map(value: Any) -> bool:
@@ -134,8 +187,8 @@ def _container_reaches(
             claims = own.get("claims")
             if isinstance(claims, list) and claims:
                 found.append(Reach(f"{at}.resources.claims", str(len(claims)), "claim"))
-    if not resources:
-        sources = container.get("envFrom")
+    sources = container.get("envFrom")
+    if sources:
         for source in sources if isinstance(sources, list) else ():
             if is_map(source) and can_set_device_env(source):
                 at = f"spec.{kind}[{container.get('name')}]"
@@ -190,10 +243,12 @@ def reaches(
     claims = spec.get("resourceClaims")
     if engine is None and isinstance(claims, list) and claims:
         found.append(Reach("spec.resourceClaims", str(len(claims)), "claim"))
-    if plan_annotation and engine is None:
-        annotations = as_mapping(as_mapping(pod.get("metadata")).get("annotations"))
-        if PLAN_ANNOTATION in annotations:
-            found.append(Reach(f"metadata.annotations[{PLAN_ANNOTATION}]", "", "plan-annotation"))
+    annotations = as_mapping(as_mapping(pod.get("metadata")).get("annotations"))
+    for key in annotations:
+        if is_cdi_annotation(key):
+            found.append(Reach(f"metadata.annotations[{key}]", str(annotations[key]), "annotation"))
+    if plan_annotation and engine is None and PLAN_ANNOTATION in annotations:
+        found.append(Reach(f"metadata.annotations[{PLAN_ANNOTATION}]", "", "plan-annotation"))
     return found
 
 
@@ -229,8 +284,10 @@ def new_reaches(pod: Mapping[str, Any], old: Mapping[str, Any]) -> list[Reach]:
 
 
 __all__ = [
+    "CDI_ANNOTATION_PREFIXES",
     "CONTAINER_LISTS",
     "DEVICE_ENV",
+    "DEVICE_ENV_PREFIXES",
     "NO_DEVICE",
     "STANDARD_PREFIXES",
     "STANDARD_RESOURCES",
@@ -238,6 +295,8 @@ __all__ = [
     "can_set_device_env",
     "container_reaches",
     "is_accelerator_resource",
+    "is_cdi_annotation",
+    "is_device_variable",
     "is_map",
     "new_reaches",
     "reaches",

@@ -26,8 +26,9 @@ from __future__ import annotations
 from typing import Any
 
 from inference_policy.access import (
+    CDI_ANNOTATION_PREFIXES,
     CONTAINER_LISTS,
-    DEVICE_ENV,
+    DEVICE_ENV_PREFIXES,
     NO_DEVICE,
     NVIDIA_DEVICE_ENV,
     RESOURCE_PARTS,
@@ -71,15 +72,30 @@ def _cel_resources(holder: str) -> str:
     return " ||\n    ".join(parts)
 
 
+def _device_variable(name: str) -> str:
+    """`name` is in a device-variable namespace (`access.is_device_variable`)."""
+    spaces = " || ".join(f"{name}.startsWith({cel_string(p)})" for p in DEVICE_ENV_PREFIXES)
+    return f"({spaces})"
+
+
 def _device_env(var: str) -> str:
-    """`var` is an env entry that selects devices (`access.selects_devices`)."""
-    others = " || ".join(
-        f"{var}.name == {cel_string(n)}" for n in DEVICE_ENV if n != NVIDIA_DEVICE_ENV
-    )
+    """`var` is an env entry that selects devices (`access.selects_devices`): a device
+    variable, unless it is the shield's literal value."""
     return (
-        f"({var}.name == {cel_string(NVIDIA_DEVICE_ENV)} && !(has({var}.value) && "
-        f"{var}.value == {cel_string(NO_DEVICE)} && !has({var}.valueFrom))) || {others}"
+        f"{_device_variable(f'{var}.name')} && !({var}.name == {cel_string(NVIDIA_DEVICE_ENV)} "
+        f"&& has({var}.value) && {var}.value == {cel_string(NO_DEVICE)} && !has({var}.valueFrom))"
     )
+
+
+def _cdi_annotation(obj: str) -> str:
+    """`obj` carries an annotation a CDI-enabled runtime turns into devices."""
+    keys = " || ".join(f"k.startsWith({cel_string(p)})" for p in CDI_ANNOTATION_PREFIXES)
+    return f"has({obj}.metadata.annotations) && {obj}.metadata.annotations.exists(k, {keys})"
+
+
+def _cdi_keys(obj: str) -> str:
+    keys = " || ".join(f"k.startsWith({cel_string(p)})" for p in CDI_ANNOTATION_PREFIXES)
+    return f"{obj}.metadata.annotations.filter(k, {keys})"
 
 
 def _cel_env(var: str) -> str:
@@ -93,15 +109,24 @@ def _cel_claims(var: str) -> str:
 
 
 def _cel_env_from(var: str) -> str:
-    devices = _cel_list(DEVICE_ENV)
+    """An envFrom source of `var` could set a device variable (`access.can_set_device_env`)."""
+    spaces = _cel_list(DEVICE_ENV_PREFIXES)
     return (
         f"(has({var}.envFrom) && {var}.envFrom.exists(f, !has(f.prefix) || f.prefix == '' ||\n"
-        f"    {devices}.exists(n, n.startsWith(f.prefix))))"
+        f"    {spaces}.exists(n, n.startsWith(f.prefix) || f.prefix.startsWith(n))))"
     )
 
 
 def _cel_container() -> str:
-    return _cel_resources("c") + " ||\n    " + _cel_claims("c") + " ||\n    " + _cel_env("c")
+    return (
+        _cel_resources("c")
+        + " ||\n    "
+        + _cel_claims("c")
+        + " ||\n    "
+        + _cel_env("c")
+        + " ||\n    "
+        + _cel_env_from("c")
+    )
 
 
 def _cel_unshielded(kinds: tuple[str, ...]) -> str:
@@ -127,6 +152,7 @@ def cel_condition() -> str:
         "has(object.spec.runtimeClassName)",
         "(has(object.spec.resourceClaims) && size(object.spec.resourceClaims) > 0)",
         f"(has(object.metadata.annotations) && {plan} in object.metadata.annotations)",
+        f"({_cdi_annotation('object')})",
         "(request.operation == 'UPDATE' && has(oldObject.metadata.annotations) &&\n  "
         f"{plan} in oldObject.metadata.annotations)",
         _cel_resources("object.spec"),
@@ -229,8 +255,7 @@ def _container_tests(kind: str, governed: bool) -> list[tuple[str, str]]:
             f"{at}.env[' + c.env.filter(e, {_device_env('e')}).map(e, e.name).join(', ') + ']'",
         )
     )
-    if governed:
-        tests.append((f"c.name == variables.granted && {_cel_env_from('c')}", f"{at}.envFrom'"))
+    tests.append((_cel_env_from("c"), f"{at}.envFrom'"))
     return tests
 
 
@@ -277,7 +302,17 @@ def _pod_tests() -> list[tuple[str, str]]:
             f"'metadata.annotations[{PLAN_ANNOTATION}]'",
         )
     )
+    tests.append(_cdi_test())
     return tests
+
+
+def _cdi_test() -> tuple[str, str]:
+    """The CDI annotations, judged on CREATE and UPDATE alike: annotations may change on an
+    admitted Pod, and a runtime reads them again for a restarted container."""
+    return (
+        _cdi_annotation("object"),
+        f"'metadata.annotations[' + {_cdi_keys('object')}.join(', ') + ']'",
+    )
 
 
 def _shield_tests() -> list[tuple[str, str]]:
@@ -345,8 +380,10 @@ def guard_variables() -> list[dict[str, str]]:
         },
         {
             "name": "refusedAny",
-            "expression": "request.operation == 'CREATE' ? variables.reachesAny :\n"
-            + _reaches_any("ephemeralContainers", False),
+            "expression": "request.operation == 'CREATE' ? variables.reachesAny :\n("
+            + _reaches_any("ephemeralContainers", False)
+            + " ||\n"
+            + f"({_cdi_test()[0]}))",
         },
         {"name": "unshieldedAny", "expression": _unshielded(names=False)},
         {"name": "podReaches", "expression": pod_reaches},
@@ -363,7 +400,8 @@ def guard_variables() -> list[dict[str, str]]:
             # An UPDATE can add only ephemeral containers; the rest was judged at CREATE.
             "name": "refused",
             "expression": "request.operation == 'CREATE' ? variables.reaches :\n"
-            + _reaching("ephemeralContainers", False),
+            + _reaching("ephemeralContainers", False)
+            + f" +\n(({_cdi_test()[0]}) ? [{_cdi_test()[1]}] : [])",
         },
         {"name": "unshielded", "expression": _unshielded(names=True)},
         {"name": "plan", "expression": _plan_of("object")},

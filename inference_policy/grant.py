@@ -58,6 +58,7 @@ from inference_policy.allocation_reasons import (
     VERIFIED_PROFILE_EXPIRED,
     VERIFIED_REVISION_UNAVAILABLE,
 )
+from inference_policy.device_gate import device_gate
 from inference_policy.grant_findings import pod_findings
 from inference_policy.plan import Plan
 from inference_policy.planner import PlanContext, decide
@@ -259,6 +260,9 @@ def check_grant(
         plan = read_plan(pod)
     if isinstance(plan, str):
         return _false(PLAN_MISSING, plan)
+    gate = device_gate(pod, plan)
+    if gate.refused:
+        return _false(UNPLANNED_DEVICE_ACCESS, gate.reason)
     if not plan.local:
         return _false(
             PLAN_MISMATCH,

@@ -118,7 +118,7 @@ def pod_findings(pod: Mapping[str, Any], plan: Plan) -> list[tuple[str, str]]:
             found.append(
                 (RESOURCES_MISMATCH, f"{reach.field} asks for an accelerator outside the plan")
             )
-        elif reach.kind in ("env", "claim"):
+        elif reach.kind in ("env", "claim", "annotation"):
             found.append(
                 (
                     UNPLANNED_DEVICE_ACCESS,

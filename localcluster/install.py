@@ -150,10 +150,9 @@ class Rendered:
         container = self.container(deployment)
         env: dict[str, str] = {}
         for source in container.get("envFrom") or []:
-            ref = source["configMapRef"]["name"]
-            env.update(
-                {k: str(v) for k, v in (self.get("ConfigMap", ref).get("data") or {}).items()}
-            )
+            ref, prefix = source["configMapRef"]["name"], source.get("prefix", "")
+            data = self.get("ConfigMap", ref).get("data") or {}
+            env.update({prefix + k: str(v) for k, v in data.items()})
         fields = {"metadata.namespace": self.namespace, "metadata.name": pod_name}
         for var in container.get("env") or []:
             if "value" in var:

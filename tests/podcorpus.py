@@ -105,6 +105,46 @@ CORPUS: dict[str, tuple[dict[str, Any], bool]] = {
         True,
     ),
     "other-annotation": (_annotated("kamiwaza.ai/note", "hello"), False),
+    # Device variables by namespace: every variable a vendor's runtime reads, not a list.
+    "nvidia-driver-capabilities": (
+        _env("containers", name="NVIDIA_DRIVER_CAPABILITIES", value="all"),
+        True,
+    ),
+    "nvidia-imex-channels": (_env("containers", name="NVIDIA_IMEX_CHANNELS", value="all"), True),
+    "nvidia-gds": (_env("initContainers", name="NVIDIA_GDS", value="enabled"), True),
+    "nvidia-mofed": (_env("containers", name="NVIDIA_MOFED", value="enabled"), True),
+    "nvidia-nvswitch": (_env("containers", name="NVIDIA_NVSWITCH", value="enabled"), True),
+    "nvidia-unreleased-feature": (_env("containers", name="NVIDIA_SOMETHING_NEW", value="1"), True),
+    "habana-env": (_env("containers", name="HABANA_VISIBLE_DEVICES", value="all"), True),
+    "habana-modules": (_env("containers", name="HABANA_VISIBLE_MODULES", value="0,1"), True),
+    "neuron-env": (_env("containers", name="AWS_NEURON_VISIBLE_DEVICES", value="ALL"), True),
+    "ascend-env": (_env("containers", name="ASCEND_VISIBLE_DEVICES", value="0"), True),
+    "hip-env-only": (_env("containers", name="HIP_VISIBLE_DEVICES", value="0"), False),
+    "nvidia-lowercase-lookalike": (
+        _env("containers", name="nvidia_visible_devices", value="all"),
+        False,
+    ),
+    "env-from-no-prefix": (
+        _with_container("containers", envFrom=[{"configMapRef": {"name": "settings"}}]),
+        True,
+    ),
+    "env-from-vendor-prefix": (
+        _with_container(
+            "initContainers", envFrom=[{"prefix": "HABANA_", "secretRef": {"name": "s"}}]
+        ),
+        True,
+    ),
+    "env-from-partial-prefix": (
+        _with_container("containers", envFrom=[{"prefix": "NV", "configMapRef": {"name": "s"}}]),
+        True,
+    ),
+    "env-from-app-prefix": (
+        _with_container("containers", envFrom=[{"prefix": "APP_", "configMapRef": {"name": "s"}}]),
+        False,
+    ),
+    "cdi-annotation": (_annotated("cdi.k8s.io/gpu", "nvidia.com/gpu=all"), True),
+    "nvidia-cdi-annotation": (_annotated("nvidia.cdi.k8s.io/gpu", "nvidia.com/gpu=0"), True),
+    "cdi-lookalike-annotation": (_annotated("example.com/cdi.k8s.io", "x"), False),
 }
 
 EPHEMERAL: dict[str, tuple[dict[str, Any], bool]] = {

@@ -57,6 +57,14 @@ CLUSTER_SCOPED = {
 }
 
 
+def webhook_environment(docs: list[JSON]) -> dict[str, str]:
+    """tmi-settings as the tenant webhook's environment: its keys under the envFrom prefix."""
+    (container,) = find(docs, "Deployment", "tmi-webhook")["spec"]["template"]["spec"]["containers"]
+    (source,) = container["envFrom"]
+    data = find(docs, "ConfigMap", source["configMapRef"]["name"])["data"]
+    return {source.get("prefix", "") + k: v for k, v in data.items()}
+
+
 def merged(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
     out = copy.deepcopy(base)
     for key, value in extra.items():
@@ -197,8 +205,8 @@ def test_every_name_that_follows_the_scheduler_name_is_derived_from_it(
     assert _scheduler_config(docs, "team-a-scheduler")["leaderElection"]["resourceName"] == (
         "team-a-scheduler"
     )
-    settings = find(rendered(merged(values, change), TENANT), "ConfigMap", "tmi-settings")
-    assert settings["data"]["TMI_SCHEDULER_NAME"] == "team-a-scheduler"
+    settings = webhook_environment(rendered(merged(values, change), TENANT))
+    assert settings["TMI_SCHEDULER_NAME"] == "team-a-scheduler"
 
 
 def test_a_passed_configuration_for_another_scheduler_name_is_refused(
@@ -364,8 +372,10 @@ def _references(docs: list[JSON]) -> list[str]:
     for doc in docs:
         for rule in doc.get("rules") or []:
             names.extend(n for n in rule.get("resourceNames") or [] if "profiles" in n)
-        if doc["kind"] == "ConfigMap" and "TMI_BUNDLE_CONFIGMAP" in (doc.get("data") or {}):
-            names.append(doc["data"]["TMI_BUNDLE_CONFIGMAP"])
+        data = doc.get("data") or {} if doc["kind"] == "ConfigMap" else {}
+        for key in ("TMI_BUNDLE_CONFIGMAP", "BUNDLE_CONFIGMAP"):
+            if key in data:
+                names.append(data[key])
     return names
 
 
@@ -404,7 +414,7 @@ def test_the_owners_servers_take_the_owners_settings_not_the_tenants(
     namespace."""
     tenant = rendered(values, TENANT)
     (webhook,) = find(tenant, "Deployment", "tmi-webhook")["spec"]["template"]["spec"]["containers"]
-    assert webhook["envFrom"] == [{"configMapRef": {"name": "tmi-settings"}}]
+    assert webhook["envFrom"] == [{"prefix": "TMI_", "configMapRef": {"name": "tmi-settings"}}]
     assert not any(e["name"].startswith("TMI_") for e in webhook.get("env") or [])
     assert [d["metadata"]["name"] for d in tenant if d["kind"] == "Deployment"] == ["tmi-webhook"]
     owner = rendered(values, OWNER)
@@ -500,7 +510,7 @@ def test_the_owners_extender_plans_with_what_the_tenants_webhook_plans_with(
         "global": {"imageRegistryPrefix": "mirror.invalid/kamiwaza"},
     }
     changed = merged(values, planning)
-    tenant = find(rendered(changed, TENANT), "ConfigMap", "tmi-settings")["data"]
+    tenant = webhook_environment(rendered(changed, TENANT))
     extender = find(rendered(changed, OWNER), "ConfigMap", "tmi-extender-settings")["data"]
     keys = (
         "TMI_ENGINE_IMAGE_MAP",
@@ -563,7 +573,7 @@ def test_a_default_install_has_tenant_mode_off_as_the_seed_says() -> None:
     assert defaults["core"]["inferenceResources"]["bundleConfigMap"] == DEFAULT_CONFIGMAP_NAME
     values = chartgen.base_values()
     values["core"]["inferenceResources"].pop("enabled", None)
-    settings = find(rendered(values, TENANT), "ConfigMap", "tmi-settings")["data"]
+    settings = webhook_environment(rendered(values, TENANT))
     assert settings["TMI_ENABLED"] == "false"
 
 
@@ -729,15 +739,15 @@ def test_the_seeds_values_file_installs_and_its_pull_secret_rule_holds(
             }
         },
     }
-    settings = find(rendered(merged(values, seed), TENANT), "ConfigMap", "tmi-settings")["data"]
+    settings = webhook_environment(rendered(merged(values, seed), TENANT))
     assert settings["TMI_GPU_REGISTRY_CREDENTIALS_SECRET"] == "kamiwaza-pull"
     assert settings["TMI_CPU_REGISTRY_CREDENTIALS_SECRET"] == "kamiwaza-pull"
     only = merged(seed, {"global": {"openshift": {"serviceAccountImagePullSecretsOnly": True}}})
-    settings = find(rendered(merged(values, only), TENANT), "ConfigMap", "tmi-settings")["data"]
+    settings = webhook_environment(rendered(merged(values, only), TENANT))
     assert "TMI_GPU_REGISTRY_CREDENTIALS_SECRET" not in settings
     explicit = merged(only, {"core": {"inferenceResources": {"gpuRegistryCredentialsSecret": "m"}}})
-    settings = find(rendered(merged(values, explicit), TENANT), "ConfigMap", "tmi-settings")
-    assert settings["data"]["TMI_GPU_REGISTRY_CREDENTIALS_SECRET"] == "m"
+    settings = webhook_environment(rendered(merged(values, explicit), TENANT))
+    assert settings["TMI_GPU_REGISTRY_CREDENTIALS_SECRET"] == "m"
 
 
 def test_pod_monitors_scrape_each_servers_metrics_port(values: dict[str, Any]) -> None:

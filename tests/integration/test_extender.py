@@ -355,6 +355,50 @@ async def test_external_plan_passes_every_node(aiohttp_client: AiohttpClient, ow
     assert (await filter_names(client, pod, ALL))["NodeNames"] == ALL
 
 
+@pytest.mark.parametrize(
+    ("resources", "extra"),
+    [
+        ({"limits": {"nvidia.com/gpu": "2"}}, {}),
+        ({"limits": {"aws.amazon.com/neuroncore": "2"}}, {}),
+        ({}, {"runtimeClassName": "nvidia"}),
+        ({}, {"env": [{"name": "NVIDIA_IMEX_CHANNELS", "value": "all"}]}),
+        ({}, {"annotation": "nvidia.com/gpu=all"}),
+    ],
+    ids=["gpus", "neuron", "runtime-class", "device-variable", "cdi-annotation"],
+)
+@pytest.mark.parametrize("path", ["external", "cpu"])
+async def test_a_plan_that_grants_no_device_places_no_pod_that_reaches(
+    aiohttp_client: AiohttpClient,
+    owner: Owner,
+    resources: dict[str, Any],
+    extra: dict[str, Any],
+    path: str,
+) -> None:
+    """Whatever the plan says of itself: only a GPU plan the profile grants may hold a device
+    (the core's `device_gate`), so a tenant that removed its webhook gets no such Pod bound."""
+    client, _ = await client_for(aiohttp_client, owner)
+    if path == "external":
+        plan: dict[str, Any] = {
+            "status": 200,
+            "path": "external",
+            "derived": True,
+            "engine": "llamacpp",
+        }
+    else:
+        plan = plan_for(owner, owner.envelope(), request(config__force_cpu=True))
+    pod = planned_pod(plan, resources=resources)
+    if "runtimeClassName" in extra:
+        pod["spec"]["runtimeClassName"] = extra["runtimeClassName"]
+    if "env" in extra:
+        pod["spec"]["containers"][0]["env"] = extra["env"]
+    if "annotation" in extra:
+        pod["metadata"]["annotations"]["cdi.k8s.io/gpu"] = extra["annotation"]
+    result = await filter_names(client, pod, ALL)
+    assert result["NodeNames"] == [], result
+    (reason,) = set(result["FailedAndUnresolvableNodes"].values())
+    assert "only a gpu plan the signed profile grants may hold a device" in reason, reason
+
+
 async def test_malformed_plan_fails_closed_on_every_node(
     aiohttp_client: AiohttpClient, owner: Owner
 ) -> None:

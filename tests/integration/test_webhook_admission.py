@@ -215,7 +215,11 @@ async def test_every_container_without_a_grant_is_shielded(client: TestClient[An
     # here; an explicit env entry wins over the image and over envFrom, so each container that
     # holds no grant gets one, after its own variables.
     init = {"name": "fetch", "image": "nvidia/cuda:12.8.0-base-ubuntu24.04", "env": [ENV_A]}
-    tool = {"name": "tool", "image": "x", "envFrom": [{"configMapRef": {"name": "gpus"}}]}
+    tool = {
+        "name": "tool",
+        "image": "x",
+        "envFrom": [{"prefix": "APP_", "configMapRef": {"name": "settings"}}],
+    }
     pod = engine_pod(request(), containers=[ENGINE, tool], initContainers=[init])
     planned = apply_patch(pod, patch_of(await admit(client, review(pod))))
     engine, sidecar = planned["spec"]["containers"]
@@ -225,6 +229,19 @@ async def test_every_container_without_a_grant_is_shielded(client: TestClient[An
     cpu = engine_pod(request(config__force_cpu=True), containers=[ENGINE])
     planned = apply_patch(cpu, patch_of(await admit(client, review(cpu))))
     assert planned["spec"]["containers"][0]["env"] == [VOID]  # a CPU plan grants no device
+
+
+async def test_a_sidecar_may_not_take_device_variables_from_env_from(
+    client: TestClient[Any, Any],
+) -> None:
+    # The shield's explicit NVIDIA value wins over envFrom, but another vendor's runtime reads
+    # its own namespace (HABANA_VISIBLE_DEVICES from a ConfigMap), so a source that could set
+    # any device variable is refused on every container, with what to change.
+    tool = {"name": "tool", "image": "x", "envFrom": [{"configMapRef": {"name": "gpus"}}]}
+    pod = engine_pod(request(), containers=[ENGINE, tool])
+    response = (await admit(client, review(pod)))["response"]
+    assert response["allowed"] is False and response["status"]["code"] == 403
+    assert "spec.containers[tool].envFrom" in response["status"]["message"]
 
 
 async def test_an_added_ephemeral_container_is_shielded(client: TestClient[Any, Any]) -> None:

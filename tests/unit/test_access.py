@@ -66,10 +66,16 @@ def test_the_shipped_policies_are_the_generated_ones() -> None:
 
 
 def test_the_cel_names_every_standard_resource_and_variable() -> None:
-    from inference_policy.access import DEVICE_ENV, STANDARD_PREFIXES, STANDARD_RESOURCES
+    from inference_policy.access import (
+        CDI_ANNOTATION_PREFIXES,
+        DEVICE_ENV_PREFIXES,
+        STANDARD_PREFIXES,
+        STANDARD_RESOURCES,
+    )
 
     text = cel_condition()
-    for token in (*STANDARD_RESOURCES, *STANDARD_PREFIXES, *DEVICE_ENV, "runtimeClassName"):
+    tokens = (*STANDARD_RESOURCES, *STANDARD_PREFIXES, *DEVICE_ENV_PREFIXES, "runtimeClassName")
+    for token in (*tokens, *CDI_ANNOTATION_PREFIXES):
         assert token in text
     for token in ("resourceClaims", "claims"):
         assert token in text
@@ -116,20 +122,67 @@ def test_accelerator_resources_are_default_deny(name: str, reaches_: bool) -> No
         ({"prefix": "", "secretRef": {"name": "gpus"}}, True),
         ({"prefix": "NVIDIA_", "configMapRef": {"name": "gpus"}}, True),
         ({"prefix": "AMD_VISIBLE", "configMapRef": {"name": "gpus"}}, True),
+        ({"prefix": "NV", "configMapRef": {"name": "gpus"}}, True),
+        ({"prefix": "HABANA_", "configMapRef": {"name": "gpus"}}, True),
+        ({"prefix": "AWS_", "configMapRef": {"name": "gpus"}}, True),
         ({"prefix": "APP_", "configMapRef": {"name": "settings"}}, False),
+        ({"prefix": "TMI_", "configMapRef": {"name": "settings"}}, False),
     ],
 )
-def test_the_granted_container_may_not_take_device_variables_from_env_from(
+def test_no_container_may_take_device_variables_from_env_from(
     source: dict[str, Any], refused: bool
 ) -> None:
     pod = plain_pod()
     pod["spec"]["containers"][0]["envFrom"] = [source]
-    found = reaches(pod, "engine")
-    assert bool(found) is refused, found
-    if refused:
-        assert found == [Reach("spec.containers[engine].envFrom", source.get("prefix", ""), "env")]
-    # Another container is shielded by an explicit value, which wins over envFrom.
-    assert reaches(pod, "someone-else") == []
+    expected = [Reach("spec.containers[engine].envFrom", source.get("prefix", ""), "env")]
+    # The granted container and every other alike: the shield's explicit NVIDIA value wins over
+    # envFrom, but another vendor's runtime does not read that variable.
+    for engine in ("engine", "someone-else", None):
+        found = reaches(pod, engine)
+        assert found == (expected if refused else []), (engine, found)
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "reaches_"),
+    [
+        ("NVIDIA_VISIBLE_DEVICES", "void", False),
+        ("NVIDIA_VISIBLE_DEVICES", "none", True),
+        ("NVIDIA_VISIBLE_DEVICES", "all", True),
+        ("NVIDIA_DRIVER_CAPABILITIES", "compute,utility", True),
+        ("NVIDIA_IMEX_CHANNELS", "0", True),
+        ("NVIDIA_MIG_CONFIG_DEVICES", "all", True),
+        ("NVIDIA_REQUIRE_CUDA", "cuda>=12", True),
+        ("NVIDIA_A_FEATURE_OF_NEXT_YEAR", "1", True),
+        ("AMD_VISIBLE_DEVICES", "0", True),
+        ("HABANA_VISIBLE_MODULES", "0", True),
+        ("AWS_NEURON_VISIBLE_DEVICES", "ALL", True),
+        ("ASCEND_RUNTIME_OPTIONS", "VIRTUAL", True),
+        ("CUDA_VISIBLE_DEVICES", "0", False),
+        ("HIP_VISIBLE_DEVICES", "0", False),
+        ("PATH", "/bin", False),
+    ],
+)
+def test_device_variables_are_refused_by_namespace_on_every_container(
+    name: str, value: str, reaches_: bool
+) -> None:
+    pod = plain_pod()
+    pod["spec"]["containers"][0]["env"] = [{"name": name, "value": value}]
+    for engine in ("engine", None):
+        found = reaches(pod, engine)
+        assert bool(found) is reaches_, (engine, found)
+        if reaches_:
+            assert found == [Reach(f"spec.containers[engine].env[{name}]", value, "env")]
+
+
+def test_cdi_annotations_reach_on_every_pod_and_an_update_may_not_add_one() -> None:
+    pod = plain_pod()
+    pod["metadata"]["annotations"] = {"cdi.k8s.io/extra": "nvidia.com/gpu=all"}
+    expected = [Reach("metadata.annotations[cdi.k8s.io/extra]", "nvidia.com/gpu=all", "annotation")]
+    assert reaches(pod) == expected
+    assert reaches(pod, "engine") == expected
+    assert new_reaches(pod, plain_pod()) == expected
+    refusal = update_refusal(pod, plain_pod())
+    assert refusal is not None and "cdi.k8s.io/extra" in refusal.message
 
 
 def test_an_engine_pod_may_not_name_its_node() -> None:

@@ -266,7 +266,10 @@ def test_runtime_class_mismatch(
     assert (verdict.status, verdict.reason) == ("False", "RuntimeClassMismatch")
     cpu = planned(state, request(config__force_cpu=True))
     cpu["spec"]["runtimeClassName"] = "nvidia"
-    assert check_grant(cpu, profile, ctx, NOW).reason == "RuntimeClassMismatch"
+    # A CPU plan grants no device, so the core's gate refuses the reach before the comparison.
+    refused = check_grant(cpu, profile, ctx, NOW)
+    assert (refused.status, refused.reason) == ("False", "UnplannedDeviceAccess")
+    assert "spec.runtimeClassName (nvidia)" in refused.message
 
 
 def test_node_selector_mismatch(

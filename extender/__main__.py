@@ -68,6 +68,8 @@ def prepare(settings: ExtenderSettings) -> Coroutine[Any, Any, None]:
         read_timeout=settings.limits.read_timeout,
         rollback_record=settings.rollback_record,
         tenants=settings.every_tenant(),
+        allocation_controller=settings.allocation_controller,
+        rights_seconds=settings.rights_seconds,
     )
     view = app[RUNTIME].view
     if view.policy.trust_error:

@@ -30,6 +30,7 @@ from aiohttp import web
 from extender.args import ArgsError, extender_args
 from extender.config import DEFAULT_MAX_BODY_BYTES
 from extender.metrics import ExtenderMetrics
+from extender.owner_rights import DEFAULT_INTERVAL, RightsBoard
 from extender.sources import ClusterSource
 from extender.tenants import Tenant
 from extender.verbs import filter_nodes, prioritize_nodes, unencodable
@@ -271,13 +272,22 @@ def create_app(
     read_timeout: float = ConnectionLimits().read_timeout,
     rollback_record: str | None = None,
     tenants: Sequence[Tenant] = (),
+    allocation_controller: str | None = None,
+    rights_seconds: float = DEFAULT_INTERVAL,
 ) -> web.Application:
     """The extender application, its view kept current by `source` while it runs. `tenants`
-    (`extender.tenants`) are every tenant namespace, the first `settings`'; none: that one."""
+    (`extender.tenants`) are every tenant namespace, the first `settings`'; none: that one.
+    With `allocation_controller` (its user name), engine Pods are placed only in the namespaces
+    where its rights are confirmed, asked every `rights_seconds` (`extender.owner_rights`)."""
     clock = clock or (lambda: datetime.now(UTC))
     namespaces = [t.namespace for t in tenants] or [settings.namespace]
     scopes = tuple(pod_namespaces) if pod_namespaces is not None else tuple(namespaces)
-    view = ClusterView(settings, scopes, clock, rollback_record, tenants)
+    rights = (
+        RightsBoard(allocation_controller, namespaces, interval=rights_seconds)
+        if allocation_controller
+        else None
+    )
+    view = ClusterView(settings, scopes, clock, rollback_record, tenants, rights)
     runtime = Runtime(
         view=view,
         source=source,

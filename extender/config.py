@@ -52,6 +52,10 @@ class ExtenderSettings(ServingSettings):
     # How often the room figures are checked and changes published (`extender.room_publisher`);
     # 0: none are published.
     room_seconds: float = 2.0
+    # The allocation controller's user name: engine Pods are placed only where its rights are
+    # confirmed, asked every `rights_seconds` (`extender.owner_rights`); None: not checked.
+    allocation_controller: str | None = None
+    rights_seconds: float = 5.0
 
     def every_tenant(self) -> tuple[Tenant, ...]:
         return self.tenants or (Tenant(self.policy, self.rollback_record),)
@@ -76,6 +80,20 @@ _OPTIONS: tuple[Option, ...] = (
         "further tenant namespaces, a JSON array of objects: namespace and what differs from "
         "the first tenant (bundleConfigMap, followRevisions, ownerPublicKey, clusterBindingId, "
         "minimumBundleVersion, gpu/cpuRecipeCatalogConfigMap, rollbackRecord)",
+    ),
+    Option(
+        "--allocation-controller",
+        "TMI_ALLOCATION_CONTROLLER",
+        "the allocation controller's user name (system:serviceaccount:<owner namespace>:"
+        "tmi-allocation-controller): no engine Pod of a tenant namespace is placed unless the "
+        "API server confirms it may list, watch and get Pods and patch their status there "
+        "(default: not checked)",
+    ),
+    Option(
+        "--rights-seconds",
+        "TMI_RIGHTS_SECONDS",
+        "how often the allocation controller's rights are asked; an answer is trusted for "
+        "three times this (default 5)",
     ),
     Option(
         "--pod-namespaces",
@@ -186,6 +204,8 @@ def settings_from_args(
         rollback_record=rollback,
         tenants=tenants,
         room_seconds=given.number("--room-seconds", defaults.room_seconds, 0, 60),
+        allocation_controller=get("--allocation-controller") or None,
+        rights_seconds=given.number("--rights-seconds", defaults.rights_seconds, 0.1, 300),
         max_body_bytes=given.whole(
             "--max-body-bytes", defaults.max_body_bytes, 64 * 1024, 512 * 1024 * 1024
         ),

@@ -50,6 +50,32 @@ class _ViewCollector(Collector):
         )
         verifications.add_metric([], float(view.policy.verifications))
         yield verifications
+        if view.rights is not None:
+            yield from _rights_gauges(view)
+
+
+def _rights_gauges(view: ClusterView) -> Iterator[Metric]:
+    """Per tenant namespace, whether the allocation controller's rights are confirmed (engine
+    Pods are placed only then), and which of them the API server says it lacks."""
+    confirmed = GaugeMetricFamily(
+        "tmi_extender_controller_rights_confirmed",
+        "1 while the allocation controller's rights in the namespace are confirmed; 0: no engine "
+        "Pod of the namespace is placed (a right missing, or no recent answer).",
+        labels=["namespace"],
+    )
+    missing = GaugeMetricFamily(
+        "tmi_extender_controller_rights_missing",
+        "1 for each right the API server says the allocation controller lacks in the namespace, "
+        "0 for each it holds.",
+        labels=["namespace", "resource", "verb"],
+    )
+    assert view.rights is not None
+    for namespace, present, known in view.rights.series():
+        confirmed.add_metric([namespace], 1.0 if present else 0.0)
+        for right, lacking in known.items():
+            missing.add_metric([namespace, right.resource_path, right.verb], float(lacking))
+    yield confirmed
+    yield missing
 
 
 class ExtenderMetrics:
@@ -58,7 +84,7 @@ class ExtenderMetrics:
         self.requests = LoopCounter(
             "tmi_extender_requests",
             "Extender calls by verb and outcome (planned, unplanned, plan-invalid, "
-            "profile-refused, not-ready, bad-request, unencodable, error).",
+            "profile-refused, owner-rights, not-ready, bad-request, unencodable, error).",
             ["verb", "outcome"],
             self.registry,
         )

@@ -16,7 +16,9 @@ nothing needs to be, because every accounted fact is in the API.
 The profile is read by the informers every server uses (`serving.revisions`): one named
 ConfigMap, or every signed revision when following them, into the view's `policy_io.feed`;
 with a rollback record named, the owner's TenantAdmission too (`extender.rollback_record`).
-What it writes besides is the room figures of each tenant (`extender.room_publisher`).
+What it writes besides is the room figures of each tenant (`extender.room_publisher`); what it
+asks besides is whether the allocation controller keeps its rights in each tenant namespace
+(`extender.owner_rights`).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from collections.abc import Callable, Iterable
 from typing import Any, Protocol
 
 from extender.config import ALL_NAMESPACES
+from extender.owner_rights import RightsReviewer
 from extender.rollback_record import Requests, RollbackRecord
 from extender.room_publisher import DEFAULT_INTERVAL, RoomPublisher
 from extender.view import ClusterView
@@ -90,6 +93,7 @@ class KubernetesSource:
         self.records: list[RollbackRecord] = []
         self.room_seconds = room_seconds
         self.room: RoomPublisher | None = None
+        self.rights: RightsReviewer | None = None
 
     @property
     def errors(self) -> int:
@@ -181,11 +185,16 @@ class KubernetesSource:
         for scope in self.pod_namespaces:
             self.informers.add(self._pods(view, scope))
         self.informers.start()
+        if view.rights is not None:
+            self.rights = RightsReviewer(view.rights, self.api)
+            self.rights.start()
         if self.room_seconds > 0:
             self.room = RoomPublisher(view, self.api, view.clock, interval=self.room_seconds)
             self.room.start()
 
     async def stop(self) -> None:
+        if self.rights is not None:
+            await self.rights.stop()
         if self.room is not None:
             await self.room.stop()
         await self.informers.stop()

@@ -30,9 +30,11 @@ untouched. A Pod that asks for one without a plan, a plan that cannot be read, o
 binding the profile no longer grants, a refused profile, or a Pod that is not what its verified
 revision plans for it (`inference_policy.grant.check_grant`, the controller's own check: the
 tenant's webhook is the tenant's software, so the owner's extender checks the grant itself, not
-only the fit) puts every node in `FailedAndUnresolvableNodes` with the reason (fail closed,
-visible in the Pod's events); `Error` is kept for the extender's own trouble (caches not yet
-synced), which fails the cycle so the scheduler retries.
+only the fit), or a Pod with a demand in a namespace where the allocation controller's rights are
+not confirmed (`extender.owner_rights`: its verdict there could not follow the Pod) puts every
+node in `FailedAndUnresolvableNodes` with the reason (fail closed, visible in the Pod's events);
+`Error` is kept for the extender's own trouble (caches, or the first answer on those rights, not
+yet in), which fails the cycle so the scheduler retries.
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Generic, TypeVar
 
+from extender.owner_rights import RightsBoard
 from extender.pod_demand import Unplaceable, outside_every_tenant, pod_demand
 from extender.tenants import Tenant
 from extender.wire import ExtenderFilterResult, HostPriorityList
@@ -62,6 +65,7 @@ from policy_io.state import PolicySettings, PolicyState
 
 NODES = "nodes"
 PROFILE = "profile"
+RIGHTS = "controller rights"
 # Pods whose request is already in the histogram: a Pending Pod is prioritized on every retry,
 # and counting each retry would weigh the workload towards the requests that do not fit.
 SEEN_PODS = 10_000
@@ -161,9 +165,13 @@ class ClusterView:
         clock: Callable[[], datetime],
         rollback_record: str | None = None,
         tenants: Sequence[Tenant] = (),
+        rights: RightsBoard | None = None,
     ) -> None:
         self.settings = settings
         self.clock = clock
+        # The allocation controller's rights per tenant namespace (`extender.owner_rights`);
+        # None: not checked.
+        self.rights = rights
         # One feed per tenant namespace (`extender.tenants`), the first is `settings`'. Each
         # re-derives its Pods' plans (the grant check), so it reads the recipe catalogs too;
         # every profile is held to the owner's rollback floor when one is named.
@@ -196,17 +204,24 @@ class ClusterView:
 
     @property
     def pending(self) -> set[str]:
-        """The inputs not read yet: nodes, each Pod scope, and each tenant's profile."""
+        """The inputs not read yet: nodes, each Pod scope, each tenant's profile, and the
+        controller's rights in each tenant namespace when they are checked."""
         unread = {
             PROFILE if len(self.feeds) == 1 else f"{PROFILE}/{namespace}"
             for namespace, feed in self.feeds.items()
             if not feed.ready
         }
+        if self.rights is not None:
+            unread.update(f"{RIGHTS}/{namespace}" for namespace in self.rights.pending)
         return {*self._pending, *unread}
 
     @property
     def ready(self) -> bool:
-        return not self._pending and all(feed.ready for feed in self.feeds.values())
+        return (
+            not self._pending
+            and all(feed.ready for feed in self.feeds.values())
+            and (self.rights is None or not self.rights.pending)
+        )
 
     def replace_nodes(self, nodes: Iterable[NodeFacts]) -> None:
         self.nodes = {node.name: node for node in nodes}
@@ -343,10 +358,13 @@ class ClusterView:
         each scheduling cycle asks twice (filter, then prioritize) and a Pending Pod is asked
         again on every retry, and the grant check re-derives its plan each time (measured: 0.6
         ms of the scheduler's 3.1 ms a Pod without it, bench_scheduling). Within the second, an
-        expiring profile is noticed at most that late."""
+        expiring profile is noticed at most that late. The controller's rights in the namespace
+        are read afresh each time (`extender.owner_rights`): a Pod with a demand is placed only
+        while they are confirmed."""
         now = self.clock()
         meta = pod.get("metadata") or {}
-        feed = self.feeds.get(str(meta.get("namespace") if isinstance(meta, Mapping) else ""))
+        namespace = str(meta.get("namespace") if isinstance(meta, Mapping) else "")
+        feed = self.feeds.get(namespace)
         if feed is None:
             outside_every_tenant(pod)
             return None
@@ -354,17 +372,20 @@ class ClusterView:
         uid = meta.get("uid") if isinstance(meta, Mapping) else None
         version = meta.get("resourceVersion") if isinstance(meta, Mapping) else None
         if not isinstance(uid, str) or not isinstance(version, str):
-            return pod_demand(pod, snapshot, now)
-        key = (uid, version, snapshot.generation, int(now.timestamp()))
-        if key in self._demands:
-            found = self._demands[key]
+            found: Demand | Refusal | None = pod_demand(pod, snapshot, now)
         else:
-            try:
-                found = pod_demand(pod, snapshot, now)
-            except Unplaceable as refusal:
-                # The reason, not the exception: that would keep its traceback's frames alive.
-                found = Refusal(refusal.reason, refusal.code)
-            keep(self._demands, key, found, DEMAND_MEMO)
+            key = (uid, version, snapshot.generation, int(now.timestamp()))
+            if key in self._demands:
+                found = self._demands[key]
+            else:
+                try:
+                    found = pod_demand(pod, snapshot, now)
+                except Unplaceable as refusal:
+                    # The reason, not the exception: that would keep its traceback's frames.
+                    found = Refusal(refusal.reason, refusal.code)
+                keep(self._demands, key, found, DEMAND_MEMO)
         if isinstance(found, Refusal):
             raise Unplaceable(found.reason, found.code)
+        if found is not None and self.rights is not None:
+            self.rights.check(namespace)
         return found

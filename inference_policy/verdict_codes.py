@@ -37,6 +37,7 @@ class NodeVerdictCode(StrEnum):
     PROFILE_REFUSED = "profile-refused"
     GRANT_MISMATCH = "grant-mismatch"
     UNPLANNED_DEVICE = "unplanned-device"
+    OWNER_RIGHTS = "owner-rights"
 
 
 DESCRIPTIONS: dict[NodeVerdictCode, str] = {
@@ -58,6 +59,8 @@ DESCRIPTIONS: dict[NodeVerdictCode, str] = {
     NodeVerdictCode.PROFILE_REFUSED: "the extender holds no verified profile for the plan",
     NodeVerdictCode.GRANT_MISMATCH: "the Pod is not what its verified revision plans for it",
     NodeVerdictCode.UNPLANNED_DEVICE: "the Pod asks for an accelerator without a plan",
+    NodeVerdictCode.OWNER_RIGHTS: "the allocation controller's rights in the namespace are "
+    "missing or unconfirmed",
 }
 
 

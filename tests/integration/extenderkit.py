@@ -202,8 +202,10 @@ def extender_app(
     now: datetime = NOW,
     source: MemorySource | None = None,
     pod_namespaces: Iterable[str] | None = None,
+    allocation_controller: str | None = None,
 ) -> tuple[web.Application, MemorySource]:
-    """An extender app fed from memory: the owner's fleet profile published, nodes and pods."""
+    """An extender app fed from memory: the owner's fleet profile published, nodes and pods;
+    with `allocation_controller`, its rights checked (the test records them on the view)."""
     if source is None:
         manifests = [n.manifest() if isinstance(n, FakeNode) else dict(n) for n in nodes]
         if configmap is True:
@@ -216,6 +218,7 @@ def extender_app(
         source,
         pod_namespaces=pod_namespaces,
         clock=lambda: now,
+        allocation_controller=allocation_controller,
     )
     return app, source
 

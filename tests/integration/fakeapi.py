@@ -377,6 +377,11 @@ class FakeCluster(_FakeApi):
         # Every ConfigMap write, as (method, namespace, name), and how many to fail with a 500.
         self.writes: list[tuple[str, str, str]] = []
         self.fail_writes = 0
+        # SubjectAccessReviews as received; the (namespace, verb, resource[/subresource]) they
+        # answer not allowed; a status every review fails with instead (None: answered).
+        self.reviews: list[dict[str, Any]] = []
+        self.denied: set[tuple[str, str, str]] = set()
+        self.review_failure: int | None = None
 
     def _routes(self, app: web.Application) -> None:
         # ConfigMap writes, as an update by name (404 when absent) and a create (409 when
@@ -384,6 +389,20 @@ class FakeCluster(_FakeApi):
         collection = KINDS["configmaps"][0]
         app.router.add_put(collection + "/{name}", self._write)
         app.router.add_post(collection, self._write)
+        app.router.add_post("/apis/authorization.k8s.io/v1/subjectaccessreviews", self._review)
+
+    async def _review(self, request: web.Request) -> web.Response:
+        body = await request.json()
+        self.reviews.append(body)
+        if self.review_failure is not None:
+            return _failure(self.review_failure, reason="Failure")
+        attributes = body["spec"]["resourceAttributes"]
+        resource = attributes["resource"]
+        if attributes.get("subresource"):
+            resource += "/" + attributes["subresource"]
+        asked = (attributes["namespace"], attributes["verb"], resource)
+        body["status"] = {"allowed": asked not in self.denied}
+        return web.json_response(body, status=201)
 
     async def _write(self, request: web.Request) -> web.Response:
         namespace = request.match_info["ns"]

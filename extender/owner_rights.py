@@ -1,0 +1,227 @@
+"""Whether the allocation controller may still do its work in each tenant namespace, as the
+extender places by it: asked of the API server off the request path, read on it.
+
+`inference_policy.owner_rights` says why a namespace where the controller lost its rights gets no
+new engine Pod, and which rights count. Here `RightsReviewer` asks, every `interval` seconds, one
+SubjectAccessReview per right and tenant namespace (the extender's ClusterRole grants the
+create, cluster-scoped, out of any tenant's reach), and `RightsBoard` keeps the last verdict of
+each namespace with the moment it was confirmed. The filter reads the board and makes no call:
+a Pod holding a plan is `Unplaceable` while its namespace's verdict is not `present` or is older
+than `ttl` (the review failing for longer than that fails closed, for engine Pods only).
+
+Until the first round has answered, the namespace is pending (`extender.view` is not ready), so
+a Pod created as the extender starts is retried by the scheduler rather than parked as
+unschedulable. A round the API server refuses to the extender itself (its ClusterRole lacks the
+review) answers too: the rights are then unconfirmed, and the refusal says to fix the
+ClusterRole.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+
+from extender.pod_demand import Unplaceable
+from extender.rollback_record import Requests
+from inference_policy.owner_rights import (
+    CONTROLLER_RIGHTS,
+    Right,
+    RightsVerdict,
+    describe,
+    judge,
+    placement_refusal,
+    review_allowed,
+    subject_access_review,
+)
+from inference_policy.verdict_codes import NodeVerdictCode
+from serving.kube import describe_error, not_permitted
+
+log = logging.getLogger(__name__)
+REVIEWS = "/apis/authorization.k8s.io/v1/subjectaccessreviews"
+DEFAULT_INTERVAL = 5.0
+# An answer is trusted for this many intervals: one failed round does not refuse Pods.
+TRUSTED_ROUNDS = 3
+
+
+@dataclass(frozen=True, slots=True)
+class _Known:
+    verdict: RightsVerdict
+    # When the verdict was last confirmed by an answered round (monotonic seconds).
+    at: float
+
+
+class RightsBoard:
+    """The last verdict on the controller's rights in each tenant namespace."""
+
+    def __init__(
+        self,
+        identity: str,
+        namespaces: Iterable[str],
+        *,
+        interval: float = DEFAULT_INTERVAL,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.identity = identity
+        self.namespaces = tuple(namespaces)
+        # How often a round asks, and how long its answers are trusted.
+        self.interval = interval
+        self.ttl = interval * TRUSTED_ROUNDS
+        self.monotonic = monotonic
+        self._known: dict[str, _Known] = {}
+        # The refusal each namespace's Pods get now, made once per change of verdict.
+        self._refusals: dict[str, str] = {}
+
+    @property
+    def pending(self) -> set[str]:
+        """The namespaces no round has answered for yet."""
+        return {namespace for namespace in self.namespaces if namespace not in self._known}
+
+    def verdict(self, namespace: str) -> RightsVerdict | None:
+        """The namespace's verdict as the filter takes it now: unknown once too old."""
+        known = self._known.get(namespace)
+        if known is None:
+            return None
+        if self.monotonic() - known.at > self.ttl:
+            why = f"no review has answered for {self.monotonic() - known.at:.0f}s"
+            return judge(namespace, {}, CONTROLLER_RIGHTS, why)
+        return known.verdict
+
+    def record(self, verdict: RightsVerdict) -> RightsVerdict | None:
+        """A round's verdict for its namespace; returns the one it replaces."""
+        before = self._known.get(verdict.namespace)
+        self._known[verdict.namespace] = _Known(verdict, self.monotonic())
+        if verdict.present:
+            self._refusals.pop(verdict.namespace, None)
+        elif before is None or before.verdict != verdict:
+            self._refusals[verdict.namespace] = placement_refusal(verdict, self.identity)
+        return None if before is None else before.verdict
+
+    def check(self, namespace: str) -> None:
+        """Nothing when the controller's rights in `namespace` are confirmed and fresh, else
+        Unplaceable saying which are missing or unconfirmed. The request path: no call."""
+        known = self._known.get(namespace)
+        if known is not None and self.monotonic() - known.at <= self.ttl:
+            if known.verdict.present:
+                return
+            raise Unplaceable(self._refusals[namespace], NodeVerdictCode.OWNER_RIGHTS)
+        verdict = self.verdict(namespace) or judge(
+            namespace, {}, CONTROLLER_RIGHTS, "no review has answered yet"
+        )
+        raise Unplaceable(placement_refusal(verdict, self.identity), NodeVerdictCode.OWNER_RIGHTS)
+
+    def series(self) -> Iterator[tuple[str, bool, dict[Right, bool]]]:
+        """For the metrics, each namespace: whether its rights are confirmed now, and each
+        right with a known answer, True when it is missing."""
+        for namespace in self.namespaces:
+            verdict = self.verdict(namespace)
+            if verdict is None:
+                yield namespace, False, {}
+                continue
+            known = {
+                right: right in verdict.missing
+                for right in CONTROLLER_RIGHTS
+                if right not in verdict.unknown
+            }
+            yield namespace, verdict.present, known
+
+
+class RightsReviewer:
+    """Asks the API server, every `board.interval` seconds, what the board holds."""
+
+    def __init__(self, board: RightsBoard, api: Requests) -> None:
+        self.board = board
+        self.api = api
+        self.rounds = 0
+        self.failures = 0
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._run())
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+
+    async def _run(self) -> None:
+        while True:
+            try:
+                await self.review()
+            except Exception:
+                # One bad round must not end the reviews; the answers age out meanwhile.
+                log.exception("reviewing the controller's rights failed", extra={"code": "error"})
+            await asyncio.sleep(self.board.interval)
+
+    async def review(self) -> None:
+        """One round: every right in every tenant namespace, asked together."""
+        self.rounds += 1
+        await asyncio.gather(*(self._namespace(ns) for ns in self.board.namespaces))
+
+    async def _namespace(self, namespace: str) -> None:
+        rights = CONTROLLER_RIGHTS
+        answers = await asyncio.gather(
+            *(self._ask(right, namespace) for right in rights), return_exceptions=True
+        )
+        found: dict[Right, bool | None] = {}
+        why = ""
+        refused = False
+        for right, answer in zip(rights, answers, strict=True):
+            if isinstance(answer, BaseException):
+                if not isinstance(answer, Exception):
+                    raise answer
+                if not_permitted(answer) is None:
+                    # The API server did not answer: the last verdict ages until one does.
+                    self.failures += 1
+                    log.warning(
+                        "could not review the controller's rights in namespace %s: %s",
+                        namespace,
+                        describe_error(answer),
+                        extra={"code": "owner-rights-review-failed", "namespace": namespace},
+                    )
+                    return
+                refused = True
+                why = (
+                    f"the extender may not create SubjectAccessReviews "
+                    f"({describe_error(answer)}; check ClusterRole kamiwaza-tmi-extender)"
+                )
+                found[right] = None
+            else:
+                found[right] = answer
+        verdict = judge(namespace, found, rights, why if refused else "")
+        self._recorded(verdict, self.board.record(verdict))
+
+    async def _ask(self, right: Right, namespace: str) -> bool | None:
+        review = subject_access_review(self.board.identity, right, namespace)
+        return review_allowed(await self.api.request("POST", REVIEWS, body=review))
+
+    def _recorded(self, verdict: RightsVerdict, before: RightsVerdict | None) -> None:
+        if before == verdict or (before is None and verdict.present):
+            return
+        fields = {
+            "namespace": verdict.namespace,
+            "identity": self.board.identity,
+            "missing": [str(right) for right in verdict.missing],
+            "unconfirmed": [str(right) for right in verdict.unknown],
+        }
+        if verdict.present:
+            log.info(
+                "allocation controller rights confirmed again; engine Pods are placed",
+                extra={**fields, "code": "owner-rights-restored"},
+            )
+            return
+        log.warning(
+            "allocation controller rights missing; no engine Pod is placed in the namespace",
+            extra={
+                **fields,
+                "code": NodeVerdictCode.OWNER_RIGHTS.value,
+                "detail": describe(verdict, self.board.identity),
+            },
+        )
+
+
+__all__ = ["DEFAULT_INTERVAL", "TRUSTED_ROUNDS", "RightsBoard", "RightsReviewer"]

@@ -41,6 +41,7 @@ from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any
 
+from allocation_controller.capped import CapEvents
 from allocation_controller.config import ControllerSettings
 from allocation_controller.leader import LeaderElector
 from allocation_controller.metrics import Metrics
@@ -191,6 +192,15 @@ class Controller:
             background_events=True,
             claims=api,
         )
+        # The labelled ConfigMaps its feed refused by a cap: counted, and told as Events.
+        self.capped = CapEvents(
+            self.policy.feed,
+            api,
+            self.metrics.registry,
+            may_write=self.may_write,
+            controller=self.reconciler.settings.controller_name,
+            instance=settings.leader.identity,
+        )
         self._pod_revisions: dict[str, str | None] = {}
         self._departed: dict[str, str] = {}
         self._workers: list[asyncio.Task[None]] = []
@@ -254,6 +264,7 @@ class Controller:
         # The workers wait on `_inputs`, so it is set first: an exception in what follows must
         # not leave a new leader waiting.
         self._inputs.set()
+        self.capped.changed()
         if change:
             self._revisions_changed(None if change.whole else change.digests)
 

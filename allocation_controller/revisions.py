@@ -79,7 +79,7 @@ class PolicyView:
             self._revisions = {
                 digest: found
                 if isinstance(found, VerifiedProfile)
-                else refused_lapse(found.configmap, found.refusal)
+                else refused_lapse(found.configmap, found.refusal.refusal())
                 for digest, found in snapshot.revisions.items()
             }
         return self._revisions

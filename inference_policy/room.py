@@ -48,7 +48,10 @@ ROOM_KEY = "room.json"
 WITH_ROOM: Final = "smallest-with-room"
 SMALLEST: Final = "smallest-that-fits"
 DEFAULT_MAX_AGE = timedelta(seconds=90)
+# What a reader of the figures takes at most (the tenant can write the ConfigMap too): the
+# text, and one entry per device-plugin binding of the profile.
 MAX_ROOM_BYTES = 64 * 1024
+MAX_ROOM_BINDINGS = 256
 # A clock a little ahead of the writer's is not a figure from the future.
 _SKEW = timedelta(seconds=30)
 
@@ -78,7 +81,7 @@ class RoomFigures(_Wire):
     schemaVersion: Literal[1]
     bundle: Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]
     observedAt: Annotated[str, Field(max_length=64)]
-    bindings: Annotated[dict[Name, BindingRoom], Field(max_length=256)]
+    bindings: Annotated[dict[Name, BindingRoom], Field(max_length=MAX_ROOM_BINDINGS)]
 
     def text(self) -> str:
         return strictjson.dumps_compact(self.model_dump(mode="json"))
@@ -226,6 +229,8 @@ def configmap(namespace: str, figures: RoomFigures) -> dict[str, Any]:
 
 __all__ = [
     "DEFAULT_MAX_AGE",
+    "MAX_ROOM_BINDINGS",
+    "MAX_ROOM_BYTES",
     "ROOM_CONFIGMAP",
     "ROOM_KEY",
     "SMALLEST",

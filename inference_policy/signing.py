@@ -82,6 +82,41 @@ class ProfileRefused(Exception):
     def authorization_message(self) -> str:
         return REFUSAL_PREFIX + self.reason.value
 
+    def record(self) -> RefusalRecord:
+        """What is kept of this refusal: its reason and its check, clipped. Once raised, the
+        exception holds its traceback, whose frames hold what was being verified (a refused
+        bundle of a few hundred KiB kept some 23 MiB alive), and its context; none of that is
+        needed to say why."""
+        return RefusalRecord(self.reason, clip_check(self.check), self.schema)
+
+
+# The longest operator check kept with a refusal: a check may quote what it refused (a
+# payloadType, a claimed digest), which is the tenant's to make as long as a ConfigMap allows.
+MAX_CHECK_CHARS = 512
+
+
+def clip_check(check: str) -> str:
+    return check if len(check) <= MAX_CHECK_CHARS else check[: MAX_CHECK_CHARS - 1] + "…"
+
+
+@dataclass(frozen=True, slots=True)
+class RefusalRecord:
+    """A refused profile revision as it is kept: the reason tenants see and the check operators
+    read, never the exception that carried them (`ProfileRefused.record`)."""
+
+    reason: Reason
+    check: str
+    schema: bool = False
+
+    @property
+    def authorization_message(self) -> str:
+        return REFUSAL_PREFIX + self.reason.value
+
+    def refusal(self) -> ProfileRefused:
+        """The refusal as the planner takes it: a new exception, never raised, so it holds no
+        traceback."""
+        return ProfileRefused(self.reason, self.check, schema=self.schema)
+
 
 class KeyError_(ValueError):
     """A public or private key that cannot be used; the message says why."""

@@ -13,6 +13,10 @@ immutable `PolicySnapshot`.
 
 Every input method runs as a watch callback and never raises: an input it cannot use becomes
 a refusal, not a dead watch. Each returns a `FeedChange`, what the controller re-checks Pods by.
+
+The labelled ConfigMaps are the tenant's to write, so what they may cost is capped
+(`policy_io.caps`): an informer hands each to `ProfileRevisions.take` as it arrives, which
+judges it once per revision and keeps only its identity; a refused revision keeps its reason.
 """
 
 from __future__ import annotations
@@ -28,9 +32,9 @@ from inference_policy.recipe_inputs import Capability, CatalogUnavailable, Cause
 from inference_policy.recipes import RecipeCatalogError, load_catalog
 from inference_policy.rollback import Floor, FloorUnreadable, floor_of
 from inference_policy.signing import (
-    DIGEST_KEY,
     ProfileRefused,
     Reason,
+    RefusalRecord,
     VerifiedProfile,
     newest,
 )
@@ -42,6 +46,7 @@ from policy_io.state import (
     PolicyState,
     recipe_catalog_configmaps,
     revision_of,
+    told,
 )
 
 log = logging.getLogger(__name__)
@@ -114,7 +119,7 @@ class PolicyFeed:
         self.generation = 0
         self._catalog_revisions: dict[Capability, str | None] = {}
         self._profiles_unreadable: str | None = None
-        self._by_digest: dict[str, tuple[str, VerifiedProfile | ProfileRefused]] = {}
+        self._by_digest: dict[str, tuple[str, VerifiedProfile | RefusalRecord]] = {}
         self._revisions: Mapping[str, Revision] = {}
         self._snapshot: PolicySnapshot | None = None
         for capability, name in self.catalog_names.items():
@@ -245,11 +250,6 @@ class PolicyFeed:
         return self._step(step, self._following_failed)
 
     def _apply_revision(self, name: str, configmap: Mapping[str, Any] | None) -> None:
-        if configmap is not None:
-            data = configmap.get("data")
-            digest = data.get(DIGEST_KEY) if isinstance(data, Mapping) else None
-            if not isinstance(digest, str) or not digest:
-                log.warning("profile ConfigMap %s has no %s; ignored", name, DIGEST_KEY)
         state = self.state
         state.followed.apply(name, configmap, state.policy(), state.trust_error)
 
@@ -265,7 +265,7 @@ class PolicyFeed:
             refused = followed.refused()
             state.profile = None
             state.profile_refusal = (
-                refused[-1][1]
+                told(state.profile_refusal, refused[-1][1])
                 if refused
                 else ProfileRefused(
                     Reason.ARRIVAL,
@@ -273,7 +273,7 @@ class PolicyFeed:
                     f"{self.settings.namespace!r}",
                 )
             )
-        by_digest: dict[str, tuple[str, VerifiedProfile | ProfileRefused]] = {}
+        by_digest: dict[str, tuple[str, VerifiedProfile | RefusalRecord]] = {}
         for name, digest in sorted(followed.digests.items(), key=lambda entry: entry[::-1]):
             result = followed.entries[name][1]
             kept = by_digest.get(digest)
@@ -348,7 +348,7 @@ class PolicyFeed:
                 Reason.ARRIVAL, f"{floor}: the owner's rollback floor is unknown"
             )
             revisions: dict[str, Revision] = {
-                digest: RefusedRevision(revision.configmap_name, unknown)
+                digest: RefusedRevision(revision.configmap_name, unknown.record())
                 if isinstance(revision, VerifiedProfile)
                 else revision
                 for digest, revision in self._revisions.items()
@@ -363,7 +363,7 @@ class PolicyFeed:
             if isinstance(revision, VerifiedProfile):
                 held = floor.refusal(revision.version)
                 if held is not None:
-                    revisions[digest] = RefusedRevision(revision.configmap_name, held)
+                    revisions[digest] = RefusedRevision(revision.configmap_name, held.record())
                     continue
             revisions[digest] = revision
         return profile, refusal, revisions

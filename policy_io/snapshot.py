@@ -19,15 +19,16 @@ from inference_policy.catalog import EngineCatalog
 from inference_policy.planner import Decision, GpuOptions, PlanContext, decide
 from inference_policy.recipe_inputs import Capability, RecipeInput
 from inference_policy.room import Room
-from inference_policy.signing import ProfileRefused, VerifiedProfile
+from inference_policy.signing import ProfileRefused, RefusalRecord, VerifiedProfile
 
 
 @dataclass(frozen=True, slots=True)
 class RefusedRevision:
-    """A signed profile revision the verifier refused, and the ConfigMap that carried it."""
+    """A signed profile revision that was refused, and the ConfigMap that carried it: its name
+    and the reason alone, never the exception or the data."""
 
     configmap: str
-    refusal: ProfileRefused
+    refusal: RefusalRecord
 
 
 Revision = VerifiedProfile | RefusedRevision

@@ -2,12 +2,14 @@
 
 A profile is verified once per ConfigMap revision and the result kept, so the per-request path
 does only the time-window check and the planning itself. `verifications` counts the expensive
-verifications so tests and benchmarks can prove it.
+verifications so tests and benchmarks can prove it. What is kept of a refused revision is its
+reason (`signing.RefusalRecord`), and what tenant data may cost is capped (`policy_io.caps`).
 """
 
 from __future__ import annotations
 
 import logging
+from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime
@@ -21,11 +23,13 @@ from inference_policy.signing import (
     DIGEST_KEY,
     ProfileRefused,
     Reason,
+    RefusalRecord,
     TrustedKeys,
     VerifiedProfile,
     VerifyPolicy,
     verify_configmap_content,
 )
+from policy_io import caps
 
 log = logging.getLogger(__name__)
 
@@ -63,6 +67,10 @@ class PolicySettings:
     # ConfigMaps (label `kamiwaza.ai/inference-profile=true`) instead of the one named by
     # `bundle_configmap`: publishing revision N+1 is then the only step.
     follow_revisions: bool = False
+    # What tenant data may cost (`policy_io.caps`): the verified revisions kept per namespace,
+    # and the most data a profile ConfigMap may carry to be read at all.
+    max_profile_revisions: int = caps.MAX_PROFILE_REVISIONS
+    max_revision_bytes: int = caps.MAX_REVISION_BYTES
 
 
 def recipe_catalog_configmaps(settings: PolicySettings) -> dict[Capability, str]:
@@ -80,11 +88,11 @@ PROFILE_SELECTOR = f"{PROFILE_LABEL}=true"
 
 def verify_revision(
     name: str, configmap: Mapping[str, Any], policy: VerifyPolicy | None, trust_error: str | None
-) -> VerifiedProfile | ProfileRefused:
+) -> VerifiedProfile | RefusalRecord:
     """One profile ConfigMap verified as `name` (the one way every server verifies a revision):
-    the verified profile, or why it is refused."""
+    the verified profile, or why it is refused (its reason alone, never the exception)."""
     if policy is None:
-        return ProfileRefused(Reason.KEY, trust_error or "no trusted owner key is configured")
+        return RefusalRecord(Reason.KEY, trust_error or "no trusted owner key is configured")
     document = dict(configmap)
     # Items of a List arrive without TypeMeta; the verifier reads a ConfigMap.
     document.setdefault("apiVersion", "v1")
@@ -92,10 +100,12 @@ def verify_revision(
     try:
         return verify_configmap_content(document, replace(policy, configmap_name=name))
     except ProfileRefused as refusal:
-        return refusal
+        return refusal.record()
 
 
-def log_result(name: str, result: VerifiedProfile | ProfileRefused | None) -> None:
+def log_result(
+    name: str, result: VerifiedProfile | ProfileRefused | RefusalRecord | None, code: str = ""
+) -> None:
     """The verdict on a profile revision, logged once per revision by whoever verified it."""
     if isinstance(result, VerifiedProfile):
         log.info(
@@ -111,21 +121,51 @@ def log_result(name: str, result: VerifiedProfile | ProfileRefused | None) -> No
             name,
             result.reason.value,
             result.check,
-            extra={"profile": name, "code": "profile-refused", "reason": result.reason.value},
+            extra={
+                "profile": name,
+                "code": code or "profile-refused",
+                "reason": result.reason.value,
+            },
         )
+
+
+Result = VerifiedProfile | RefusalRecord
+
+
+@dataclass(frozen=True, slots=True)
+class CapRefusal:
+    """A ConfigMap refused by a cap (`policy_io.caps`), for the Event a server may post."""
+
+    name: str
+    uid: str
+    resource_version: str
+    reason: str
+    message: str
+
+
+# Cap refusals waiting for a server to post their Events; older ones give way.
+PENDING_NOTICES = 64
 
 
 @dataclass
 class ProfileRevisions:
-    """Every signed profile ConfigMap of the namespace, each verified once per revision (uid and
-    resourceVersion), by name: the verified profile, or why it was refused."""
+    """Every signed profile ConfigMap of the namespace, each judged once per revision (uid and
+    resourceVersion), by name: the verified profile, or why it was refused. At most
+    `max_revisions` verified revisions are kept, and a ConfigMap over `max_bytes` is refused
+    unread (`policy_io.caps`)."""
 
-    entries: dict[str, tuple[str | None, VerifiedProfile | ProfileRefused]] = field(
-        default_factory=dict
-    )
+    namespace: str = ""
+    max_revisions: int = caps.MAX_PROFILE_REVISIONS
+    max_bytes: int = caps.MAX_REVISION_BYTES
+    entries: dict[str, tuple[str | None, Result]] = field(default_factory=dict)
     # The bundle sha256 each ConfigMap says it carries, for the controller's revisions by digest.
     digests: dict[str, str] = field(default_factory=dict)
     verifications: int = 0
+    # Refusals by `caps.REFUSAL_REASONS`, one per judged revision, for the servers' metrics.
+    refused_total: dict[str, int] = field(
+        default_factory=lambda: dict.fromkeys(caps.REFUSAL_REASONS, 0)
+    )
+    notices: deque[CapRefusal] = field(default_factory=lambda: deque(maxlen=PENDING_NOTICES))
 
     def apply(
         self,
@@ -142,17 +182,106 @@ class ProfileRevisions:
         previous = self.entries.get(name)
         if previous is not None and key is not None and previous[0] == key:
             return False
-        self.verifications += 1
-        result = verify_revision(name, configmap, policy, trust_error)
+        self._judge(name, key, configmap, policy, trust_error)
+        return True
+
+    def take(
+        self, configmap: dict[str, Any], policy: VerifyPolicy | None, trust_error: str | None
+    ) -> dict[str, Any]:
+        """An informer's transform: the ConfigMap judged now, unless this revision was, and what
+        is kept of it (`caps.slim`), so its data is never stored. Never raises: a ConfigMap it
+        cannot judge is kept whole, for `apply` to refuse."""
+        try:
+            metadata = configmap.get("metadata")
+            name = metadata.get("name") if isinstance(metadata, Mapping) else None
+            if not isinstance(name, str):
+                return configmap
+            key = revision_of(configmap)
+            if key is None:
+                # Without a revision it cannot be told apart from the next read: judged then.
+                return configmap
+            previous = self.entries.get(name)
+            if previous is None or previous[0] != key:
+                self._judge(name, key, configmap, policy, trust_error)
+            return caps.slim(configmap)
+        except Exception:
+            log.exception("profile ConfigMap could not be judged")
+            return configmap
+
+    def _judge(
+        self,
+        name: str,
+        key: str | None,
+        configmap: Mapping[str, Any],
+        policy: VerifyPolicy | None,
+        trust_error: str | None,
+    ) -> None:
+        size = caps.data_bytes(configmap)
+        digest = caps.digest_of(configmap)
+        kept = self._verified_beside(name)
+        full = len(kept) >= self.max_revisions
+        result: Result
+        code = "profile-revision-capped"
+        if size > self.max_bytes:
+            result = self._capped(
+                name, key, caps.TOO_LARGE, caps.too_large(name, size, self.max_bytes)
+            )
+        elif full and digest is not None and any(p.sha256 == digest for p in kept):
+            # A copy of a revision kept already adds nothing: refused unverified.
+            result = self._capped(name, key, caps.TOO_MANY, self._too_many(name))
+        else:
+            self.verifications += 1
+            result = verify_revision(name, configmap, policy, trust_error)
+            code = ""
+            if not isinstance(result, VerifiedProfile):
+                self.refused_total[caps.UNVERIFIED] += 1
+            elif full:
+                # Only what the owner signed gets here, so junk never displaces a revision:
+                # the newest distinct revisions are kept, whatever order they arrived in.
+                last = max([*kept, result], key=_rank([*kept, result]))
+                if last is result:
+                    code = "profile-revision-capped"
+                    result = self._capped(name, key, caps.TOO_MANY, self._too_many(name))
+                else:
+                    other = last.configmap_name
+                    other_key = self.entries[other][0]
+                    record = self._capped(other, other_key, caps.TOO_MANY, self._too_many(other))
+                    self.entries[other] = (other_key, record)
+                    log_result(other, record, "profile-revision-capped")
         self.entries[name] = (key, result)
-        data = configmap.get("data")
-        digest = data.get(DIGEST_KEY) if isinstance(data, Mapping) else None
-        if isinstance(digest, str) and digest:
+        if digest is not None:
             self.digests[name] = digest
         else:
             self.digests.pop(name, None)
-        log_result(name, result)
-        return True
+            if size <= self.max_bytes:
+                log.warning("profile ConfigMap %s has no %s; ignored", name, DIGEST_KEY)
+        log_result(name, result, code)
+
+    def _verified_beside(self, name: str) -> list[VerifiedProfile]:
+        return [
+            result
+            for other, (_, result) in self.entries.items()
+            if other != name and isinstance(result, VerifiedProfile)
+        ]
+
+    def _too_many(self, name: str) -> str:
+        return caps.too_many(name, self.namespace, self.max_revisions)
+
+    def _capped(self, name: str, key: str | None, reason: str, check: str) -> RefusalRecord:
+        self.note_capped(name, key, reason, check)
+        return RefusalRecord(Reason.ARRIVAL, check)
+
+    def note_capped(self, name: str, key: str | None, reason: str, check: str) -> None:
+        """Count a cap refusal and keep it for the Event a server may post."""
+        self.refused_total[reason] += 1
+        uid, _, version = (key or "").partition("/")
+        self.notices.append(CapRefusal(name, uid, version, reason, check))
+
+    def take_notices(self) -> list[CapRefusal]:
+        """The cap refusals since the last call, oldest first."""
+        taken = list(self.notices)
+        self.notices.clear()
+        return taken
 
     def keep_only(self, names: set[str]) -> bool:
         """After a full list: forget the ConfigMaps it did not return."""
@@ -165,10 +294,38 @@ class ProfileRevisions:
     def verified(self) -> list[VerifiedProfile]:
         return [r for _, r in self.entries.values() if isinstance(r, VerifiedProfile)]
 
-    def refused(self) -> list[tuple[str, ProfileRefused]]:
+    def refused(self) -> list[tuple[str, RefusalRecord]]:
         return [
-            (n, r) for n, (_, r) in sorted(self.entries.items()) if isinstance(r, ProfileRefused)
+            (n, r) for n, (_, r) in sorted(self.entries.items()) if isinstance(r, RefusalRecord)
         ]
+
+
+def _rank(pool: list[VerifiedProfile]) -> Any:
+    """The order in which verified revisions are kept past the count cap, last given up first:
+    one ConfigMap per bundle before its copies, then the highest version, the latest issued, the
+    first name (as `signing.newest` picks, so the revision in use is always kept)."""
+    firsts: dict[str, str] = {}
+    for profile in sorted(pool, key=lambda p: p.configmap_name):
+        firsts.setdefault(profile.sha256, profile.configmap_name)
+
+    def rank(profile: VerifiedProfile) -> tuple[bool, int, float, str]:
+        copy = firsts[profile.sha256] != profile.configmap_name
+        issued = profile.envelope.issued_at.timestamp()
+        return (copy, -profile.version, -issued, profile.configmap_name)
+
+    return rank
+
+
+def told(current: ProfileRefused | None, record: RefusalRecord) -> ProfileRefused:
+    """The refusal a request is told, from a kept record: the one already told while it says
+    the same, so an unchanged refusal is not a new input to the feed."""
+    if current is not None and (current.reason, current.check, current.schema) == (
+        record.reason,
+        record.check,
+        record.schema,
+    ):
+        return current
+    return record.refusal()
 
 
 @dataclass
@@ -188,7 +345,7 @@ class PolicyState:
     cpu_recipes: RecipeInput = None
     pinned_verifications: int = field(init=False, default=0)
     # Following revisions, every signed profile ConfigMap verified (kept by `policy_io.feed`).
-    followed: ProfileRevisions = field(init=False, default_factory=ProfileRevisions)
+    followed: ProfileRevisions = field(init=False)
     # What each GPU binding offers each engine under the current revision, kept across decisions.
     gpu_options: GpuOptions = field(init=False, default_factory=GpuOptions)
 
@@ -198,6 +355,10 @@ class PolicyState:
         return self.pinned_verifications + self.followed.verifications
 
     def __post_init__(self) -> None:
+        settings = self.settings
+        self.followed = ProfileRevisions(
+            settings.namespace, settings.max_profile_revisions, settings.max_revision_bytes
+        )
         source = ImageSource(
             self.settings.engine_image_map,
             self.settings.image_registry_prefix,
@@ -234,18 +395,22 @@ class PolicyState:
             return
         self.profile_revision = revision
         self.pinned_verifications += 1
+        name = self.settings.bundle_configmap
+        limit = self.settings.max_revision_bytes
         if not isinstance(configmap, Mapping):
-            result: VerifiedProfile | ProfileRefused = ProfileRefused(
+            result: VerifiedProfile | RefusalRecord = RefusalRecord(
                 Reason.ARRIVAL, "the object is not a ConfigMap"
             )
+        elif (size := caps.data_bytes(configmap)) > limit:
+            check = caps.too_large(name, size, limit)
+            result = RefusalRecord(Reason.ARRIVAL, check)
+            self.followed.note_capped(name, revision, caps.TOO_LARGE, check)
         else:
-            result = verify_revision(
-                self.settings.bundle_configmap, configmap, self.policy(), self.trust_error
-            )
+            result = verify_revision(name, configmap, self.policy(), self.trust_error)
         if isinstance(result, VerifiedProfile):
             self.profile, self.profile_refusal = result, None
         else:
-            self.profile, self.profile_refusal = None, result
+            self.profile, self.profile_refusal = None, result.refusal()
 
     def read_profile(self, configmap: Mapping[str, Any], now: datetime) -> bool:
         """A profile ConfigMap as read from the API server, verified unless its revision was;

@@ -23,6 +23,9 @@ How it keeps the copy right:
 
 What it keeps of an object: never `metadata.managedFields`, and, with a `transform`, only what
 the transform returns, stored and delivered alike (the extender keeps a Pod's `holding_part`).
+A transform that does more than select (the policy feed judges each profile revision as it
+arrives, `serving.revisions`) takes a `transform_gone` for the last state of a deleted object,
+which is stored nowhere.
 
 The transport is a port (`ListWatch`): `serving.apiserver.ApiClient` over aiohttp in the
 servers, an in-memory fake in the controller's tests. Cancelling `run` stops it at once, a
@@ -123,6 +126,8 @@ class Informer:
         # What is kept of each object, stored and delivered (client-go's SetTransform): a
         # consumer that reads a few fields of many objects need not hold the rest.
         self.transform = transform
+        # What is delivered of a deleted object's last state (None: the `transform`).
+        self.transform_gone: Callable[[JSON], JSON] | None = None
         self.collection = collection
         self.handler = handler
         self.on_listed = on_listed
@@ -308,7 +313,7 @@ class Informer:
                 old = self.store.remove(key)
                 # Nothing held (a relist already reported it gone): nothing to tell.
                 if old is not None:
-                    self._deliver(Delta("DELETED", self._kept(obj), old, listed=False))
+                    self._deliver(Delta("DELETED", self._kept(obj, gone=True), old, listed=False))
             elif event.type in ("ADDED", "MODIFIED"):
                 self._upsert(obj, listed=False)
             else:
@@ -336,10 +341,11 @@ class Informer:
         self.store.put(obj)
         self._deliver(Delta("ADDED" if old is None else "MODIFIED", obj, old, listed=listed))
 
-    def _kept(self, obj: JSON) -> JSON:
+    def _kept(self, obj: JSON, *, gone: bool = False) -> JSON:
         """What is stored and delivered of an object as the API server sent it."""
         _trim(obj)
-        return obj if self.transform is None else self.transform(obj)
+        transform = self.transform_gone if gone and self.transform_gone else self.transform
+        return obj if transform is None else transform(obj)
 
     def _deliver(self, delta: Delta) -> None:
         try:

@@ -3,7 +3,8 @@ request updates, and the profile gauges every server that holds a verified profi
 computed at scrape time.
 
 The profile gauges are read from the `PolicyState` when Prometheus scrapes, so they cannot go
-stale between profile revisions: a profile expires by the clock, not by an event. Each server
+stale between profile revisions: a profile expires by the clock, not by an event. Beside them,
+the profile revisions refused by a cap or by the verifier (`policy_io.caps`). Each server
 names them with its own prefix (`tmi_webhook`, `tmi_extender`) on its app's own registry.
 
 The per-request counter and histogram (`LoopCounter`, `LoopHistogram`) are collectors of
@@ -17,7 +18,7 @@ series are not written.
 from __future__ import annotations
 
 from bisect import bisect_left
-from collections.abc import Hashable, Iterator, Sequence
+from collections.abc import Hashable, Iterable, Iterator, Sequence
 from datetime import datetime
 from itertools import accumulate
 
@@ -31,6 +32,7 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
+from policy_io.caps import REFUSAL_REASONS
 from policy_io.state import PolicyState
 
 # Request-latency buckets every server uses, from 0.2 ms (a memoised admission answer) to 2.5 s
@@ -148,10 +150,16 @@ class LoopHistogram(_Labelled):
 
 
 def profile_gauges(
-    prefix: str, state: PolicyState, now: datetime, *, expiry: bool = True
+    prefix: str,
+    state: PolicyState,
+    now: datetime,
+    *,
+    expiry: bool = True,
+    refused: Iterable[PolicyState] | None = None,
 ) -> Iterator[Metric]:
-    """`<prefix>_profile_version`, `<prefix>_profile_valid` and, with `expiry`,
-    `<prefix>_profile_expiry_seconds`."""
+    """`<prefix>_profile_version`, `<prefix>_profile_valid`, with `expiry`
+    `<prefix>_profile_expiry_seconds`, and `<prefix>_profile_revisions_refused_total` over
+    `refused` (every tenant's state; by default `state`'s)."""
     profile = state.profile
     version = GaugeMetricFamily(
         f"{prefix}_profile_version",
@@ -175,3 +183,22 @@ def profile_gauges(
         if remaining is not None:
             seconds.add_metric([], remaining)
         yield seconds
+    yield refused_revisions(prefix, (state,) if refused is None else refused)
+
+
+def refused_revisions(prefix: str, states: Iterable[PolicyState]) -> Metric:
+    """`<prefix>_profile_revisions_refused_total{reason}`: revisions over the size cap
+    (`too-large`), over the count cap (`too-many`) or refused by the verifier (`unverified`)."""
+    family = CounterMetricFamily(
+        f"{prefix}_profile_revisions_refused",
+        "Profile revisions refused: over the size cap (too-large), over the count cap "
+        "(too-many), or by the verifier (unverified).",
+        labels=["reason"],
+    )
+    totals = dict.fromkeys(REFUSAL_REASONS, 0)
+    for state in states:
+        for reason, count in state.followed.refused_total.items():
+            totals[reason] += count
+    for reason, count in totals.items():
+        family.add_metric([reason], float(count))
+    return family

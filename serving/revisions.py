@@ -9,6 +9,11 @@ is complete, and a list or watch the API server refuses to this server's Role as
 (`serving.kube.not_permitted`). Kept here, once, so the servers cannot drift in what they select,
 how they key it or how they take a refusal; each server still makes the `Informer` itself
 (`NewInformer`), with its own resync, backoff and error handling.
+
+What the informers keep is set here too, since the labelled ConfigMaps are the tenant's to write
+(`policy_io.caps`): each signed profile ConfigMap is judged as it arrives and kept as its
+identity alone, listed a few at a time so a list of large ones is never held whole; the pinned
+profile is kept as what the verifier reads.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ from collections.abc import Callable, Mapping
 from functools import partial
 from typing import Any
 
+from policy_io import caps
 from policy_io.feed import FeedChange, PolicyFeed
 from policy_io.state import PROFILE_SELECTOR
 from serving.informer import JSON, Collection, Delta, Informer
@@ -29,6 +35,9 @@ NewInformer = Callable[
 """Makes a server's informer: its collection, then `changed`, `listed` and `failed` handlers."""
 Notify = Callable[[FeedChange], None]
 Read = Callable[[Mapping[str, Any] | None, str | None], FeedChange]
+# Labelled ConfigMaps listed per page: each may be near the API server's 1 MiB, and a page is
+# decoded whole before its items are judged and let go.
+REVISIONS_PAGE = 8
 
 
 def _ignore(change: FeedChange) -> None:
@@ -47,7 +56,10 @@ def feed_informers(feed: PolicyFeed, new: NewInformer, notify: Notify = _ignore)
     if feed.follows:
         informers.append(_revisions(feed, namespace, new, notify))
     if feed.pinned is not None:
-        informers.append(_by_name(feed.pinned, namespace, feed.profile_read, new, notify))
+        pinned = _by_name(feed.pinned, namespace, feed.profile_read, new, notify)
+        limit = feed.settings.max_revision_bytes
+        pinned.transform = partial(caps.readable, max_bytes=limit)
+        informers.append(pinned)
     for capability, name in feed.catalog_names.items():
         read = partial(feed.catalog_read, capability)
         informers.append(_by_name(name, namespace, read, new, notify))
@@ -92,8 +104,15 @@ def _revisions(feed: PolicyFeed, namespace: str, new: NewInformer, notify: Notif
         if why is not None:
             notify(feed.revisions_refused(why))
 
+    def kept(configmap: JSON) -> JSON:
+        state = feed.state
+        return state.followed.take(configmap, state.policy(), state.trust_error)
+
     collection = Collection("configmaps", "ConfigMap", namespace, label_selector=PROFILE_SELECTOR)
-    return new(collection, changed, listed, failed)
+    informer = new(collection, changed, listed, failed)
+    informer.transform, informer.transform_gone = kept, caps.slim
+    informer.page_size = min(informer.page_size, REVISIONS_PAGE)
+    return informer
 
 
-__all__ = ["NewInformer", "Notify", "feed_informers"]
+__all__ = ["REVISIONS_PAGE", "NewInformer", "Notify", "feed_informers"]

@@ -17,9 +17,10 @@ import os
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, NamedTuple, NoReturn
+from typing import Any, NamedTuple, NoReturn, TypedDict
 
 from inference_policy import strictjson
+from policy_io import caps
 from policy_io.files import InputError, read_json
 from policy_io.state import PolicySettings
 
@@ -96,6 +97,13 @@ class ServingSettings:
     @property
     def namespace(self) -> str:
         return self.policy.namespace
+
+
+class RevisionCaps(TypedDict):
+    """`REVISION_CAPS` as read, by the `PolicySettings` fields they set."""
+
+    max_profile_revisions: int
+    max_revision_bytes: int
 
 
 class Option(NamedTuple):
@@ -183,6 +191,20 @@ METRICS_PORT = Option(
 # The trust a profile is verified with: every server takes the same three, so that all of them
 # accept exactly the same profile revisions.
 TRUST = (OWNER_PUBLIC_KEY, CLUSTER_BINDING_ID, MINIMUM_BUNDLE_VERSION)
+# What tenant data may cost each server that follows profile revisions (`policy_io.caps`).
+MAX_PROFILE_REVISIONS = Option(
+    "--max-profile-revisions",
+    "TMI_MAX_PROFILE_REVISIONS",
+    "verified profile revisions kept per tenant namespace; a labelled ConfigMap arriving "
+    f"beyond them is refused unverified (default {caps.MAX_PROFILE_REVISIONS})",
+)
+MAX_PROFILE_REVISION_BYTES = Option(
+    "--max-profile-revision-bytes",
+    "TMI_MAX_PROFILE_REVISION_BYTES",
+    "most data a profile ConfigMap may carry; a larger one is refused unread "
+    f"(default {caps.MAX_REVISION_BYTES})",
+)
+REVISION_CAPS = (MAX_PROFILE_REVISIONS, MAX_PROFILE_REVISION_BYTES)
 # What a plan depends on besides the profile: the webhook plans with these and the controller
 # re-derives the webhook's plans with them.
 PLANNING = (
@@ -362,6 +384,17 @@ class Given:
                 MAX_HEADER_BYTES.flag, defaults.max_header_bytes, 1024, 1024 * 1024
             ),
         )
+
+    def revision_caps(self) -> RevisionCaps:
+        """`REVISION_CAPS`, as the `PolicySettings` fields they set."""
+        return {
+            "max_profile_revisions": self.whole(
+                MAX_PROFILE_REVISIONS.flag, caps.MAX_PROFILE_REVISIONS, 1, 4096
+            ),
+            "max_revision_bytes": self.whole(
+                MAX_PROFILE_REVISION_BYTES.flag, caps.MAX_REVISION_BYTES, 4096, caps.CEILING_BYTES
+            ),
+        }
 
     def follow_revisions(self) -> bool:
         """`add_follow_flag`'s switch, else TMI_FOLLOW_PROFILE_REVISIONS, else off."""

@@ -49,6 +49,7 @@ _OPTIONS: tuple[Option, ...] = (
     options.BUNDLE_CONFIGMAP,
     *options.TRUST,
     *options.PLANNING,
+    *options.REVISION_CAPS,
     Option(
         "--gpu-registry-credentials-secret",
         "TMI_GPU_REGISTRY_CREDENTIALS_SECRET",
@@ -124,6 +125,7 @@ def settings_from_args(
         gpu_registry_credentials_secret=get("--gpu-registry-credentials-secret"),
         cpu_registry_credentials_secret=get("--cpu-registry-credentials-secret"),
         scheduler_name=get("--scheduler-name") or DEFAULT_SCHEDULER,
+        **given.revision_caps(),
     )
     cert, key = get("--cert"), get("--key")
     if not cert or not key:

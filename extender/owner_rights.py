@@ -5,15 +5,19 @@ extender places by it: asked of the API server off the request path, read on it.
 new engine Pod, and which rights count. Here `RightsReviewer` asks, every `interval` seconds, one
 SubjectAccessReview per right and tenant namespace (the extender's ClusterRole grants the
 create, cluster-scoped, out of any tenant's reach), and `RightsBoard` keeps the last verdict of
-each namespace with the moment it was confirmed. The filter reads the board and makes no call:
-a Pod holding a plan is `Unplaceable` while its namespace's verdict is not `present` or is older
-than `ttl` (the review failing for longer than that fails closed, for engine Pods only).
+each namespace with the moment it was confirmed. The filter reads the board and makes no call.
+A Pod holding a plan that places it is placed only while its namespace's rights are confirmed
+by an answer younger than `ttl` (three rounds):
 
-Until the first round has answered, the namespace is pending (`extender.view` is not ready), so
-a Pod created as the extender starts is retried by the scheduler rather than parked as
-unschedulable. A round the API server refuses to the extender itself (its ClusterRole lacks the
-review) answers too: the rights are then unconfirmed, and the refusal says to fix the
-ClusterRole.
+* an answer denying a right makes it `Unplaceable` on every node, naming the rights and the
+  RoleBinding to restore (node verdict `owner-rights`): the scheduler parks it until the next
+  cluster event;
+* no answer to rely on (none yet, the reviews failing for longer than `ttl`, or refused to the
+  extender itself, whose ClusterRole then lacks the review) is `Unconfirmed`, the extender's own
+  trouble: the filter answers an `Error` and the scheduler retries the Pod after its backoff,
+  so an outage of the reviews fails closed for engine Pods only and heals without a nudge.
+
+Until the first round has answered, the namespace is pending (`extender.view` is not ready).
 """
 
 from __future__ import annotations
@@ -45,6 +49,16 @@ REVIEWS = "/apis/authorization.k8s.io/v1/subjectaccessreviews"
 DEFAULT_INTERVAL = 5.0
 # An answer is trusted for this many intervals: one failed round does not refuse Pods.
 TRUSTED_ROUNDS = 3
+
+
+class Unconfirmed(Exception):
+    """No answer on the controller's rights can be relied on now (none yet, none recent, or the
+    extender may not ask): the extender's own trouble, answered as the filter's `Error`, so the
+    scheduler retries the Pod after its backoff instead of parking it as unschedulable."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,17 +115,19 @@ class RightsBoard:
         return None if before is None else before.verdict
 
     def check(self, namespace: str) -> None:
-        """Nothing when the controller's rights in `namespace` are confirmed and fresh, else
-        Unplaceable saying which are missing or unconfirmed. The request path: no call."""
+        """Nothing when the controller's rights in `namespace` are confirmed and fresh;
+        Unplaceable when a fresh answer denies one; Unconfirmed when none can be relied on. The
+        request path: no call."""
         known = self._known.get(namespace)
         if known is not None and self.monotonic() - known.at <= self.ttl:
             if known.verdict.present:
                 return
-            raise Unplaceable(self._refusals[namespace], NodeVerdictCode.OWNER_RIGHTS)
+            if known.verdict.missing:
+                raise Unplaceable(self._refusals[namespace], NodeVerdictCode.OWNER_RIGHTS)
         verdict = self.verdict(namespace) or judge(
             namespace, {}, CONTROLLER_RIGHTS, "no review has answered yet"
         )
-        raise Unplaceable(placement_refusal(verdict, self.identity), NodeVerdictCode.OWNER_RIGHTS)
+        raise Unconfirmed(placement_refusal(verdict, self.identity))
 
     def series(self) -> Iterator[tuple[str, bool, dict[Right, bool]]]:
         """For the metrics, each namespace: whether its rights are confirmed now, and each
@@ -224,4 +240,10 @@ class RightsReviewer:
         )
 
 
-__all__ = ["DEFAULT_INTERVAL", "TRUSTED_ROUNDS", "RightsBoard", "RightsReviewer"]
+__all__ = [
+    "DEFAULT_INTERVAL",
+    "TRUSTED_ROUNDS",
+    "RightsBoard",
+    "RightsReviewer",
+    "Unconfirmed",
+]

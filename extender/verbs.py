@@ -14,6 +14,7 @@ from typing import Any
 import orjson
 
 from extender.args import Candidates, candidates, has_plan, pod_of
+from extender.owner_rights import Unconfirmed
 from extender.pod_demand import Unplaceable
 from extender.view import ClusterView, FilterOutcome, Outcome, PriorityOutcome
 from extender.wire import ExtenderArgs, ExtenderFilterResult, HostPriorityList
@@ -44,6 +45,11 @@ def filter_nodes(view: ClusterView, args: ExtenderArgs) -> FilterOutcome:
         return Outcome(body, "not-ready", nodes=len(cands.names))
     try:
         demand = view.demand(pod)
+    except Unconfirmed as exc:
+        # Nothing to rely on about the controller's rights: retried, as unsynced caches are.
+        body = _filter_body(cands, [], {}, {})
+        body["Error"] = f"{exc.reason}; retry shortly"
+        return Outcome(body, "not-ready", nodes=len(cands.names))
     except Unplaceable as exc:
         failed = dict.fromkeys(cands.names, exc.reason)
         count = len(cands.names)
@@ -114,6 +120,8 @@ def prioritize_nodes(view: ClusterView, args: ExtenderArgs) -> PriorityOutcome:
         return Outcome([{"Host": n, "Score": 0} for n in cands.names], "not-ready")
     try:
         demand = view.demand(pod)
+    except Unconfirmed:
+        return Outcome([{"Host": n, "Score": 0} for n in cands.names], "not-ready")
     except Unplaceable as exc:
         return Outcome([{"Host": n, "Score": 0} for n in cands.names], exc.code)
     if demand is None:

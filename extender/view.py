@@ -30,11 +30,11 @@ untouched. A Pod that asks for one without a plan, a plan that cannot be read, o
 binding the profile no longer grants, a refused profile, or a Pod that is not what its verified
 revision plans for it (`inference_policy.grant.check_grant`, the controller's own check: the
 tenant's webhook is the tenant's software, so the owner's extender checks the grant itself, not
-only the fit), or a Pod with a demand in a namespace where the allocation controller's rights are
-not confirmed (`extender.owner_rights`: its verdict there could not follow the Pod) puts every
-node in `FailedAndUnresolvableNodes` with the reason (fail closed, visible in the Pod's events);
-`Error` is kept for the extender's own trouble (caches, or the first answer on those rights, not
-yet in), which fails the cycle so the scheduler retries.
+only the fit), or a Pod with a demand in a namespace where the allocation controller's rights
+are denied (`extender.owner_rights`: its verdict there could not follow the Pod) puts every node
+in `FailedAndUnresolvableNodes` with the reason (fail closed, visible in the Pod's events);
+`Error` is kept for the extender's own trouble (caches not yet synced, no answer on those rights
+to rely on), which fails the cycle so the scheduler retries.
 """
 
 from __future__ import annotations
@@ -352,7 +352,8 @@ class ClusterView:
     # -- decisions ----------------------------------------------------------------------------
 
     def demand(self, pod: Mapping[str, Any]) -> Demand | None:
-        """The Pod's demand; None for a Pod without a plan. Raises Unplaceable.
+        """The Pod's demand; None for a Pod without a plan. Raises Unplaceable, or Unconfirmed
+        (`extender.owner_rights`) while nothing can be said of the controller's rights.
 
         Remembered by the Pod's uid and resourceVersion, the policy's generation and the second:
         each scheduling cycle asks twice (filter, then prioritize) and a Pending Pod is asked

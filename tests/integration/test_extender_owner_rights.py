@@ -23,7 +23,7 @@ from pytest_aiohttp import AiohttpClient
 
 from extender.app import RUNTIME
 from extender.config import settings_from_args
-from extender.owner_rights import RightsBoard
+from extender.owner_rights import RightsBoard, Unconfirmed
 from extender.pod_demand import Unplaceable
 from extender.sources import KubernetesSource
 from extender.view import ClusterView
@@ -158,25 +158,54 @@ async def test_a_lost_right_refuses_every_engine_pod_of_the_namespace_with_its_r
     assert placed["NodeNames"] == ["h100-8a"]
 
 
-def test_an_answer_too_old_to_trust_fails_closed() -> None:
+def test_no_answer_to_rely_on_fails_closed_as_the_extenders_own_trouble() -> None:
+    """Not asked yet, or answered too long ago: the Pod is not placed, and not parked either
+    (`Unconfirmed` is answered as an `Error`, which the scheduler retries after its backoff)."""
     now = [100.0]
     board = RightsBoard(CONTROLLER, [NAMESPACE], interval=5.0, monotonic=lambda: now[0])
-    with pytest.raises(Unplaceable, match="unconfirmed \\(no review has answered yet\\)"):
+    with pytest.raises(Unconfirmed, match="unconfirmed \\(no review has answered yet\\)"):
         board.check(NAMESPACE)
     board.record(judge(NAMESPACE, answers()))
     now[0] += 15.0
     board.check(NAMESPACE)  # three rounds' worth is still trusted
     now[0] += 1.0
-    with pytest.raises(Unplaceable) as refused:
+    with pytest.raises(Unconfirmed) as unconfirmed:
         board.check(NAMESPACE)
-    assert refused.value.code == NodeVerdictCode.OWNER_RIGHTS
-    assert refused.value.reason == (
+    assert unconfirmed.value.reason == (
         f"the allocation controller {CONTROLLER}'s rights in namespace '{NAMESPACE}' (list pods, "
         "watch pods, get pods, patch pods/status) are unconfirmed (no review has answered for "
         "16s), so no AllocationVerified verdict can be checked there and no engine Pod is "
         "placed until they are"
     )
     assert [(ns, present) for ns, present, _ in board.series()] == [(NAMESPACE, False)]
+    # A denial goes stale the same way: what is denied is not known now either.
+    board.record(judge(NAMESPACE, answers(patch=True)))
+    with pytest.raises(Unplaceable):
+        board.check(NAMESPACE)
+    now[0] += 16.0
+    with pytest.raises(Unconfirmed):
+        board.check(NAMESPACE)
+
+
+async def test_an_unconfirmed_namespace_answers_an_error_for_engine_pods_only(
+    aiohttp_client: AiohttpClient, owner: Owner, plans: dict[str, Any]
+) -> None:
+    client, board = await checked_app(aiohttp_client, owner)
+    now = [0.0]
+    board.monotonic = lambda: now[0]
+    board.record(judge(NAMESPACE, answers()))
+    now[0] += 60.0
+    result = await post(client, "filter", cache_args(planned_pod(plans["whole"]), NODES))
+    assert result["NodeNames"] == [] and result["FailedAndUnresolvableNodes"] == {}
+    assert result["Error"].endswith("until they are; retry shortly")
+    assert "are unconfirmed (no review has answered for 60s)" in result["Error"]
+    scores = await post(client, "prioritize", cache_args(planned_pod(plans["whole"]), NODES))
+    assert scores == [{"Host": n, "Score": 0} for n in NODES]
+    plain = planned_pod(None, resources={"requests": {"cpu": "1"}})
+    assert (await post(client, "filter", cache_args(plain, NODES)))["NodeNames"] == NODES
+    text = await (await client.get("/metrics")).text()
+    assert 'tmi_extender_requests_total{outcome="not-ready",verb="filter"} 1.0' in text
+    assert f'tmi_extender_controller_rights_confirmed{{namespace="{NAMESPACE}"}} 0.0' in text
 
 
 # -- the reviewer against an API server -----------------------------------------------------------
@@ -214,11 +243,14 @@ def _publish(fake: FakeCluster, owner: Owner) -> None:
 
 
 def refusal(view: ClusterView) -> str | None:
+    """Why an engine Pod of the namespace is not placed now (None: it may be)."""
     assert view.rights is not None
     try:
         view.rights.check(NAMESPACE)
     except Unplaceable as exc:
         assert exc.code == NodeVerdictCode.OWNER_RIGHTS
+        return exc.reason
+    except Unconfirmed as exc:
         return exc.reason
     return None
 

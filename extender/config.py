@@ -68,6 +68,7 @@ _OPTIONS: tuple[Option, ...] = (
     # The extender re-derives each Pod's plan (the grant check), so it plans with what the
     # webhook plans with.
     *options.PLANNING,
+    *options.REVISION_CAPS,
     Option(
         "--rollback-record",
         "TMI_ROLLBACK_RECORD",
@@ -172,6 +173,7 @@ def settings_from_args(
         airgap_registry=get("--airgap-registry"),
         gpu_recipe_catalog_configmap=get("--gpu-recipe-catalog-configmap"),
         cpu_recipe_catalog_configmap=get("--cpu-recipe-catalog-configmap"),
+        **given.revision_caps(),
     )
     rollback = get("--rollback-record") or None
     tenants = parse_tenants(get("--tenants"), Tenant(policy, rollback))

@@ -43,7 +43,13 @@ class _ViewCollector(Collector):
         )
         events.add_metric([], float(view.events))
         yield events
-        yield from profile_gauges("tmi_extender", view.policy, datetime.now(UTC), expiry=False)
+        yield from profile_gauges(
+            "tmi_extender",
+            view.policy,
+            datetime.now(UTC),
+            expiry=False,
+            refused=[feed.state for feed in view.feeds.values()],
+        )
         verifications = CounterMetricFamily(
             "tmi_extender_profile_verifications",
             "Full verifications of a profile ConfigMap revision.",

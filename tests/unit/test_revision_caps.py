@@ -13,6 +13,8 @@ from typing import Any
 
 import pytest
 
+from allocation_controller.config import settings_from_args as controller_settings
+from extender.config import settings_from_args as extender_settings
 from inference_policy.signing import (
     BUNDLE_KEY,
     DIGEST_KEY,
@@ -297,3 +299,23 @@ def test_the_caps_are_settings_with_defaults_flags_and_variables() -> None:
         settings_from_args([*TLS, "--max-profile-revision-bytes", str(2 * 1024 * 1024)], {})
     with pytest.raises(ConfigError, match="--max-profile-revisions"):
         settings_from_args([*TLS, "--max-profile-revisions", "0"], {})
+
+
+def test_the_extender_and_the_controller_take_the_caps_for_every_tenant() -> None:
+    environ = {
+        "TMI_NAMESPACE": "kamiwaza",
+        "TMI_OWNER_PUBLIC_KEY": OWNER.public_key,
+        "TMI_CLUSTER_BINDING_ID": "demo-cluster",
+        "TMI_TLS_CERT": "c.pem",
+        "TMI_TLS_KEY": "k.pem",
+        "TMI_MAX_PROFILE_REVISIONS": "3",
+        "TMI_MAX_PROFILE_REVISION_BYTES": "32768",
+        "TMI_TENANTS": json.dumps([{"namespace": "other"}]),
+    }
+    extender = extender_settings([], environ)
+    assert {
+        (t.policy.max_profile_revisions, t.policy.max_revision_bytes)
+        for t in extender.every_tenant()
+    } == {(3, 32768)}
+    controller = controller_settings([], environ).policy
+    assert (controller.max_profile_revisions, controller.max_revision_bytes) == (3, 32768)

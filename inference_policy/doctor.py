@@ -4,10 +4,11 @@ with what was found and the fix, from what the command read of the cluster.
 Seed 001 lists checks an administrator runs by hand before an install: the namespace and its
 labels, an installer identity that is namespace-scoped, the pod security guard present and
 denying, cert-manager, the `nvidia` RuntimeClass, GPU allocatable on each GPU node with no
-NoSchedule taint and GPU Feature Discovery's labels. Each is judged here from plain documents
-(the Namespace, access reviews' answers, the dry run's refusal, Nodes), so the rules are tested
-without a cluster and the command only reads. A check that cannot be made with the identity
-at hand (an installer cannot list Nodes) is `skip`, saying why. Pure.
+NoSchedule taint and GPU Feature Discovery's labels; once the owner part is installed, that its
+allocation controller still holds its rights in the namespace. Each is judged here from plain
+documents (the Namespace, access reviews' answers, the dry run's refusal, Nodes), so the rules
+are tested without a cluster and the command only reads. A check that cannot be made with the
+identity at hand (an installer cannot list Nodes) is `skip`, saying why. Pure.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from inference_policy.owner_rights import CONTROLLER_RIGHTS, Right, describe, judge, restore_hint
 from inference_policy.wire import OPT_IN_LABEL
 
 Status = Literal["pass", "fail", "skip"]
@@ -167,6 +169,39 @@ def installer_check(installer: str, answers: Sequence[tuple[str, str, str, bool,
         "pass",
         f"{installer} may create deployments here and no cluster-scoped objects or Node reads",
     )
+
+
+def controller_rights_check(
+    namespace: str,
+    identity: str | None,
+    answers: Mapping[Right, bool | None] | None,
+    why: str = "",
+) -> Check:
+    """Does the allocation controller hold its rights in the namespace (the rule the extender
+    places by, `inference_policy.owner_rights`)? `identity`: the TenantAdmission's
+    `allocationController`, None when no owner part with a controller serves the namespace (or
+    this identity may not tell); `answers`: the SubjectAccessReviews', None when they could not
+    be asked (`why`)."""
+    name = "controller-rights"
+    if identity is None:
+        return Check(
+            name,
+            "skip",
+            why or f"no allocation controller of an owner part serves namespace {namespace}",
+        )
+    if answers is None:
+        return Check(name, "skip", f"its rights could not be reviewed: {why}")
+    verdict = judge(namespace, answers, CONTROLLER_RIGHTS, why)
+    if verdict.present:
+        return Check(name, "pass", describe(verdict, identity))
+    if verdict.missing:
+        return Check(
+            name,
+            "fail",
+            f"{describe(verdict, identity)}: no engine Pod is placed there",
+            restore_hint(namespace),
+        )
+    return Check(name, "skip", describe(verdict, identity))
 
 
 def guard_checks(
@@ -330,6 +365,7 @@ __all__ = [
     "INSTALLER_RIGHTS",
     "POD_GUARD",
     "Check",
+    "controller_rights_check",
     "crd_check",
     "gpu_node_checks",
     "guard_checks",

@@ -5,7 +5,8 @@ with pass / fail / skip, what was found and the fix, or `-o json`; exit 0 when n
 1 otherwise. As the owner (the default) it reviews the installer's rights with
 SubjectAccessReviews and dry-runs the seed's privileged probe impersonating the installer; with
 `--as-installer` the kubeconfig is the installer's own, so it asks SelfSubjectAccessReviews and
-skips what an installer may not read (Nodes, RuntimeClasses, CRDs).
+skips what an installer may not read (Nodes, RuntimeClasses, CRDs, the TenantAdmission that
+names the allocation controller, whose rights in the namespace the owner's run reviews).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from inference_policy.doctor import (
     INSTALLER_RIGHTS,
     POD_GUARD,
     Check,
+    controller_rights_check,
     crd_check,
     gpu_node_checks,
     guard_checks,
@@ -30,6 +32,14 @@ from inference_policy.doctor import (
     runtime_class_check,
     serves,
 )
+from inference_policy.owner_rights import (
+    CONTROLLER_RIGHTS,
+    SERVICE_ACCOUNT_PREFIX,
+    Right,
+    review_allowed,
+    subject_access_review,
+)
+from inference_policy.rollback import API_VERSION, PLURAL
 from tmi_cli.kubeconfig import kubeconfig_for
 from tmi_cli.output import emit
 from tmi_cli.policy_args import EXIT_FAILED, EXIT_OK, CommandError
@@ -134,6 +144,36 @@ def _access(api: _Api, args: argparse.Namespace) -> Check:
     return installer_check(who, answers)
 
 
+def _controller_rights(api: _Api, args: argparse.Namespace) -> Check:
+    """The owner part's controller for the namespace (its TenantAdmission names it), if its
+    ServiceAccount exists, and the reviews of its rights there."""
+    namespace = args.namespace
+    status, admission = api.get(f"/apis/{API_VERSION}/{PLURAL}/{namespace}")
+    identity = ((admission or {}).get("spec") or {}).get("allocationController")
+    if status in (401, 403):
+        why = f"TenantAdmission {namespace} may not be read with this identity (the owner's is)"
+        return controller_rights_check(namespace, None, None, why)
+    if status != 200 or not isinstance(identity, str):
+        return controller_rights_check(namespace, None, None)
+    owner, _, account = identity.removeprefix(SERVICE_ACCOUNT_PREFIX).partition(":")
+    if identity.startswith(SERVICE_ACCOUNT_PREFIX):
+        found, _ = api.get(f"/api/v1/namespaces/{owner}/serviceaccounts/{account}")
+        if found == 404:
+            why = f"{identity} does not exist (the owner part runs no allocation controller)"
+            return controller_rights_check(namespace, None, None, why)
+    answers: dict[Right, bool | None] = {}
+    for right in CONTROLLER_RIGHTS:
+        review = subject_access_review(identity, right, namespace)
+        code, answer = api.call(
+            "POST", "/apis/authorization.k8s.io/v1/subjectaccessreviews", review
+        )
+        if code >= 300:
+            why = f"SubjectAccessReview refused (HTTP {code}): {(answer or {}).get('message', '')}"
+            return controller_rights_check(namespace, identity, None, why)
+        answers[right] = review_allowed(answer)
+    return controller_rights_check(namespace, identity, answers)
+
+
 def _guard(api: _Api, args: argparse.Namespace) -> list[Check]:
     present: dict[str, bool | None] = {}
     for name in (POD_GUARD, EXEC_GUARD):
@@ -167,6 +207,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
         served = serves(hooks["items"] if listed == 200 else None, args.namespace)
         checks += namespace_checks(args.namespace, namespace if status == 200 else None, served)
         checks.append(_access(api, args))
+        checks.append(_controller_rights(api, args))
         checks += _guard(api, args)
         if args.cert_manager:
             present, _ = _optional(

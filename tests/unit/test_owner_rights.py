@@ -3,6 +3,7 @@ reviews' answers become a verdict (`inference_policy.owner_rights`)."""
 
 from __future__ import annotations
 
+from inference_policy.doctor import controller_rights_check
 from inference_policy.owner_rights import (
     CONTROLLER_BINDING,
     CONTROLLER_RIGHTS,
@@ -121,3 +122,22 @@ def test_only_a_boolean_status_is_an_answer() -> None:
     assert review_allowed({"status": {"allowed": False, "reason": "no RBAC"}}) is False
     for document in ({}, {"status": {}}, {"status": {"allowed": "yes"}}, [], None):
         assert review_allowed(document) is None
+
+
+def test_the_doctor_checks_the_same_rule() -> None:
+    """`tmi doctor`, as the owner, once the owner part serves the namespace."""
+    passed = controller_rights_check("kamiwaza", CONTROLLER, every(True))
+    assert (passed.name, passed.status) == ("controller-rights", "pass")
+    denied = every(True)
+    denied[LIST] = False
+    failed = controller_rights_check("kamiwaza", CONTROLLER, denied)
+    assert failed.status == "fail"
+    assert failed.found == (
+        f"{CONTROLLER} may not list pods in namespace 'kamiwaza': no engine Pod is placed there"
+    )
+    assert failed.fix.startswith(f"restore Role and RoleBinding {CONTROLLER_BINDING}")
+    unknown = controller_rights_check("kamiwaza", CONTROLLER, {**every(True), PATCH: None})
+    assert unknown.status == "skip"
+    assert controller_rights_check("kamiwaza", None, None).status == "skip"
+    refused = controller_rights_check("kamiwaza", CONTROLLER, None, "HTTP 403")
+    assert (refused.status, refused.found) == ("skip", "its rights could not be reviewed: HTTP 403")

@@ -81,6 +81,21 @@ TMI_OWNER_PUBLIC_KEY: {{ required "core.inferenceResources.ownerPublicKey is req
 TMI_CLUSTER_BINDING_ID: {{ required "core.inferenceResources.clusterBindingId is required" $ir.clusterBindingId | quote }}
 TMI_MINIMUM_BUNDLE_VERSION: {{ $ir.minimumBundleVersion | int | toString | quote }}
 {{- include "tmi.planningSettings" . }}
+{{- include "tmi.revisionCaps" . }}
+{{- end -}}
+
+{{/*
+What tenant data may cost each server that follows revisions (policy_io.caps): rendered only
+when set, so the servers' own defaults hold otherwise.
+*/}}
+{{- define "tmi.revisionCaps" -}}
+{{- $ir := .Values.core.inferenceResources -}}
+{{- with $ir.maxProfileRevisions }}
+TMI_MAX_PROFILE_REVISIONS: {{ . | int | toString | quote }}
+{{- end }}
+{{- with $ir.maxProfileRevisionBytes }}
+TMI_MAX_PROFILE_REVISION_BYTES: {{ . | int | toString | quote }}
+{{- end }}
 {{- end -}}
 
 {{/*

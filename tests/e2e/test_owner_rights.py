@@ -15,6 +15,7 @@ naming the RoleBinding. Restored, the same Pod is placed and verified.
 from __future__ import annotations
 
 import copy
+import json
 import time
 import uuid
 from collections.abc import Iterator
@@ -27,6 +28,7 @@ from localcluster import ControlPlane, FakeNode, Kube, create_fake_nodes, wait_u
 from localcluster.nodes import delete_fake_nodes
 from localcluster.stack import CONDITION, TenantStack, condition, engine_pod, metric
 from tests.e2e.stackkit import LARGE, pod_names, tenant_stack, whole_h100_envelope
+from tmi_cli.main import main
 
 pytestmark = pytest.mark.e2e
 
@@ -94,8 +96,23 @@ def lacking(stack: TenantStack, index: int) -> float:
     )
 
 
+def doctor_says(
+    plane: ControlPlane, capsys: pytest.CaptureFixture[str], namespace: str
+) -> dict[str, str]:
+    """`tmi doctor`'s controller-rights check, as the owner."""
+    argv = ["doctor", "--kubeconfig", str(plane.kubeconfig("admin")), "-o", "json"]
+    main([*argv, "--namespace", namespace, "--no-cert-manager"])
+    report = json.loads(capsys.readouterr().out)
+    found: dict[str, str] = next(c for c in report["checks"] if c["check"] == "controller-rights")
+    return found
+
+
 def test_a_controller_without_its_binding_places_nothing_new_and_says_why(
-    control_plane: ControlPlane, kube: Kube, stack: TenantStack, node: str
+    control_plane: ControlPlane,
+    kube: Kube,
+    stack: TenantStack,
+    node: str,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     namespace = stack.settings.namespace
     admin = control_plane.kube("admin")
@@ -126,6 +143,7 @@ def test_a_controller_without_its_binding_places_nothing_new_and_says_why(
         assert placed["spec"]["nodeName"] == node
         assert confirmed(stack) == 1
         assert all(lacking(stack, i) == 0 for i in replicas)
+        assert doctor_says(control_plane, capsys, namespace)["status"] == "pass"
 
         admin.delete(RBAC, "RoleBinding", BINDING, namespace)
         try:
@@ -171,6 +189,10 @@ def test_a_controller_without_its_binding_places_nothing_new_and_says_why(
                 stack.extender.metrics(), "tmi_extender_node_verdicts_total", code="owner-rights"
             )
             assert codes >= 1
+            # The owner's preflight finds the same, by the same rule.
+            said = doctor_says(control_plane, capsys, namespace)
+            assert said["status"] == "fail"
+            assert said["fix"].startswith(f"restore Role and RoleBinding {BINDING}")
             # What the controller wrote before stands: it may no longer write anything.
             kept = kube.get("v1", "Pod", before, namespace)
             assert (condition(kept, CONDITION) or {}).get("status") == "True"

@@ -41,6 +41,8 @@ from inference_policy.dra_cel import (
     ENGINE_CLAIMS_MESSAGE,
     claim_policy_parts,
 )
+from inference_policy.owner_objects_cel import owner_objects_parts
+from inference_policy.status_cel import status_parts
 from inference_policy.verdict_cel import verdict_parts
 from inference_policy.wire import ENGINE_CONTAINER_ANNOTATION, ENGINE_LABEL, PLAN_ANNOTATION
 
@@ -222,6 +224,15 @@ def _engine_name_of(obj: str) -> str:
         f"has({obj}.metadata.annotations) && {named} in {obj}.metadata.annotations &&\n"
         f"  {obj}.metadata.annotations[{named}] != '' ? {obj}.metadata.annotations[{named}] :\n"
         f"  size({obj}.spec.containers) > 0 ? {obj}.spec.containers[0].name : ''"
+    )
+
+
+def _named_engine(obj: str) -> str:
+    """The engine-container annotation's value, '' when absent."""
+    named = cel_string(ENGINE_CONTAINER_ANNOTATION)
+    return (
+        f"has({obj}.metadata.annotations) && {named} in {obj}.metadata.annotations ? "
+        f"{obj}.metadata.annotations[{named}] : ''"
     )
 
 
@@ -458,6 +469,12 @@ def guard_validations() -> list[dict[str, str]]:
             "admitted; it cannot be added, changed or removed'",
         ),
         (
+            "variables.oldPlan == '' ||\n"
+            f"  ({_named_engine('object')}) == ({_named_engine('oldObject')})",
+            f"'tenant-mode inference: the {ENGINE_CONTAINER_ANNOTATION} annotation is fixed "
+            "when the Pod is admitted, as its plan is; it cannot be added, changed or removed'",
+        ),
+        (
             "variables.oldEngine == '' ||\n"
             "  oldObject.spec.containers.all(o, o.name != variables.oldEngine ||\n"
             "    object.spec.containers.all(c, c.name != o.name || c.image == o.image))",
@@ -487,6 +504,8 @@ def policy_parts() -> dict[str, Any]:
         "guard": {"variables": guard_variables(), "validations": guard_validations()},
         "claims": claim_policy_parts(),
         "verdict": verdict_parts(),
+        "status": status_parts(),
+        "ownerObjects": owner_objects_parts(),
     }
 
 

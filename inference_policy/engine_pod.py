@@ -120,6 +120,14 @@ def update_refusal(pod: Mapping[str, Any], old: Mapping[str, Any]) -> PodRefusal
             )
         return PodRefusal(403, RefusalCode.PLAN_ANNOTATION, message)
     if isinstance(before, str):
+        named_before = _annotations_of(old).get(ENGINE_CONTAINER_ANNOTATION)
+        if _annotations_of(pod).get(ENGINE_CONTAINER_ANNOTATION) != named_before:
+            return PodRefusal(
+                403,
+                RefusalCode.PLAN_ANNOTATION,
+                f"the {ENGINE_CONTAINER_ANNOTATION} annotation is fixed when the Pod is "
+                "admitted, as its plan is; it cannot be added, changed or removed",
+            )
         image = _planned_image(before)
         engine = engine_container_name(old)
         now_image, was_image = _image(pod, engine), _image(old, engine)

@@ -95,6 +95,9 @@ def chart_values(
         "scheduler": {"enabled": scheduler_config is not None, "config": scheduler_config or ""},
         "webhook": {"url": webhook_url or "", "caBundle": ca_bundle or ""},
         "admissionPolicies": {"enabled": admission_policies},
+        # KWOK plays the kubelet for the fake nodes under its own identity, so it writes Pod
+        # status as a kubelet would (the status policy lets the cluster's components by).
+        "statusWriters": ["kwok"],
         # Further tenant namespaces of the same owner release (owner.tenants).
         "tenants": [dict(t) for t in tenants],
         # The DRA objects of each tenant's profile, as `tmi render-dra` writes them.

@@ -20,6 +20,7 @@ import yaml
 
 from extender.config import settings_from_args
 from inference_policy.access_cel import cel_condition, policy_parts
+from inference_policy.owner_objects_cel import OWNER_LABEL
 from inference_policy.room import ROOM_CONFIGMAP
 from inference_policy.schedconfig import DEFAULT_SCHEDULER_NAME, render_scheduler_config
 from inference_policy.signing import DEFAULT_CONFIGMAP_NAME
@@ -336,7 +337,28 @@ def test_the_admission_policies_are_the_cores_with_the_owners_parameters(
         # No owner.dra: no claim in the namespace is admitted.
         "deviceClasses": [],
         "claimTemplates": [],
+        # The status policy's writers beside the cluster's own: the owner's two parts.
+        "statusWriters": [
+            f"system:serviceaccount:{OWNER_NS}:{scheduler or 'kamiwaza-inference-scheduler'}",
+            f"system:serviceaccount:{OWNER_NS}:tmi-allocation-controller",
+        ],
     }
+    status_name = f"kamiwaza-tmi-status-{TENANT_NS}"
+    status = find(docs, "ValidatingAdmissionPolicy", status_name)["spec"]
+    assert status["variables"] == parts["status"]["variables"]
+    assert status["validations"] == parts["status"]["validations"]
+    assert status["matchConstraints"]["resourceRules"][0]["resources"] == ["pods/status"]
+    status_binding = find(docs, "ValidatingAdmissionPolicyBinding", status_name)["spec"]
+    assert status_binding["paramRef"] == {"name": TENANT_NS, "parameterNotFoundAction": "Deny"}
+    owned_name = f"kamiwaza-tmi-owner-objects-{TENANT_NS}"
+    owned = find(docs, "ValidatingAdmissionPolicy", owned_name)["spec"]
+    assert owned["validations"] == parts["ownerObjects"]["validations"]
+    assert owned["matchConstraints"]["resourceRules"] == parts["ownerObjects"]["resourceRules"]
+    # Every object the owner places in the tenant namespace carries the label it guards.
+    in_tenant = [d for d in docs if d["metadata"].get("namespace") == TENANT_NS]
+    assert {d["kind"] for d in in_tenant} >= {"Role", "RoleBinding"}
+    for doc in in_tenant:
+        assert doc["metadata"]["labels"][OWNER_LABEL] == "true", doc["metadata"]["name"]
     verdict_name = f"kamiwaza-tmi-verdict-{TENANT_NS}"
     verdict = find(docs, "ValidatingAdmissionPolicy", verdict_name)["spec"]
     assert verdict["variables"] == parts["verdict"]["variables"]

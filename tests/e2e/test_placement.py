@@ -15,6 +15,7 @@ and removes them, so the module's tests do not depend on one another's leftovers
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
 import time
@@ -491,6 +492,96 @@ def test_a_replaced_webhook_granting_eight_gpus_gets_no_pod_bound(
             lambda: (
                 limits(installer.create(_as_submitted(forged), dry_run=True))
                 == {"nvidia.com/gpu": "1"}
+            ),
+            timeout=60,
+            what="the tenant webhook to plan engine Pods again",
+        )
+
+
+@pytest.mark.parametrize(
+    "asks",
+    [{"nvidia.com/gpu": "2"}, {"aws.amazon.com/neuroncore": "2"}],
+    ids=["two-gpus", "neuron-cores"],
+)
+def test_a_plan_that_says_it_places_nothing_gets_no_device(
+    control_plane: ControlPlane,
+    kube: Kube,
+    stack: TenantStack,
+    nodes: Callable[..., list[str]],
+    asks: dict[str, str],
+) -> None:
+    """The tenant's namespace admin removes its webhook (its uninstall hook's identity may) and
+    creates engine Pods whose plan's path is `external` (a plan that places nothing) while they
+    hold two GPUs, or two Neuron cores no profile vouches for, scheduled by the owner's
+    scheduler as the guard asks. The guard sees a plan on a grant-holding engine Pod; the
+    owner's extender holds every Pod that reaches for anything to a GPU plan the signed profile
+    grants (`inference_policy.device_gate`), so no node passes and nothing is bound, with an
+    8-GPU node free throughout."""
+    (node,) = nodes(h100("h100-free", gpus=8))
+    # The node advertises what the Pod asks for, so kube-scheduler's own fit passes it and only
+    # the extender stands between the Pod and the device.
+    free = {name: "8" for name in asks}
+    control_plane.kube("admin").patch_status(
+        "v1", "Node", node, None, {"status": {"capacity": free, "allocatable": free}}
+    )
+    installer = control_plane.kube("tmi-installer")
+    namespace = _ns(stack)
+    honest = installer.create(engine_pod(namespace, LARGE, name="honest"), dry_run=True)
+    forged = _as_submitted(honest)
+    forged["metadata"]["name"] = f"external-{uuid.uuid4().hex[:6]}"
+    external = {"status": 200, "path": "external", "derived": True, "engine": "llamacpp"}
+    forged["metadata"]["annotations"]["kamiwaza.ai/plan"] = json.dumps(external)
+    forged["spec"]["containers"][0]["resources"] = {"requests": asks, "limits": asks}
+    with _webhook_removed(control_plane, stack, forged, json.dumps(external)):
+        installer.create(forged)
+        pod = kube.wait_for(
+            "v1",
+            "Pod",
+            forged["metadata"]["name"],
+            namespace,
+            lambda p: "only a gpu plan the signed profile grants" in scheduled_message(p),
+            timeout=60,
+            what="the scheduler to report the extender's device gate",
+        )
+        assert not pod["spec"].get("nodeName"), f"bound to {pod['spec'].get('nodeName')}"
+        assert limits(pod) == asks
+        kube.delete("v1", "Pod", forged["metadata"]["name"], namespace)
+
+
+@contextlib.contextmanager
+def _webhook_removed(
+    control_plane: ControlPlane, stack: TenantStack, probe: dict[str, Any], plan: str
+) -> Iterator[None]:
+    """The tenant's webhook configuration deleted (as its uninstall hook would) until the
+    block ends, once a dry run of `probe` keeps its `plan`; then restored and planning again."""
+    installer, admin = control_plane.kube("tmi-installer"), control_plane.kube("admin")
+    probe = _as_submitted(probe)
+    probe["metadata"]["name"] = f"probe-{uuid.uuid4().hex[:6]}"
+    assert stack.owner is not None
+    configuration = stack.owner.get("MutatingWebhookConfiguration", CONFIGURATION_NAME)
+    admin.delete(
+        "admissionregistration.k8s.io/v1", "MutatingWebhookConfiguration", CONFIGURATION_NAME
+    )
+    try:
+        wait_until(
+            lambda: (
+                installer.create(_as_submitted(probe), dry_run=True)["metadata"]["annotations"][
+                    "kamiwaza.ai/plan"
+                ]
+                == plan
+            ),
+            timeout=60,
+            what="engine Pods to stop being planned by the tenant webhook",
+        )
+        yield
+    finally:
+        admin.apply(configuration)
+        wait_until(
+            lambda: (
+                installer.create(_as_submitted(probe), dry_run=True)["metadata"]["annotations"][
+                    "kamiwaza.ai/plan"
+                ]
+                != plan
             ),
             timeout=60,
             what="the tenant webhook to plan engine Pods again",

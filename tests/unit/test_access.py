@@ -268,3 +268,39 @@ def test_what_is_shielded() -> None:
     ]
     assert reaches(shielded) == []
     assert pod["spec"]["containers"][0].get("env") is None  # the input is not changed
+
+
+def test_the_engine_container_annotation_is_frozen_with_the_plan() -> None:
+    pod = plain_pod()
+    pod["metadata"]["annotations"] = {
+        "kamiwaza.ai/plan": '{"status":200}',
+        "kamiwaza.ai/engine-container": "engine",
+    }
+    for value in ("sidecar", None):
+        moved = copy.deepcopy(pod)
+        if value is None:
+            del moved["metadata"]["annotations"]["kamiwaza.ai/engine-container"]
+        else:
+            moved["metadata"]["annotations"]["kamiwaza.ai/engine-container"] = value
+        refusal = update_refusal(moved, pod)
+        assert refusal is not None and refusal.code is RefusalCode.PLAN_ANNOTATION
+        assert "kamiwaza.ai/engine-container annotation is fixed" in refusal.message
+    assert update_refusal(copy.deepcopy(pod), pod) is None
+
+
+@pytest.mark.parametrize(
+    ("kind", "tenants"),
+    [
+        ("example.com/Warm", True),
+        ("team.example.org/Loaded", True),
+        ("Ready", False),
+        ("PodScheduled", False),
+        ("DisruptionTarget", False),
+        ("kamiwaza.ai/AllocationVerified", False),
+        ("tmi.kamiwaza.ai/Anything", False),
+    ],
+)
+def test_only_conditions_of_another_domain_are_the_tenants(kind: str, tenants: bool) -> None:
+    from inference_policy.status_cel import tenant_condition_type
+
+    assert tenant_condition_type(kind) is tenants

@@ -40,7 +40,7 @@ def test_a_pod_that_reaches_for_nothing_and_plans_nothing_passes() -> None:
     assert device_gate(_planned(EXTERNAL)) is FREE
 
 
-REACHES = {
+REACHES: dict[str, dict[str, Any]] = {
     "gpus": {"resources": {"limits": {"nvidia.com/gpu": "2"}}},
     "neuron": {"resources": {"limits": {"aws.amazon.com/neuroncore": "2"}}},
     "device-variable": {"env": [{"name": "NVIDIA_GDS", "value": "enabled"}]},

@@ -1,0 +1,76 @@
+"""The owner's objects in a tenant namespace are the owner's: the owner-objects policy's CEL.
+
+The owner release places Roles, RoleBindings (the allocation controller's and the extender's
+rights there) and claim templates in each tenant namespace, and the tenant's namespace admin
+may write anything in its namespace: after it deleted the controller's RoleBinding, a verified
+Pod whose image it then changed kept `AllocationVerified=True`. Each such object carries the
+label `OWNER_LABEL`, and this policy refuses creating, changing or deleting an object that
+carries it (before or after) to every identity but the owner's.
+
+Who is the owner is not a list of names: it is whoever may update the tenant's cluster-scoped
+TenantAdmission, asked of the API server's own authorizer at the time of the request (a cluster
+admin, the owner's Helm). A namespace admin may not, and cannot grant itself that right. Deleting
+the namespace itself is the one exception: the namespace controller removes what is left in a
+terminating namespace.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from inference_policy.cel_text import cel_string
+from inference_policy.rollback import GROUP, PLURAL
+
+OWNER_LABEL = "tmi.kamiwaza.ai/owner-part"
+# What the owner release writes in a tenant namespace (group, resources).
+OWNER_RESOURCES = (
+    ("rbac.authorization.k8s.io", ("roles", "rolebindings")),
+    ("resource.k8s.io", ("resourceclaimtemplates",)),
+)
+OWNER_REFUSAL = "tenant-mode inference: "
+
+
+def _labelled(obj: str) -> str:
+    label = cel_string(OWNER_LABEL)
+    return f"({obj} != null && has({obj}.metadata.labels) && {label} in {obj}.metadata.labels)"
+
+
+def owner_objects_parts() -> dict[str, Any]:
+    """What the chart's owner-objects policy takes from the core."""
+    owner = (
+        f"authorizer.group({cel_string(GROUP)}).resource({cel_string(PLURAL)})"
+        ".name(request.namespace).check('update').allowed()"
+    )
+    terminating = (
+        "request.operation == 'DELETE' && namespaceObject != null &&\n"
+        "  has(namespaceObject.metadata.deletionTimestamp)"
+    )
+    variables = [
+        {"name": "owned", "expression": f"{_labelled('oldObject')} || {_labelled('object')}"},
+    ]
+    message = (
+        f"{cel_string(OWNER_REFUSAL)} + request.kind.kind + ' ' + request.name + ' carries "
+        f"{OWNER_LABEL}: it is the cluster owner\\'s (the rights its parts hold in this "
+        "namespace); only an identity that may update TenantAdmission ' + request.namespace + "
+        "' may ' + request.operation.lowerAscii() + ' it'"
+    )
+    validations = [
+        {
+            "expression": f"!variables.owned || ({terminating}) ||\n  {owner}",
+            "messageExpression": message,
+            "reason": "Forbidden",
+        }
+    ]
+    rules = [
+        {
+            "apiGroups": [group_name],
+            "apiVersions": ["*"],
+            "operations": ["CREATE", "UPDATE", "DELETE"],
+            "resources": list(resources),
+        }
+        for group_name, resources in OWNER_RESOURCES
+    ]
+    return {"resourceRules": rules, "variables": variables, "validations": validations}
+
+
+__all__ = ["OWNER_LABEL", "OWNER_REFUSAL", "OWNER_RESOURCES", "owner_objects_parts"]

@@ -1,0 +1,308 @@
+"""Default-deny against the tenant's namespace admin, through the real API server.
+
+Each test acts as the seed's installer (`admin` in the tenant namespace plus `pods/status`
+patch) against the chart's owner part, and tries what the threat model's inventory says the
+owner's parts do not believe: status fields other than the tenant's own conditions, the owner's
+RoleBindings and Roles in the tenant namespace, the engine-container annotation of an admitted
+Pod, device variables of other vendors and CDI annotations. Each is refused with a message
+naming what is wrong, and what the tenant may do still works.
+"""
+
+from __future__ import annotations
+
+import copy
+import uuid
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from inference_policy.owner_objects_cel import OWNER_LABEL
+from inference_policy.wire import ENGINE_CONTAINER_ANNOTATION
+from localcluster import ApiError, ControlPlane, Kube, pod_condition
+from localcluster.stack import CONDITION, TenantStack, condition, engine_pod
+from tests.e2e.stackkit import LARGE, h100_stack, pod_names
+
+pytestmark = pytest.mark.e2e
+MERGE_PATCH = "application/merge-patch+json"
+RBAC = "rbac.authorization.k8s.io/v1"
+UNLABELLED = {"metadata": {"labels": {OWNER_LABEL: None}}}
+
+
+@pytest.fixture(scope="module")
+def stack(control_plane: ControlPlane) -> Iterator[TenantStack]:
+    with h100_stack(control_plane, "tmi-deny", 30) as up:
+        yield up
+
+
+@pytest.fixture
+def installer(control_plane: ControlPlane, stack: TenantStack) -> Kube:
+    return control_plane.kube("tmi-installer")
+
+
+@pytest.fixture
+def pods(control_plane: ControlPlane, stack: TenantStack) -> Iterator[Callable[..., str]]:
+    with pod_names(control_plane, stack) as make:
+        yield make
+
+
+def _verified(kube: Kube, stack: TenantStack, name: str) -> dict[str, Any]:
+    return kube.wait_for(
+        "v1",
+        "Pod",
+        name,
+        stack.settings.namespace,
+        lambda p: (
+            (condition(p, CONDITION) or {}).get("status") == "True"
+            and pod_condition(p, "Ready") == "True"
+        ),
+        timeout=60,
+        what=f"Pod {name} verified and Ready",
+    )
+
+
+def _refused(call: Callable[[], Any]) -> str:
+    with pytest.raises(ApiError) as refused:
+        call()
+    assert refused.value.status == 403, refused.value.message
+    return refused.value.message
+
+
+# -- status writes by allow-list ------------------------------------------------------------
+
+
+STATUS_FORGERIES = {
+    # A running GPU Pod set to Succeeded drops out of every accounting.
+    "phase": ({"phase": "Succeeded"}, "status.phase"),
+    "message": ({"message": "all is well"}, "status.message"),
+    "container-statuses": (
+        {
+            "containerStatuses": [
+                {
+                    "name": "engine",
+                    "image": "x",
+                    "imageID": "",
+                    "ready": False,
+                    "restartCount": 7,
+                    "state": {"waiting": {"reason": "Forged"}},
+                }
+            ]
+        },
+        "status.containerStatuses",
+    ),
+    "system-condition": (
+        {"conditions": [{"type": "Ready", "status": "False", "reason": "Forged"}]},
+        "Ready",
+    ),
+    "disruption-target": (
+        {"conditions": [{"type": "DisruptionTarget", "status": "True", "reason": "Forged"}]},
+        "DisruptionTarget",
+    ),
+    "owner-condition": (
+        {"conditions": [{"type": "tmi.kamiwaza.ai/Anything", "status": "True"}]},
+        "tmi.kamiwaza.ai/Anything",
+    ),
+}
+
+
+def test_status_writes_are_refused_but_for_the_tenants_own_conditions(
+    kube: Kube, stack: TenantStack, installer: Kube, pods: Callable[..., str]
+) -> None:
+    """The namespace admin holds pods/status patch: every field it could forge to move an
+    owner part (phase, nominated node, container statuses, the system's and the owner's
+    conditions) is refused with the field named; a condition of its own domain is its to write,
+    and the kubelet's (KWOK's) writes and the controller's verdict go on as before."""
+    namespace = stack.settings.namespace
+    name = pods("status")
+    installer.create(engine_pod(namespace, LARGE, name=name))
+    before = _verified(kube, stack, name)
+    for case, (status, field) in STATUS_FORGERIES.items():
+        message = _refused(
+            lambda status=status: installer.patch_status(
+                "v1", "Pod", name, namespace, {"status": status}
+            )
+        )
+        assert field in message, (case, message)
+        assert "only the cluster's own components may change" in message, case
+    after = kube.get("v1", "Pod", name, namespace)
+    assert after["status"]["phase"] == before["status"]["phase"] == "Running"
+    assert not after["status"].get("nominatedNodeName")
+    assert condition(after, CONDITION) == condition(before, CONDITION)
+    # A nomination is what the scheduler reserves room by; it is a pending Pod's to forge.
+    pending = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": pods("pending"), "namespace": namespace},
+        "spec": {
+            "nodeSelector": {"example.com/nowhere": "true"},
+            "containers": [{"name": "app", "image": "placeholder.invalid/app:1"}],
+        },
+    }
+    installer.create(pending)
+    nominated = {"status": {"nominatedNodeName": "elsewhere"}}
+    message = _refused(
+        lambda: installer.patch_status(
+            "v1", "Pod", pending["metadata"]["name"], namespace, nominated
+        )
+    )
+    assert "status.nominatedNodeName" in message, message
+    own = {"conditions": [{"type": "example.com/Warm", "status": "True", "reason": "Loaded"}]}
+    patched = installer.patch_status("v1", "Pod", name, namespace, {"status": own})
+    assert pod_condition(patched, "example.com/Warm") == "True"
+    assert pod_condition(kube.get("v1", "Pod", name, namespace), "Ready") == "True"
+
+
+# -- the owner's objects in the tenant namespace ----------------------------------------------
+
+
+def test_the_owners_roles_and_bindings_in_the_tenant_namespace_are_the_owners(
+    control_plane: ControlPlane, stack: TenantStack, installer: Kube
+) -> None:
+    """The controller's and the extender's rights in the tenant namespace are Roles and
+    RoleBindings there, which `admin` may otherwise delete or rewrite: each carries the owner
+    label, and only an identity that may update the tenant's TenantAdmission changes them. The
+    tenant's own Roles are untouched by the rule, and the owner (cluster admin) still manages
+    its objects."""
+    namespace = stack.settings.namespace
+    admin = control_plane.kube("admin")
+    owned = [
+        ("Role", "tmi-allocation-controller"),
+        ("RoleBinding", "tmi-allocation-controller"),
+        ("Role", "tmi-extender-read-profiles"),
+        ("RoleBinding", "tmi-extender-read-profiles"),
+    ]
+    for kind, name in owned:
+        stored = admin.get(RBAC, kind, name, namespace)
+        assert stored["metadata"]["labels"][OWNER_LABEL] == "true"
+        message = _refused(
+            lambda kind=kind, name=name: installer.delete(RBAC, kind, name, namespace)
+        )
+        assert f"{kind} {name} carries {OWNER_LABEL}" in message, message
+        _refused(
+            lambda kind=kind, name=name: installer.request(
+                "PATCH",
+                f"/apis/{RBAC}/namespaces/{namespace}/{kind.lower()}s/{name}",
+                body=UNLABELLED,
+                content_type=MERGE_PATCH,
+            )
+        )
+    widened = {"rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]}]}
+    _refused(
+        lambda: installer.request(
+            "PATCH",
+            f"/apis/{RBAC}/namespaces/{namespace}/roles/tmi-allocation-controller",
+            body=widened,
+            content_type=MERGE_PATCH,
+        )
+    )
+    # Nor may the tenant make an object the owner's by labelling it.
+    decoy = {
+        "apiVersion": RBAC,
+        "kind": "Role",
+        "metadata": {
+            "name": f"decoy-{uuid.uuid4().hex[:6]}",
+            "namespace": namespace,
+            "labels": {OWNER_LABEL: "true"},
+        },
+        "rules": [],
+    }
+    _refused(lambda: installer.create(decoy))
+    mine = copy.deepcopy(decoy)
+    del mine["metadata"]["labels"]
+    installer.create(mine)
+    installer.delete(RBAC, "Role", mine["metadata"]["name"], namespace)
+    note = {"metadata": {"annotations": {"example.com/reviewed": "yes"}}}
+    admin.request(
+        "PATCH",
+        f"/apis/{RBAC}/namespaces/{namespace}/rolebindings/tmi-allocation-controller",
+        body=note,
+        content_type=MERGE_PATCH,
+    )
+    for kind, name in owned:
+        assert admin.get(RBAC, kind, name, namespace)["metadata"]["labels"][OWNER_LABEL]
+
+
+# -- the engine container is fixed with the plan ----------------------------------------------
+
+
+def test_the_engine_container_annotation_cannot_be_moved(
+    kube: Kube, stack: TenantStack, installer: Kube, pods: Callable[..., str]
+) -> None:
+    """Moving the annotation to another container would make that one the engine and leave
+    the granted container's image free to change: it is frozen like the plan."""
+    namespace = stack.settings.namespace
+    name = pods("moved")
+    pod = engine_pod(namespace, LARGE, name=name)
+    pod["spec"]["containers"].append({"name": "helper", "image": "placeholder.invalid/h:1"})
+    pod["metadata"]["annotations"][ENGINE_CONTAINER_ANNOTATION] = "engine"
+    installer.create(pod)
+    _verified(kube, stack, name)
+    for value in ("helper", None):
+        message = _refused(
+            lambda value=value: installer.request(
+                "PATCH",
+                f"/api/v1/namespaces/{namespace}/pods/{name}",
+                body={"metadata": {"annotations": {ENGINE_CONTAINER_ANNOTATION: value}}},
+                content_type=MERGE_PATCH,
+            )
+        )
+        assert f"the {ENGINE_CONTAINER_ANNOTATION} annotation is fixed" in message, message
+    stored = kube.get("v1", "Pod", name, namespace)
+    assert stored["metadata"]["annotations"][ENGINE_CONTAINER_ANNOTATION] == "engine"
+
+
+# -- device variables and CDI annotations on engine Pods --------------------------------------
+
+
+ENGINE_REACHES = {
+    "imex-channels": ("env", [{"name": "NVIDIA_IMEX_CHANNELS", "value": "all"}], "NVIDIA_IMEX"),
+    "gds": ("env", [{"name": "NVIDIA_GDS", "value": "enabled"}], "NVIDIA_GDS"),
+    "habana": ("env", [{"name": "HABANA_VISIBLE_DEVICES", "value": "all"}], "HABANA_VISIBLE"),
+    "env-from": ("envFrom", [{"configMapRef": {"name": "devices"}}], "envFrom"),
+}
+
+
+@pytest.mark.parametrize("case", ENGINE_REACHES.values(), ids=ENGINE_REACHES.keys())
+def test_no_engine_container_takes_a_device_variable(
+    stack: TenantStack, installer: Kube, case: tuple[str, Any, str]
+) -> None:
+    """The granted container and its sidecar alike: a vendor's runtime hands out devices and
+    device features for its whole variable namespace, whatever the device plugin granted."""
+    field, value, named = case
+    namespace = stack.settings.namespace
+    for container in (0, 1):
+        pod = engine_pod(namespace, LARGE, name=f"vars-{uuid.uuid4().hex[:6]}")
+        pod["spec"]["containers"].append({"name": "sidecar", "image": "placeholder.invalid/s:1"})
+        pod["spec"]["containers"][container][field] = copy.deepcopy(value)
+        message = _refused(lambda pod=pod: installer.create(pod))
+        assert named in message, message
+
+
+def test_cdi_annotations_are_refused_on_create_and_update(
+    kube: Kube, stack: TenantStack, installer: Kube, pods: Callable[..., str]
+) -> None:
+    """A CDI-enabled runtime injects the devices a `cdi.k8s.io/` annotation names: refused on
+    an engine Pod, a plain Pod, and added later to an admitted one."""
+    namespace = stack.settings.namespace
+    cdi = {"cdi.k8s.io/extra": "nvidia.com/gpu=all"}
+    planned = engine_pod(namespace, LARGE, name=f"cdi-{uuid.uuid4().hex[:6]}")
+    planned["metadata"]["annotations"].update(cdi)
+    assert "cdi.k8s.io/extra" in _refused(lambda: installer.create(planned))
+    plain = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": pods("plain"), "namespace": namespace, "annotations": dict(cdi)},
+        "spec": {"containers": [{"name": "app", "image": "placeholder.invalid/app:1"}]},
+    }
+    assert "cdi.k8s.io/extra" in _refused(lambda: installer.create(plain))
+    del plain["metadata"]["annotations"]
+    installer.create(plain)
+    message = _refused(
+        lambda: installer.request(
+            "PATCH",
+            f"/api/v1/namespaces/{namespace}/pods/{plain['metadata']['name']}",
+            body={"metadata": {"annotations": cdi}},
+            content_type=MERGE_PATCH,
+        )
+    )
+    assert "cdi.k8s.io/extra" in message, message

@@ -120,7 +120,8 @@ def test_reviews_ask_for_the_service_accounts_groups_too() -> None:
 def test_only_a_boolean_status_is_an_answer() -> None:
     assert review_allowed({"status": {"allowed": True}}) is True
     assert review_allowed({"status": {"allowed": False, "reason": "no RBAC"}}) is False
-    for document in ({}, {"status": {}}, {"status": {"allowed": "yes"}}, [], None):
+    documents: list[object] = [{}, {"status": {}}, {"status": {"allowed": "yes"}}, [], None]
+    for document in documents:
         assert review_allowed(document) is None
 
 

@@ -25,7 +25,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -94,7 +93,6 @@ class RightsMonitor:
         *,
         interval: float = 15.0,
         clock: Callable[[], datetime] | None = None,
-        monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self.port = port
         self.namespace = namespace
@@ -102,7 +100,6 @@ class RightsMonitor:
         self.metrics = metrics
         self.interval = interval
         self.clock = clock or (lambda: datetime.now(UTC))
-        self.monotonic = monotonic
         self.verdict: RightsVerdict | None = None
         self.rounds = 0
         self.failures = 0
@@ -194,6 +191,8 @@ class RightsMonitor:
             "missing": [str(right) for right in verdict.missing],
             "unconfirmed": [str(right) for right in verdict.unknown],
         }
+        if verdict.why:
+            fields["why"] = verdict.why
         if verdict.present:
             reason = CONFIRMED if before is None else RESTORED
             note = describe(verdict, WHO)

@@ -86,6 +86,8 @@ async def list_all(
                     item.setdefault("apiVersion", collection.api_version)
                     item.setdefault("kind", collection.kind)
                     items.append(item if keep is None else keep(item))
+                # What `keep` did not keep goes now, before the next page is awaited.
+                page.items.clear()
                 token = page.continue_token or None
                 if token is None:
                     break

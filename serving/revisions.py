@@ -37,7 +37,7 @@ Notify = Callable[[FeedChange], None]
 Read = Callable[[Mapping[str, Any] | None, str | None], FeedChange]
 # Labelled ConfigMaps listed per page: each may be near the API server's 1 MiB, and a page is
 # decoded whole before its items are judged and let go.
-REVISIONS_PAGE = 8
+REVISIONS_PAGE = 4
 
 
 def _ignore(change: FeedChange) -> None:

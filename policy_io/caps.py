@@ -9,15 +9,15 @@ limit took the controller past its memory limit. So, per tenant namespace:
 * `MAX_REVISION_BYTES`: a ConfigMap whose data (keys and values of `data` and `binaryData`, as
   the API server counts them) is larger is refused unread: never parsed, never verified, and
   its data is not kept. A real signed bundle is about 4 KiB (the examples' envelope), some
-  170 KiB at 256 device-plugin bindings; `signing.MAX_BUNDLE_BYTES` stays the verifier's own
-  bound for a bundle read from a file.
+  190 KiB at 256 device-plugin bindings (about 1 MiB kept once verified); the verifier's own
+  bound on a bundle read from a file stays `signing.MAX_BUNDLE_BYTES`.
 * `MAX_PROFILE_REVISIONS`: the verified revisions a server keeps. Past it the newest distinct
   revisions are kept (one ConfigMap per bundle before its copies, then the highest version, as
   `signing.newest` picks), whatever order they arrived in, and the others are refused; a copy
   of a bundle kept already is refused unverified. Only what the owner signed verifies, so junk
   never fills this cap and never displaces a verified revision, and a refused revision keeps
   its name and the reason alone (`signing.RefusalRecord`), some hundreds of bytes. A revision
-  refused by this cap is judged again when it changes, or at the next list (a restart).
+  refused by this cap is judged again when it changes, or when the server restarts.
 * the room figures the owner's extender publishes into the namespace are read by one name, at
   most `room.MAX_ROOM_BYTES` of text and `room.MAX_ROOM_BINDINGS` bindings.
 

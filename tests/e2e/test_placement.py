@@ -517,13 +517,9 @@ def test_a_plan_that_says_it_places_nothing_gets_no_device(
     owner's extender holds every Pod that reaches for anything to a GPU plan the signed profile
     grants (`inference_policy.device_gate`), so no node passes and nothing is bound, with an
     8-GPU node free throughout."""
-    (node,) = nodes(h100("h100-free", gpus=8))
-    # The node advertises what the Pod asks for, so kube-scheduler's own fit passes it and only
-    # the extender stands between the Pod and the device.
-    free = {name: "8" for name in asks}
-    control_plane.kube("admin").patch_status(
-        "v1", "Node", node, None, {"status": {"capacity": free, "allocatable": free}}
-    )
+    # The node advertises what the Pod asks for from its creation, so kube-scheduler's own fit
+    # passes it and only the extender stands between the Pod and the device.
+    nodes(replace(h100("h100-free", gpus=8), extra_resources={name: "8" for name in asks}))
     installer = control_plane.kube("tmi-installer")
     namespace = _ns(stack)
     honest = installer.create(engine_pod(namespace, LARGE, name="honest"), dry_run=True)

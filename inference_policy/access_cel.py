@@ -48,6 +48,8 @@ from inference_policy.wire import ENGINE_CONTAINER_ANNOTATION, ENGINE_LABEL, PLA
 
 # The policy parameter (a field of the tenant's TenantAdmission) holding the owner's scheduler.
 SCHEDULER_PARAM = "schedulerName"
+# The PriorityClasses a Pod of the tenant may name (TenantAdmission spec.priorityClasses).
+PRIORITY_PARAM = "priorityClasses"
 FORGERY_PREFIX = "tenant-mode inference: this Pod asks for accelerator access outside a plan ("
 
 
@@ -427,6 +429,18 @@ def guard_variables() -> list[dict[str, str]]:
     ]
 
 
+def _priority_classes() -> str:
+    param = f"params.spec.{PRIORITY_PARAM}"
+    return f"has({param}) ? {param} : []"
+
+
+def _priority_allowed() -> str:
+    return (
+        "!has(object.spec.priorityClassName) || object.spec.priorityClassName == '' ||\n"
+        f"  object.spec.priorityClassName in ({_priority_classes()})"
+    )
+
+
 def guard_validations() -> list[dict[str, str]]:
     """What the guard refuses, each with a message naming what is wrong (403 Forbidden)."""
     scheduler = f"params.spec.{SCHEDULER_PARAM}"
@@ -452,10 +466,26 @@ def guard_validations() -> list[dict[str, str]]:
         ),
         (f"request.operation != 'CREATE' || {ENGINE_CLAIMS_FROM_OWNER}", ENGINE_CLAIMS_MESSAGE),
         (
-            "request.operation != 'CREATE' || !variables.engine ||\n"
-            "  !has(object.spec.nodeName) || object.spec.nodeName == ''",
-            "'tenant-mode inference: spec.nodeName (' + object.spec.nodeName + ') is set; engine "
-            f"Pods are placed by ' + {scheduler}",
+            # No Pod names its node: a pinned Pod skips every scheduler's checks, and one tenant
+            # could crowd another's engines off a node with it. A kubelet's mirror Pod excepted.
+            "request.operation != 'CREATE' ||\n"
+            "  !has(object.spec.nodeName) || object.spec.nodeName == '' ||\n"
+            "  (request.userInfo.username.startsWith('system:node:') &&\n"
+            "    has(request.userInfo.groups) && 'system:nodes' in request.userInfo.groups)",
+            "'tenant-mode inference: spec.nodeName (' + object.spec.nodeName + ') is set; ' +\n"
+            f"  (variables.engine ? 'engine Pods are placed by ' + {scheduler} :\n"
+            "  'Pods in this namespace are placed by a scheduler, which weighs every tenant\\'s "
+            "Pods on the node; remove it and use a nodeSelector or node affinity')",
+        ),
+        (
+            # Only the classes the owner lists for the tenant (a higher priority preempts other
+            # tenants' Pods); the API server fills in the cluster's global default, which the
+            # owner's chart lists, for a Pod that names none.
+            f"request.operation != 'CREATE' || {_priority_allowed()}",
+            "'tenant-mode inference: priorityClassName ' + object.spec.priorityClassName + "
+            "' is not one the owner allows in this namespace (' +\n"
+            f"  ({_priority_classes()}).join(', ') + '); a higher priority lets a Pod preempt "
+            "other tenants\\' Pods'",
         ),
         (
             "!variables.unshieldedAny",
@@ -511,6 +541,7 @@ def policy_parts() -> dict[str, Any]:
 
 __all__ = [
     "FORGERY_PREFIX",
+    "PRIORITY_PARAM",
     "SCHEDULER_PARAM",
     "cel_condition",
     "cel_string",

@@ -1,7 +1,7 @@
 """The owner's objects in a tenant namespace are the owner's: the owner-objects policy's CEL.
 
 The owner release places Roles, RoleBindings (the allocation controller's and the extender's
-rights there) and claim templates in each tenant namespace, and the tenant's namespace admin
+rights there), ResourceQuotas and claim templates in each tenant namespace, and the tenant's namespace admin
 may write anything in its namespace: after it deleted the controller's RoleBinding, a verified
 Pod whose image it then changed kept `AllocationVerified=True`. Each such object carries the
 label `OWNER_LABEL`, and this policy refuses creating, changing or deleting an object that
@@ -24,6 +24,7 @@ from inference_policy.rollback import GROUP, PLURAL
 OWNER_LABEL = "tmi.kamiwaza.ai/owner-part"
 # What the owner release writes in a tenant namespace (group, resources).
 OWNER_RESOURCES = (
+    ("", ("resourcequotas",)),
     ("rbac.authorization.k8s.io", ("roles", "rolebindings")),
     ("resource.k8s.io", ("resourceclaimtemplates",)),
 )

@@ -87,9 +87,14 @@ def _probe(namespace: str, **container: Any) -> JSON:
 
 def enforced(plane: ControlPlane, namespace: str, docs: Sequence[Mapping[str, Any]]) -> bool:
     """Do both policies act in ``namespace`` now: a plain Pod comes back shielded, and one that
-    asks for a GPU is refused by the guard? (Server-side dry runs: nothing is stored.)"""
+    asks for a GPU is refused by the guard? (Server-side dry runs: nothing is stored.) A plain
+    Pod refused is not yet: the owner's ResourceQuota refuses every Pod until the quota
+    controller has counted it once."""
     kube = plane.kube("admin")
-    stored = kube.create(_probe(namespace), dry_run=True)
+    try:
+        stored = kube.create(_probe(namespace), dry_run=True)
+    except ApiError:
+        return False
     env = stored["spec"]["containers"][0].get("env") or []
     if {"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"} not in env:
         return False

@@ -238,11 +238,12 @@ def test_the_owner_part_touches_the_tenant_namespace_only_with_its_servers_right
     values: dict[str, Any],
 ) -> None:
     """Only Roles for the owner's servers (in the owner's namespace) to read the profile and,
-    for the controller, write the verdict, and for the extender the room figures; nothing that
-    runs there."""
+    for the controller, write the verdict, and for the extender the room figures, and the
+    quota that keeps the tenant's affinity terms in its namespace; nothing that runs there."""
     docs = rendered(values, OWNER)
     in_tenant = sorted(identity(d) for d in docs if d["metadata"].get("namespace") == TENANT_NS)
     assert in_tenant == [
+        ("ResourceQuota", TENANT_NS, "tmi-no-cross-namespace-affinity"),
         ("Role", TENANT_NS, "tmi-allocation-controller"),
         ("Role", TENANT_NS, "tmi-extender-read-profiles"),
         ("Role", TENANT_NS, "tmi-extender-write-room"),
@@ -337,6 +338,8 @@ def test_the_admission_policies_are_the_cores_with_the_owners_parameters(
         # No owner.dra: no claim in the namespace is admitted.
         "deviceClasses": [],
         "claimTemplates": [],
+        # No class beyond the cluster's global default (none here: nothing to look up).
+        "priorityClasses": [],
         # The status policy's writers beside the cluster's own: the owner's two parts.
         "statusWriters": [
             f"system:serviceaccount:{OWNER_NS}:{scheduler or 'kamiwaza-inference-scheduler'}",

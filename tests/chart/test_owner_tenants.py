@@ -140,3 +140,23 @@ def test_each_tenant_has_its_own_controller_and_lease(docs: list[JSON]) -> None:
         "tmi-allocation-controller",
         f"tmi-allocation-controller-{SECOND}",
     ]
+
+
+def test_each_tenant_names_only_its_own_priority_classes() -> None:
+    """A further tenant inherits much of the first tenant's settings, but not the classes its
+    Pods may name: a class allowed to one tenant would let it preempt the other's Pods."""
+    values = chartgen.base_values()
+    values["owner"]["priorityClasses"] = ["team-a-serving"]
+    values["owner"]["tenants"] = [
+        {"namespace": SECOND, "ownerPublicKey": SECOND_KEY},
+        {"namespace": "team-c", "ownerPublicKey": SECOND_KEY, "priorityClasses": ["batch"]},
+    ]
+    docs = render(part_values(OWNER, values), namespace=OWNER_NS)
+    classes = {
+        d["metadata"]["name"]: d["spec"]["priorityClasses"]
+        for d in docs
+        if d["kind"] == "TenantAdmission"
+    }
+    assert classes == {FIRST: ["team-a-serving"], SECOND: [], "team-c": ["batch"]}
+    quotas = _names(docs, "ResourceQuota")
+    assert {ns for _, ns in quotas} == {FIRST, SECOND, "team-c"}

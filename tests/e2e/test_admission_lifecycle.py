@@ -108,13 +108,14 @@ def test_pods_made_by_workload_controllers_are_guarded_and_shielded(
             what=f"the {kind} controller's create to be refused by the guard",
         )
 
-        def plain_pods() -> list[dict[str, Any]]:
+        def plain_pods() -> list[dict[str, Any]] | None:
+            # Done once the controller's Pod exists: an empty list is "not yet", not an answer.
             items: list[dict[str, Any]] = admin.request(
                 "GET",
                 f"/api/v1/namespaces/{NAMESPACE}/pods",
                 query={"labelSelector": f"app={plain_name}"},
             )["items"]
-            return items
+            return items or None
 
         (pod, *_) = wait_until(plain_pods, timeout=60, what=f"the plain {kind}'s Pod")
         assert pod["spec"]["containers"][0]["env"] == [VOID]

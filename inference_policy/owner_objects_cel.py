@@ -1,11 +1,11 @@
 """The owner's objects in a tenant namespace are the owner's: the owner-objects policy's CEL.
 
 The owner release places Roles, RoleBindings (the allocation controller's and the extender's
-rights there), ResourceQuotas and claim templates in each tenant namespace, and the tenant's namespace admin
-may write anything in its namespace: after it deleted the controller's RoleBinding, a verified
-Pod whose image it then changed kept `AllocationVerified=True`. Each such object carries the
-label `OWNER_LABEL`, and this policy refuses creating, changing or deleting an object that
-carries it (before or after) to every identity but the owner's.
+rights there), ResourceQuotas and claim templates in each tenant namespace, and the tenant's
+namespace admin may write anything in its namespace: after it deleted the controller's
+RoleBinding, a verified Pod whose image it then changed kept `AllocationVerified=True`. Each
+such object carries the label `OWNER_LABEL`, and this policy refuses creating, changing or
+deleting an object that carries it (before or after) to every identity but the owner's.
 
 Who is the owner is not a list of names: it is whoever may update the tenant's cluster-scoped
 TenantAdmission, asked of the API server's own authorizer at the time of the request (a cluster

@@ -61,9 +61,9 @@ def _verified(kube: Kube, stack: TenantStack, name: str) -> dict[str, Any]:
     )
 
 
-def _refused(call: Callable[[], Any]) -> str:
+def _refused(call: Callable[..., Any], *args: Any, **kwargs: Any) -> str:
     with pytest.raises(ApiError) as refused:
-        call()
+        call(*args, **kwargs)
     assert refused.value.status == 403, refused.value.message
     return refused.value.message
 
@@ -71,7 +71,7 @@ def _refused(call: Callable[[], Any]) -> str:
 # -- status writes by allow-list ------------------------------------------------------------
 
 
-STATUS_FORGERIES = {
+STATUS_FORGERIES: dict[str, tuple[dict[str, Any], str]] = {
     # A running GPU Pod set to Succeeded drops out of every accounting.
     "phase": ({"phase": "Succeeded"}, "status.phase"),
     "message": ({"message": "all is well"}, "status.message"),
@@ -117,11 +117,7 @@ def test_status_writes_are_refused_but_for_the_tenants_own_conditions(
     installer.create(engine_pod(namespace, LARGE, name=name))
     before = _verified(kube, stack, name)
     for case, (status, field) in STATUS_FORGERIES.items():
-        message = _refused(
-            lambda status=status: installer.patch_status(
-                "v1", "Pod", name, namespace, {"status": status}
-            )
-        )
+        message = _refused(installer.patch_status, "v1", "Pod", name, namespace, {"status": status})
         assert field in message, (case, message)
         assert "only the cluster's own components may change" in message, case
     after = kube.get("v1", "Pod", name, namespace)
@@ -129,7 +125,7 @@ def test_status_writes_are_refused_but_for_the_tenants_own_conditions(
     assert not after["status"].get("nominatedNodeName")
     assert condition(after, CONDITION) == condition(before, CONDITION)
     # A nomination is what the scheduler reserves room by; it is a pending Pod's to forge.
-    pending = {
+    pending: dict[str, Any] = {
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {"name": pods("pending"), "namespace": namespace},
@@ -174,17 +170,14 @@ def test_the_owners_roles_and_bindings_in_the_tenant_namespace_are_the_owners(
     for kind, name in owned:
         stored = admin.get(RBAC, kind, name, namespace)
         assert stored["metadata"]["labels"][OWNER_LABEL] == "true"
-        message = _refused(
-            lambda kind=kind, name=name: installer.delete(RBAC, kind, name, namespace)
-        )
+        message = _refused(installer.delete, RBAC, kind, name, namespace)
         assert f"{kind} {name} carries {OWNER_LABEL}" in message, message
         _refused(
-            lambda kind=kind, name=name: installer.request(
-                "PATCH",
-                f"/apis/{RBAC}/namespaces/{namespace}/{kind.lower()}s/{name}",
-                body=UNLABELLED,
-                content_type=MERGE_PATCH,
-            )
+            installer.request,
+            "PATCH",
+            f"/apis/{RBAC}/namespaces/{namespace}/{kind.lower()}s/{name}",
+            body=UNLABELLED,
+            content_type=MERGE_PATCH,
         )
     widened = {"rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]}]}
     _refused(
@@ -196,7 +189,7 @@ def test_the_owners_roles_and_bindings_in_the_tenant_namespace_are_the_owners(
         )
     )
     # Nor may the tenant make an object the owner's by labelling it.
-    decoy = {
+    decoy: dict[str, Any] = {
         "apiVersion": RBAC,
         "kind": "Role",
         "metadata": {
@@ -239,12 +232,11 @@ def test_the_engine_container_annotation_cannot_be_moved(
     _verified(kube, stack, name)
     for value in ("helper", None):
         message = _refused(
-            lambda value=value: installer.request(
-                "PATCH",
-                f"/api/v1/namespaces/{namespace}/pods/{name}",
-                body={"metadata": {"annotations": {ENGINE_CONTAINER_ANNOTATION: value}}},
-                content_type=MERGE_PATCH,
-            )
+            installer.request,
+            "PATCH",
+            f"/api/v1/namespaces/{namespace}/pods/{name}",
+            body={"metadata": {"annotations": {ENGINE_CONTAINER_ANNOTATION: value}}},
+            content_type=MERGE_PATCH,
         )
         assert f"the {ENGINE_CONTAINER_ANNOTATION} annotation is fixed" in message, message
     stored = kube.get("v1", "Pod", name, namespace)
@@ -254,7 +246,7 @@ def test_the_engine_container_annotation_cannot_be_moved(
 # -- device variables and CDI annotations on engine Pods --------------------------------------
 
 
-ENGINE_REACHES = {
+ENGINE_REACHES: dict[str, tuple[str, Any, str]] = {
     "imex-channels": ("env", [{"name": "NVIDIA_IMEX_CHANNELS", "value": "all"}], "NVIDIA_IMEX"),
     "gds": ("env", [{"name": "NVIDIA_GDS", "value": "enabled"}], "NVIDIA_GDS"),
     "habana": ("env", [{"name": "HABANA_VISIBLE_DEVICES", "value": "all"}], "HABANA_VISIBLE"),
@@ -274,7 +266,7 @@ def test_no_engine_container_takes_a_device_variable(
         pod = engine_pod(namespace, LARGE, name=f"vars-{uuid.uuid4().hex[:6]}")
         pod["spec"]["containers"].append({"name": "sidecar", "image": "placeholder.invalid/s:1"})
         pod["spec"]["containers"][container][field] = copy.deepcopy(value)
-        message = _refused(lambda pod=pod: installer.create(pod))
+        message = _refused(installer.create, pod)
         assert named in message, message
 
 
@@ -288,7 +280,7 @@ def test_cdi_annotations_are_refused_on_create_and_update(
     planned = engine_pod(namespace, LARGE, name=f"cdi-{uuid.uuid4().hex[:6]}")
     planned["metadata"]["annotations"].update(cdi)
     assert "cdi.k8s.io/extra" in _refused(lambda: installer.create(planned))
-    plain = {
+    plain: dict[str, Any] = {
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {"name": pods("plain"), "namespace": namespace, "annotations": dict(cdi)},

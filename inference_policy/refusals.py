@@ -41,6 +41,8 @@ class RefusalCode(StrEnum):
     MALFORMED_POD = "malformed-pod"
     TOO_LARGE = "too-large"
     INTERNAL_ERROR = "internal-error"
+    # -- the owner's quota (`inference_policy.quota`) ------------------------------------------
+    QUOTA_EXCEEDED = "quota-exceeded"
 
 
 DESCRIPTIONS: dict[RefusalCode, str] = {
@@ -66,6 +68,7 @@ DESCRIPTIONS: dict[RefusalCode, str] = {
     RefusalCode.MALFORMED_POD: "the Pod in the review cannot be read",
     RefusalCode.TOO_LARGE: "the body is larger than the configured limit",
     RefusalCode.INTERNAL_ERROR: "the server failed to check the request (fails closed; a bug)",
+    RefusalCode.QUOTA_EXCEEDED: "the deployment would take its namespace past the owner's quota",
 }
 
 # The one code the contract puts on the wire, for requests with their own block that no binding

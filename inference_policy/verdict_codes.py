@@ -38,6 +38,7 @@ class NodeVerdictCode(StrEnum):
     GRANT_MISMATCH = "grant-mismatch"
     UNPLANNED_DEVICE = "unplanned-device"
     OWNER_RIGHTS = "owner-rights"
+    QUOTA = "quota"
 
 
 DESCRIPTIONS: dict[NodeVerdictCode, str] = {
@@ -61,6 +62,7 @@ DESCRIPTIONS: dict[NodeVerdictCode, str] = {
     NodeVerdictCode.UNPLANNED_DEVICE: "the Pod asks for an accelerator without a plan",
     NodeVerdictCode.OWNER_RIGHTS: "the allocation controller's rights in the namespace are "
     "missing or unconfirmed",
+    NodeVerdictCode.QUOTA: "the Pod would take its namespace past the owner's quota",
 }
 
 

@@ -22,8 +22,13 @@ What wakes a Pod up:
   catalog, for every Pod;
 * its own timer: the scheduling deadline, or its revision's expiry;
 * a failed reconcile, after a per-Pod exponential backoff;
-* leaving the watch without being deleted (its engine label removed): one fresh read, and a
+* leaving the watch (deleted, or its engine label removed, terminating or not): one fresh read, and a
   verified Pod that is no longer an engine Pod is marked False, since it is no longer re-checked.
+
+The engine Pods of the owner release's other tenant namespaces are followed too
+(`allocation_controller.neighbours`): a Pod of this tenant whose accounted share meets one of
+theirs on a GPU is reported (`inference_policy.grant_tenants`), and is checked again whenever a
+neighbour's Pod arrives on its node or leaves it.
 
 Its own rights in the tenant namespace are reviewed beside all this (`allocation_controller.
 rights`), and at once when the API server refuses it the Pod list or watch, a Pod read or a
@@ -45,6 +50,7 @@ from allocation_controller.capped import CapEvents
 from allocation_controller.config import ControllerSettings
 from allocation_controller.leader import LeaderElector
 from allocation_controller.metrics import Metrics
+from allocation_controller.neighbours import Neighbours
 from allocation_controller.ports import JSON, KubePort, PodPort
 from allocation_controller.reconciler import (
     CONTROLLER_NAME,
@@ -130,6 +136,16 @@ class Controller:
         # The API server refuses this replica the Pod list (its Role or binding is gone): the
         # Pods are as known as they can be, and `rights` reports the loss.
         self.pods_refused = False
+        # This tenant's Pods by the node they are bound to, for a neighbour's move there.
+        self._on_node: dict[str, set[str]] = {}
+        self._node_of: dict[str, str] = {}
+        self.neighbours = Neighbours(
+            api,
+            settings.other_tenants,
+            self._neighbour_moved,
+            self._inputs_read,
+            watch_timeout=watch,
+        )
         lease_namespace = settings.lease_namespace or settings.namespace
         self.rights = RightsMonitor(
             api,
@@ -191,6 +207,7 @@ class Controller:
             monotonic=monotonic,
             background_events=True,
             claims=api,
+            neighbours=self.neighbours.shares if settings.other_tenants else None,
         )
         # The labelled ConfigMaps its feed refused by a cap: counted, and told as Events.
         self.capped = CapEvents(
@@ -210,14 +227,14 @@ class Controller:
 
     @property
     def informers(self) -> list[Informer]:
-        return [self.pods, *self.policy_informers]
+        return [self.pods, *self.policy_informers, *self.neighbours.informers]
 
     @property
     def synced(self) -> bool:
         """Every input is known: listed, or refused to this replica's Role, which the verdicts
         (a ConfigMap) or the rights report (the Pods, `allocation_controller.rights`) then say."""
         pods = self.pods.synced.is_set() or self.pods_refused
-        return pods and self.policy.feed.ready
+        return pods and self.policy.feed.ready and self.neighbours.synced
 
     @property
     def healthy(self) -> bool:
@@ -238,19 +255,41 @@ class Controller:
             self._inputs.set()
             self.rights.wake()
 
+    def _inputs_read(self) -> None:
+        self._inputs.set()
+
+    def _neighbour_moved(self, node: str) -> None:
+        for name in self._on_node.get(node, ()):
+            self.queue.add(name)
+
+    def _placed(self, name: str, node: str | None) -> None:
+        before = self._node_of.pop(name, None)
+        if before is not None and before != node:
+            names = self._on_node.get(before)
+            if names is not None:
+                names.discard(name)
+                if not names:
+                    del self._on_node[before]
+        if node is not None:
+            self._node_of[name] = node
+            self._on_node.setdefault(node, set()).add(name)
+
     def _on_pod(self, delta: Delta) -> None:
         kind, pod, old = delta.type, delta.object, delta.old
         metadata = pod.get("metadata") or {}
         name, uid = str(metadata.get("name")), str(metadata.get("uid"))
+        self._placed(name, None if kind == "DELETED" else node_name(pod))
         if kind == "DELETED":
             self.reconciler.forget(uid)
             self._pod_revisions.pop(name, None)
             self.queue.cancel_timer(name)
-            if not metadata.get("deletionTimestamp"):
-                # Gone from the watch without being deleted (as far as the event says): perhaps
-                # only its label was removed. One fresh read settles it.
-                self._departed[name] = uid
-                self.queue.add(DEPARTED + name)
+            # Gone from the watch: deleted, or its engine label removed. The event cannot tell:
+            # the API server sends a Pod that leaves the label selection as DELETED with its
+            # previous state (label and all), and a deletion under way says nothing, since the
+            # tenant can hold a terminating Pod with a finalizer or a long grace period. One
+            # fresh read settles it (a deleted Pod reads 404 and is skipped).
+            self._departed[name] = uid
+            self.queue.add(DEPARTED + name)
             return
         if node_name(pod):
             self.reconciler.note_bound(uid)

@@ -95,12 +95,12 @@ METADATA_ROWS: tuple[Row, ...] = (
         ("metadata.deletionTimestamp",),
         "the API server, on the tenant's DELETE (after a grace period of the tenant's choosing)",
         (RECONCILE, ON_POD),
-        "open",
-        "open: a terminating Pod is not checked again (what it holds can no longer change), and "
-        "one whose engine label is removed while it terminates keeps `AllocationVerified=True`: "
-        "the controller takes the watch's DELETED event, which carries the timestamp, for the "
-        "deletion rather than a departure, so `EngineLabelRemoved` is not written",
-        (OPEN + "test_a_terminating_pod_whose_label_is_removed_keeps_its_verdict",),
+        "api server",
+        "a terminating Pod is not checked again: what it holds can no longer change (its spec is "
+        "immutable, its image and plan frozen by the guard, its status the cluster's); every Pod "
+        "that leaves the controller's watch, terminating or not, is read afresh, so one whose "
+        "engine label is removed while it terminates loses its verdict (`EngineLabelRemoved`)",
+        (OPEN + "test_a_terminating_pod_whose_label_is_removed_loses_its_verdict",),
     ),
     row(
         "Pod",

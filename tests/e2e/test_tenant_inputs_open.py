@@ -53,23 +53,17 @@ def pods(control_plane: ControlPlane, stack: TenantStack) -> Iterator[Callable[.
 # -- a terminating Pod --------------------------------------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=TimeoutError,
-    reason="open: a terminating Pod whose engine label is removed keeps its verdict: the "
-    "controller takes the DELETED event carrying deletionTimestamp for the deletion "
-    "(inventory row metadata.deletionTimestamp)",
-)
-def test_a_terminating_pod_whose_label_is_removed_keeps_its_verdict(
+def test_a_terminating_pod_whose_label_is_removed_loses_its_verdict(
     control_plane: ControlPlane,
     kube: Kube,
     stack: TenantStack,
     installer: Kube,
     pods: Callable[..., str],
 ) -> None:
-    """Asserts what closing the row would give: the tenant holds a verified Pod terminating (a
-    finalizer of its own, as a long grace period would on a real node), removes its label, and
-    the verdict should be withdrawn as for a running Pod."""
+    """The tenant holds a verified Pod terminating (a finalizer of its own, as a long grace
+    period would on a real node) and removes its label: the controller reads the Pod that left
+    its watch afresh (its last state lacks the label, so it was not deleted) and withdraws the
+    verdict as for a running Pod."""
     name = pods("terminating")
     pod = engine_pod(ns(stack), LARGE, name=name)
     pod["metadata"]["finalizers"] = ["example.com/hold"]

@@ -65,6 +65,9 @@ class ControllerSettings:
     # (`allocation_controller.rights`), and the Pod its Events about them regard (POD_NAME).
     rights_seconds: float = 15.0
     pod_name: str | None = None
+    # The owner release's other tenant namespaces, whose engine Pods' accounted shares this
+    # tenant's are held apart from (`allocation_controller.neighbours`).
+    other_tenants: tuple[str, ...] = ()
 
     @property
     def namespace(self) -> str:
@@ -110,6 +113,12 @@ _OPTIONS: tuple[Option, ...] = (
         "TMI_RIGHTS_SECONDS",
         "how often the controller asks whether it still may read Pods and write their status in "
         "the tenant namespace (default 15; at once after a refusal)",
+    ),
+    Option(
+        "--tenant-namespaces",
+        "TMI_TENANT_NAMESPACES",
+        "the owner release's tenant namespaces, comma-separated: a Pod here whose accounted share "
+        "meets one of theirs on a GPU is reported (default: none but this one)",
     ),
     Option(
         "--evidence-token",
@@ -230,4 +239,9 @@ def settings_from_args(
         fault_pause_before_patch=pause,
         rights_seconds=number("--rights-seconds", 15.0, 1, 3600),
         pod_name=given.env.get("POD_NAME") or None,
+        other_tenants=tuple(
+            dict.fromkeys(
+                ns for ns in split_list(get("--tenant-namespaces") or "") if ns != namespace
+            )
+        ),
     )

@@ -44,7 +44,9 @@ from inference_policy.grant import (
     node_name,
     read_plan,
 )
+from inference_policy.grant_tenants import kept_apart
 from inference_policy.signing import VerifiedProfile
+from inference_policy.tenancy import Shares
 
 log = logging.getLogger(__name__)
 
@@ -111,8 +113,12 @@ class Reconciler:
         monotonic: Callable[[], float] = time.monotonic,
         background_events: bool = False,
         claims: ClaimReader | None = None,
+        neighbours: Callable[[str], Shares] | None = None,
     ) -> None:
         self.port = port
+        # Other tenants' accounted shares on a node (`allocation_controller.neighbours`); None:
+        # this tenant's Pods are not held apart from any.
+        self.neighbours = neighbours
         # Where a DRA engine Pod's allocation is read; without it such a Pod is held to its
         # plan only.
         self.claims = claims
@@ -157,6 +163,8 @@ class Reconciler:
                 return Result("waiting", requeue)
             if verdict.verified and self.claims is not None:
                 verdict = await self._allocated(pod, verdict)
+            if self.neighbours is not None:
+                verdict = kept_apart(pod, verdict, self.policy.revisions, self.neighbours)
             current = condition(pod, CONDITION_TYPE)
             if _says(current, verdict):
                 return Result("unchanged", requeue)

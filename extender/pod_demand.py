@@ -48,12 +48,16 @@ def pod_demand(pod: Mapping[str, Any], snapshot: PolicySnapshot, now: datetime) 
     if plan is None:
         return None
     profile = current_profile(snapshot, now) if plan.path == "gpu" else None
+    meta = pod.get("metadata")
+    # The tenant is the Pod's namespace: the rule keeping tenants apart is by namespace.
+    tenant = str(meta.get("namespace") or "") if isinstance(meta, Mapping) else ""
     try:
         if profile is None:
-            demand = demand_for(plan, None, pod)
+            demand = demand_for(plan, None, pod, tenant=tenant)
         else:
             found = profile.envelope.binding(plan.bindingId or "")
-            demand = demand_for(plan, found[1] if found else None, pod, profile.sha256)
+            binding = found[1] if found else None
+            demand = demand_for(plan, binding, pod, profile.sha256, tenant)
     except PlanError as exc:
         raise Unplaceable(str(exc), NodeVerdictCode.PLAN_INVALID) from None
     check_plan_is_granted(pod, plan, snapshot, now)

@@ -7,7 +7,8 @@ so it is the one that can say how much of each device-plugin binding's resource 
 that tenant's feed verified (none without one) and writes the `tmi-binding-room` ConfigMap into
 the tenant's namespace when the figures differ from those last written there, or when those
 are older than `refresh` seconds (the webhook takes figures older than 90 s as stale). The
-figures are recomputed only when their inputs moved: a node, the ledger, or the feed.
+figures are recomputed only when their inputs moved: a node, the ledger, or a tenant's feed (any
+tenant's profile may change whom this tenant's shares may meet on a GPU).
 
 It writes with a PUT by name and creates the ConfigMap on a 404, so the Role names the one
 ConfigMap it may update and grants create in the namespace (RBAC cannot name what is created).
@@ -47,7 +48,7 @@ DEFAULT_REFRESH = 30.0
 class _Written:
     """What was last computed and written for one tenant namespace."""
 
-    inputs: tuple[int, int, int] | None = None
+    inputs: tuple[tuple[int, ...], int, int] | None = None
     bundle: str | None = None
     bindings: dict[str, BindingRoom] | None = None
     written: dict[str, BindingRoom] | None = None
@@ -106,7 +107,11 @@ class RoomPublisher:
             if profile is None:
                 continue
             state = self._state.setdefault(namespace, _Written())
-            inputs = (feed.generation, self.view.ledger.version, self.view.node_revision)
+            inputs = (
+                self.view.trust_version,
+                self.view.ledger.version,
+                self.view.node_revision,
+            )
             if inputs != state.inputs or state.bundle != profile.sha256:
                 figures = figures_with(profile.envelope, profile.sha256, self._frees, now)
                 state.inputs, state.bundle, state.bindings = (

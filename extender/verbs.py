@@ -67,7 +67,7 @@ def filter_nodes(view: ClusterView, args: ExtenderArgs) -> FilterOutcome:
     if cands.cache_mode:
         verdicts = view.verdicts(demand, cands.names, cands.facts)
     else:
-        verdicts = check_nodes(demand, cands.facts, view.ledger.used)
+        verdicts = check_nodes(demand, cands.facts, view.ledger.used, view.tenancy)
     names = cands.names
     keep = passed_idx.append
     for index, found in enumerate(verdicts):

@@ -10,7 +10,9 @@ values, so there is no lock to wedge and a request never waits on the API server
 - a policy feed (`policy_io.feed`) per tenant namespace (`extender.tenants`), each profile
   verified once per ConfigMap revision, whose snapshot gives the binding a Pod's plan names and
   the accelerator it attests; the ledger is one for every tenant, so tenants sharing a node are
-  accounted together;
+  accounted together, and it keeps each node's accounted shares by tenant, so a share is kept
+  off a GPU where another tenant's share sits (`inference_policy.tenancy`; each tenant's current
+  profile says whether its shares may meet others');
 - a decayed histogram of the GPU requests it has been asked to place (`RequestMix`, each Pod
   counted once, by UID), the workload distribution the fragmentation-aware score is taken
   against. It starts empty after a restart, and the score is plain best fit until the first
@@ -59,6 +61,7 @@ from inference_policy.placement import (
     free_of,
 )
 from inference_policy.spread import ReplicaIndex
+from inference_policy.tenancy import Tenancy, crossing
 from inference_policy.verdict_codes import NodeVerdictCode
 from policy_io.feed import PolicyFeed
 from policy_io.state import PolicySettings, PolicyState
@@ -194,6 +197,11 @@ class ClusterView:
         self._observed: OrderedDict[str, None] = OrderedDict()
         self._cycles: OrderedDict[tuple[Any, ...], _Cycle] = OrderedDict()
         self.recomputed = 0
+        # Which resources each tenant's current profile lets its shares share across tenants,
+        # as of the feeds' generations `_trusted_at`.
+        self._trusted: dict[str, frozenset[str]] = {}
+        self._trusted_at: tuple[int, ...] = ()
+        self.tenancy = Tenancy(self.ledger.shares, self._crosses)
 
     # -- informer callbacks (event loop only) -------------------------------------------------
 
@@ -277,10 +285,32 @@ class ClusterView:
             self.ledger.upsert(key, *accounted)
             self.replicas.apply(key, deployment, accounted[0])
 
+    @property
+    def trust_version(self) -> tuple[int, ...]:
+        """Moves whenever a tenant's profile may have changed whether its shares cross tenants."""
+        return tuple(feed.generation for feed in self.feeds.values())
+
+    def _crosses(self, tenant: str, resource: str) -> bool:
+        version = self.trust_version
+        if version != self._trusted_at:
+            self._trusted_at = version
+            self._trusted = {
+                namespace: crossing(profile.envelope if profile is not None else None)
+                for namespace, feed in self.feeds.items()
+                for profile in (feed.snapshot.profile,)
+            }
+        # A Pod in no tenant's namespace (another scheduler's) is trusted with no one.
+        return resource in self._trusted.get(tenant, ())
+
     def cycle(self, demand: Demand) -> _Cycle:
         """The remembered verdicts and free capacities for this demand, less those of the nodes
-        whose accounted load changed since they were found."""
-        key = (demand.key, tuple((n, demand.requests.get(n, 0)) for n in demand.checked))
+        whose accounted load changed since they were found. A share's also depend on its
+        tenant and on whom the tenants' profiles let share a GPU."""
+        key = (
+            demand.key,
+            tuple((n, demand.requests.get(n, 0)) for n in demand.checked),
+            (demand.tenant, self.trust_version) if demand.shared else None,
+        )
         found = self._cycles.get(key)
         if found is None:
             found = _Cycle(self.ledger.version)
@@ -310,7 +340,7 @@ class ClusterView:
             self.cycle(demand).verdicts,
             names,
             facts,
-            lambda nodes: check_nodes(demand, nodes, self.ledger.used),
+            lambda nodes: check_nodes(demand, nodes, self.ledger.used, self.tenancy),
         )
         self.recomputed += found
         return verdicts
@@ -320,12 +350,14 @@ class ClusterView:
     ) -> tuple[list[int | None], int]:
         """`placement.free_capacity` for a one-resource GPU demand over the node cache's
         candidates, finding only what is not already known for their present facts and load."""
-        used = self.ledger.used
+        used, tenancy = self.ledger.used, self.tenancy
         entries, found = _remembered(
             self.cycle(demand).frees,
             names,
             facts,
-            lambda nodes: [None if n is None else free_of(demand, n, used(n.name)) for n in nodes],
+            lambda nodes: [
+                None if n is None else free_of(demand, n, used(n.name), tenancy) for n in nodes
+            ],
         )
         self.recomputed += found
         frees = [None if entry is None else entry[0] for entry in entries]

@@ -12,12 +12,17 @@ from __future__ import annotations
 VERIFIED = "Verified"
 VERIFIED_PROFILE_EXPIRED = "VerifiedProfileExpired"
 VERIFIED_REVISION_UNAVAILABLE = "VerifiedRevisionUnavailable"
+# The Pod's accounted share sits on a GPU where another tenant's share sits too, and its binding
+# does not let it be shared across tenants (`grant_tenants`): False for a Pod not verified yet,
+# True with its own reason for one verified before the other share came (or before the rule).
+VERIFIED_SHARED_WITH_ANOTHER_TENANT = "VerifiedSharedWithAnotherTenant"
 PLAN_MISSING = "PlanMissing"
 IMAGE_MISMATCH = "ImageMismatch"
 RESOURCES_MISMATCH = "ResourcesMismatch"
 UNPLANNED_DEVICE_ACCESS = "UnplannedDeviceAccess"
 RUNTIME_CLASS_MISMATCH = "RuntimeClassMismatch"
 NODE_SELECTOR_MISMATCH = "NodeSelectorMismatch"
+SHARED_WITH_ANOTHER_TENANT = "SharedWithAnotherTenant"
 # A DRA plan's claim: not allocated as the plan says, or allocated a device not the binding's.
 CLAIM_UNALLOCATED = "ClaimUnallocated"
 DEVICE_MISMATCH = "DeviceMismatch"
@@ -34,12 +39,14 @@ REASONS = (
     VERIFIED,
     VERIFIED_PROFILE_EXPIRED,
     VERIFIED_REVISION_UNAVAILABLE,
+    VERIFIED_SHARED_WITH_ANOTHER_TENANT,
     PLAN_MISSING,
     IMAGE_MISMATCH,
     RESOURCES_MISMATCH,
     UNPLANNED_DEVICE_ACCESS,
     RUNTIME_CLASS_MISMATCH,
     NODE_SELECTOR_MISMATCH,
+    SHARED_WITH_ANOTHER_TENANT,
     CLAIM_UNALLOCATED,
     DEVICE_MISMATCH,
     PLAN_MISMATCH,

@@ -13,6 +13,11 @@ closest, as the scheduler's event would), what is refused at admission with its 
 code, and the accelerator capacity left free on each node. Free capacity of a resource on a node
 that is the right hardware for a waiting deployment (its binding's identity verdict: architecture,
 resource, attested facts) is stranded: it exists, but not in the amount one node had to have.
+
+Each deployment belongs to a tenant (the namespace its Pod is in; by default the profile's), and
+tenants are kept apart on accounted shares as the extender keeps them (`tenancy`), with the
+profile's `sharing.acrossTenants` standing for every tenant's: the report says which tenant holds
+each physical GPU (each accounted bucket; the devices of an isolating resource by count).
 Pure: plain dicts in, a report out.
 """
 
@@ -34,6 +39,7 @@ from inference_policy.placement import (
 )
 from inference_policy.plan import PlanError
 from inference_policy.planner import decide
+from inference_policy.tenancy import Crosses, Tenancy, TenantShares, crossing, gpu_index, shares_gpu
 
 
 @dataclass(frozen=True)
@@ -42,6 +48,8 @@ class Deployment:
 
     name: str
     request: Any
+    # The namespace it would run in ("": the profile's).
+    tenant: str = ""
 
 
 @dataclass(frozen=True)
@@ -69,6 +77,18 @@ class Refused:
 
 
 @dataclass(frozen=True)
+class Held:
+    """Who holds a physical GPU: an accounted bucket (`gpu` its index, when it names one), or
+    the devices of an isolating resource on a node (`gpu` None), by tenant in units."""
+
+    node: str
+    resource: str
+    gpu: str | None
+    isolates: bool
+    tenants: Mapping[str, int]
+
+
+@dataclass(frozen=True)
 class Report:
     placed: list[Placed] = field(default_factory=list)
     waiting: list[Waiting] = field(default_factory=list)
@@ -78,6 +98,7 @@ class Report:
     left: dict[str, dict[str, int]] = field(default_factory=dict)
     # resource -> free units of it while a deployment waited for it
     stranded: dict[str, int] = field(default_factory=dict)
+    held: list[Held] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -101,6 +122,16 @@ class Report:
             "external": list(self.external),
             "left": {node: dict(res) for node, res in self.left.items()},
             "stranded": dict(self.stranded),
+            "gpus": [
+                {
+                    "node": h.node,
+                    "resource": h.resource,
+                    "gpu": h.gpu,
+                    "isolates": h.isolates,
+                    "tenants": dict(h.tenants),
+                }
+                for h in self.held
+            ],
         }
 
 
@@ -108,16 +139,26 @@ class Fill:
     """The placement half of the replay: demands placed in order on nodes, nothing released.
     `place` one at a time, then `report`; the placement benchmark's trace runs through here."""
 
-    def __init__(self, nodes: Sequence[NodeFacts], report: Report | None = None) -> None:
+    def __init__(
+        self,
+        nodes: Sequence[NodeFacts],
+        report: Report | None = None,
+        crosses: Crosses | None = None,
+    ) -> None:
         self.facts = sorted(nodes, key=lambda f: f.name)
         self.usage: dict[str, dict[str, int]] = {f.name: {} for f in self.facts}
         self._report = report if report is not None else Report()
         # (node, resource) where a waiting deployment found the right hardware, too little free.
         self._wanted: set[tuple[str, str]] = set()
+        # The accounted shares by tenant, which tenants are kept apart by; and every
+        # accelerator resource's units by tenant, for the report.
+        self.shares = TenantShares()
+        self.tenancy = Tenancy(self.shares.of, crosses or (lambda tenant, resource: False))
+        self._held: dict[tuple[str, str], dict[str, int]] = {}
 
     def place(self, name: str, binding: str, demand: Demand) -> str | None:
         """The node the demand goes to (and holds from now on), or None when it waits."""
-        verdicts = check_nodes(demand, self.facts, self.usage.__getitem__)
+        verdicts = check_nodes(demand, self.facts, self.usage.__getitem__, self.tenancy)
         fit = [f for f, v in zip(self.facts, verdicts, strict=True) if v is not None and v.fits]
         if not fit:
             self._wanted.update(
@@ -133,6 +174,10 @@ class Fill:
         held = self.usage[node.name]
         for resource, units in demand.requests.items():
             held[resource] = held.get(resource, 0) + units
+            if is_accelerator_resource(resource):
+                tenants = self._held.setdefault((node.name, resource), {})
+                tenants[demand.tenant] = tenants.get(demand.tenant, 0) + units
+        self.shares.change(node.name, demand.tenant, demand.requests, 1)
         granted = {k: v for k, v in demand.requests.items() if k in demand.kind}
         self._report.placed.append(Placed(name, node.name, binding, granted))
         return node.name
@@ -142,6 +187,10 @@ class Fill:
         report = self._report
         report.left.clear()
         report.stranded.clear()
+        report.held[:] = [
+            Held(node, resource, gpu_index(resource), not shares_gpu(resource), dict(tenants))
+            for (node, resource), tenants in sorted(self._held.items())
+        ]
         for f in self.facts:
             used = self.usage[f.name]
             left = {
@@ -162,8 +211,10 @@ def replay(
 ) -> Report:
     """Plan and place every deployment in order on ``nodes`` (v1.Node objects)."""
     report = Report()
-    fill = Fill([node_facts(n) for n in nodes], report)
     profile = ctx.profile
+    trusted = crossing(profile.envelope if profile else None)
+    fill = Fill([node_facts(n) for n in nodes], report, lambda _, resource: resource in trusted)
+    own = profile.envelope.namespace if profile else ""
     for deployment in deployments:
         decision = decide(deployment.request, ctx)
         plan = decision.plan
@@ -178,7 +229,11 @@ def replay(
         binding = plan.bindingId or plan.path
         try:
             demand = demand_for(
-                plan, found[1] if found else None, None, profile.sha256 if profile else ""
+                plan,
+                found[1] if found else None,
+                None,
+                profile.sha256 if profile else "",
+                deployment.tenant or own,
             )
         except PlanError as exc:
             report.waiting.append(Waiting(deployment.name, binding, str(exc), "plan-invalid"))
@@ -199,4 +254,4 @@ def _waiting(
     return Waiting(name, binding, f"{node.name}: {verdict.reason}", verdict.code.value)
 
 
-__all__ = ["Deployment", "Fill", "Placed", "Refused", "Report", "Waiting", "replay"]
+__all__ = ["Deployment", "Fill", "Held", "Placed", "Refused", "Report", "Waiting", "replay"]

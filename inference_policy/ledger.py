@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from inference_policy.quantity import QuantityError, resource_units
+from inference_policy.tenancy import Shares, TenantShares, tenant_of
 from inference_policy.wire import ENGINE_LABEL
 
 _TERMINATED = ("Succeeded", "Failed")
@@ -183,11 +184,14 @@ class UsageLedger:
     added), so an informer event costs a few dictionary operations however many Pods there are.
     Every change bumps `version` and is logged against its node, so a reader that remembers the
     version it last saw can ask which nodes changed since (`changed_since`) and redo only those.
+    Beside the totals, each node's accounted shares by tenant (the key's namespace), which
+    `tenancy` keeps tenants apart by (`shares`).
     """
 
     def __init__(self, history: int = 4096) -> None:
         self._pods: dict[str, tuple[str, dict[str, int]]] = {}
         self._nodes: dict[str, dict[str, int]] = {}
+        self._shares = TenantShares()
         self.version = 0
         self._changes: deque[tuple[int, str]] = deque(maxlen=history)
 
@@ -223,6 +227,7 @@ class UsageLedger:
         stored = dict(requests)
         self._pods[key] = (node, stored)
         _add(self._nodes.setdefault(node, {}), stored)
+        self._shares.change(node, tenant_of(key), stored, 1)
         self._touch(node)
 
     def remove(self, key: str) -> None:
@@ -231,6 +236,7 @@ class UsageLedger:
             return
         node, requests = previous
         self._touch(node)
+        self._shares.change(node, tenant_of(key), requests, -1)
         totals = self._nodes.get(node)
         if totals is None:  # pragma: no cover - the two maps change together
             return
@@ -253,6 +259,10 @@ class UsageLedger:
 
     def used(self, node: str) -> Mapping[str, int]:
         return self._nodes.get(node) or _EMPTY
+
+    def shares(self, node: str) -> Shares:
+        """The node's accounted shares: resource -> tenant -> units."""
+        return self._shares.of(node)
 
     def pod_keys(self) -> set[str]:
         return set(self._pods)

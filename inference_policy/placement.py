@@ -52,8 +52,10 @@ from inference_policy.profile import (
     CountedBinding,
     CpuBinding,
     DraBinding,
+    VramPluginBinding,
 )
 from inference_policy.quantity import format_units
+from inference_policy.tenancy import Tenancy
 from inference_policy.verdict_codes import NodeVerdictCode
 
 MAX_SCORE = 10
@@ -66,7 +68,8 @@ class Demand:
 
     `kind` names the resources best fit packs by; `key` identifies everything the node's
     identity verdict (architecture, resource, GFD facts) depends on, for `NodeFacts.static`;
-    quantities are left out of it, so shares of every size reuse one verdict per node.
+    quantities are left out of it, so shares of every size reuse one verdict per node. `tenancy`
+    keeps a `tenant`'s `shared` resources apart (`crosses`: the binding lets them meet others').
     """
 
     path: Literal["gpu", "cpu"]
@@ -76,6 +79,9 @@ class Demand:
     checked: tuple[str, ...]
     kind: tuple[str, ...]
     key: str
+    tenant: str = ""
+    shared: tuple[str, ...] = ()
+    crosses: bool = False
 
 
 def demand_for(
@@ -83,11 +89,13 @@ def demand_for(
     binding: AnyBinding | None,
     pod: Mapping[str, Any] | None = None,
     profile_sha256: str = "",
+    tenant: str = "",
 ) -> Demand:
     """Join a plan with the binding it names (from the verified profile) and the Pod's requests.
 
-    `pod` None takes the plan's requests as the Pod's. Raises PlanError when the plan, the
-    binding and the Pod disagree: such a Pod cannot be placed anywhere.
+    `pod` None takes the plan's requests as the Pod's; `tenant` is the Pod's namespace. Raises
+    PlanError when the plan, the binding and the Pod disagree: such a Pod cannot be placed
+    anywhere.
     """
     if plan.path == "external" or plan.arch is None:
         raise PlanError("an external plan allocates no local resources and is not placed")
@@ -137,11 +145,11 @@ def demand_for(
             f"the Pod requests {asked} {resource} but its plan grants {granted}; the Pod was "
             "changed after admission"
         )
-    return binding_demand(binding, requests, profile_sha256)
+    return binding_demand(binding, requests, profile_sha256, tenant)
 
 
 def binding_demand(
-    binding: CountedBinding, requests: Mapping[str, int], profile_sha256: str
+    binding: CountedBinding, requests: Mapping[str, int], profile_sha256: str, tenant: str = ""
 ) -> Demand:
     """What a device-plugin binding's Pods are judged by: its resource on hardware it vouches
     for (`demand_for` for a Pod; `room` for the binding's free capacity with no Pod at all)."""
@@ -154,6 +162,9 @@ def binding_demand(
         checked=(resource,),
         kind=(resource,),
         key=f"gpu/{profile_sha256}/{binding.id}",
+        tenant=tenant,
+        shared=() if binding.allocation.isolates else (resource,),
+        crosses=isinstance(binding, VramPluginBinding) and binding.crosses_tenants,
     )
 
 
@@ -223,10 +234,16 @@ def check_nodes(
     demand: Demand,
     nodes: Sequence[NodeFacts | None],
     used_of: Callable[[str], Mapping[str, int]],
+    tenancy: Tenancy | None = None,
 ) -> list[Verdict | None]:
-    """`check` for every candidate (None stays None: a node the caller does not know)."""
+    """`check` for every candidate (None stays None: a node the caller does not know), and with
+    `tenancy`, a share kept off the GPUs where another tenant's shares sit (`tenancy`)."""
+    apart = tenancy if demand.shared else None
     if len(demand.checked) != 1:
-        return [None if n is None else check(demand, n, used_of(n.name)) for n in nodes]
+        return [
+            None if n is None else _apart(demand, n, check(demand, n, used_of(n.name)), apart)
+            for n in nodes
+        ]
     name = demand.checked[0]
     want = demand.requests[name]
     key = demand.key
@@ -239,8 +256,16 @@ def check_nodes(
         verdict = node.static.get(key) or _static(demand, node)
         if verdict.fits and used_of(node.name).get(name, 0) + want > node.allocatable[name]:
             verdict = check(demand, node, used_of(node.name))
+        if apart is not None and verdict.fits:
+            verdict = _apart(demand, node, verdict, apart)
         append(verdict)
     return out
+
+
+def _apart(demand: Demand, node: NodeFacts, verdict: Verdict, tenancy: Tenancy | None) -> Verdict:
+    if tenancy is None or not verdict.fits:
+        return verdict
+    return tenancy.verdict(demand.tenant, demand.crosses, demand.shared, node.name) or verdict
 
 
 def _busy_reason(demand: Demand, name: str, want: int, free: int, have: int) -> str:
@@ -383,13 +408,16 @@ def free_capacity(
 
 
 def free_of(
-    demand: Demand, node: NodeFacts | None, used: Mapping[str, int]
+    demand: Demand, node: NodeFacts | None, used: Mapping[str, int], tenancy: Tenancy | None = None
 ) -> tuple[int | None, int]:
-    """One candidate's entry of `free_capacity`: its free amount and its allocatable."""
+    """One candidate's entry of `free_capacity`: its free amount and its allocatable (none free
+    to a share whose tenant `tenancy` keeps off the node's GPU)."""
     name = demand.kind[0]
     if node is None or not (node.static.get(demand.key) or _static(demand, node)).fits:
         return None, 0
     have = node.allocatable[name]
+    if tenancy is not None and demand.shared and not _apart(demand, node, FITS, tenancy).fits:
+        return 0, have
     return have - used.get(name, 0), have
 
 

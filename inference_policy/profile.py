@@ -269,9 +269,17 @@ class ExtendedResourceBinding(_CountedBinding):
         return self.capacity.usableMemory
 
 
+class Sharing(_Strict):
+    """Whom the physical GPU of a share may be shared with: by default only the Pods of the
+    profile's own tenant (`tenancy`); `acrossTenants` is the owner's decision to trust others."""
+
+    acrossTenants: bool
+
+
 class VramPluginBinding(_CountedBinding):
     allocator: Literal["vram-plugin"]
     capacity: AccountedCapacity
+    sharing: Sharing | None = None
 
     @model_validator(mode="after")
     def _vram_shape(self) -> VramPluginBinding:
@@ -286,6 +294,11 @@ class VramPluginBinding(_CountedBinding):
     @property
     def capacity_memory(self) -> str:
         return self.capacity.usableMemory
+
+    @property
+    def crosses_tenants(self) -> bool:
+        """May this binding's shares sit on one GPU beside other tenants' (`tenancy`)?"""
+        return self.sharing is not None and self.sharing.acrossTenants
 
 
 class DraBinding(_GpuBindingBase):
@@ -399,6 +412,9 @@ class Envelope(_Strict):
     def _unique_names(self) -> Envelope:
         names: set[str] = set()
         ids: dict[str, str] = {}
+        # A resource is one physical GPU's bucket: whether the tenant's shares of it may meet
+        # other tenants' must not depend on which of its bindings a Pod was planned on.
+        sharing: dict[str, tuple[str, bool]] = {}
         for p_index, profile in enumerate(self.profiles):
             if profile.name in names:
                 raise ValueError(f"profiles[{p_index}].name {profile.name!r} is used twice")
@@ -411,6 +427,15 @@ class Envelope(_Strict):
                         "unique across the whole envelope"
                     )
                 ids[binding.id] = where
+                if isinstance(binding, VramPluginBinding):
+                    here = (binding.id, binding.crosses_tenants)
+                    other = sharing.setdefault(binding.resource.name, here)
+                    if other[1] != here[1]:
+                        raise ValueError(
+                            f"bindings {other[0]} and {binding.id} share resource "
+                            f"{binding.resource.name} but not sharing.acrossTenants; the bindings "
+                            "of one GPU's bucket must say the same"
+                        )
         return self
 
     @cached_property

@@ -42,6 +42,7 @@ from inference_policy.nodes import NodeFacts
 from inference_policy.placement import Demand, binding_demand, free_of
 from inference_policy.plan import PlanChoice
 from inference_policy.profile import DraBinding, Envelope, format_timestamp, parse_timestamp
+from inference_policy.tenancy import Tenancy
 
 ROOM_CONFIGMAP = "tmi-binding-room"
 ROOM_KEY = "room.json"
@@ -123,13 +124,15 @@ def figures_with(
 ) -> RoomFigures:
     """Each device-plugin binding's free capacity, from `frees`: the free amount of a demand
     for each node it vouches for (None or 0: none there), as the extender judges a Pod of that
-    binding (`placement.free_of`). DRA bindings are left out: their claims spill through the
+    binding in the envelope's namespace (`placement.free_of`: a GPU another tenant's share keeps
+    from this tenant's has no room). DRA bindings are left out: their claims spill through the
     scheduler. The extender hands in its remembered frees; `figures_of` computes them."""
     bindings: dict[str, BindingRoom] = {}
     for _, binding in envelope.gpu_bindings():
         if isinstance(binding, DraBinding) or binding.id in bindings:
             continue
-        room = [free for free in frees(binding_demand(binding, {}, bundle_sha256)) if free]
+        demand = binding_demand(binding, {}, bundle_sha256, envelope.namespace)
+        room = [free for free in frees(demand) if free]
         bindings[binding.id] = BindingRoom(free=sum(room), largestOnNode=max(room, default=0))
     return RoomFigures(
         schemaVersion=1,
@@ -145,12 +148,14 @@ def figures_of(
     nodes: Iterable[NodeFacts],
     used_of: Callable[[str], Mapping[str, int]],
     now: datetime,
+    tenancy: Tenancy | None = None,
 ) -> RoomFigures:
-    """`figures_with` over `nodes`, each node's use read from `used_of`."""
+    """`figures_with` over `nodes`, each node's use read from `used_of`, and its shares by
+    tenant from `tenancy`."""
     listed = list(nodes)
 
     def frees(demand: Demand) -> Iterable[int | None]:
-        return (free_of(demand, node, used_of(node.name))[0] for node in listed)
+        return (free_of(demand, node, used_of(node.name), tenancy)[0] for node in listed)
 
     return figures_with(envelope, bundle_sha256, frees, now)
 

@@ -31,6 +31,7 @@ class NodeVerdictCode(StrEnum):
     # -- the node is right but full now (resolvable) --------------------------------------------
     VRAM_BUCKET = "vram-bucket"
     INSUFFICIENT = "insufficient"
+    OTHER_TENANT = "other-tenant"
     # -- every candidate at once: the Pod or the extender's view, not the node -----------------
     UNKNOWN_NODE = "unknown-node"
     PLAN_INVALID = "plan-invalid"
@@ -55,6 +56,7 @@ DESCRIPTIONS: dict[NodeVerdictCode, str] = {
     NodeVerdictCode.CAPACITY: "the Pod asks more than the node's whole allocatable",
     NodeVerdictCode.VRAM_BUCKET: "the accounted VRAM bucket has too little free now",
     NodeVerdictCode.INSUFFICIENT: "too little of the binding's resource is free now",
+    NodeVerdictCode.OTHER_TENANT: "another tenant holds an accounted share on the GPU now",
     NodeVerdictCode.UNKNOWN_NODE: "the scheduler named a node the extender has not listed",
     NodeVerdictCode.PLAN_INVALID: "the Pod's plan cannot be read or disagrees with the Pod",
     NodeVerdictCode.PROFILE_REFUSED: "the extender holds no verified profile for the plan",

@@ -134,6 +134,11 @@ def add_tenant(
         stack.owner = owner
         stack.extender.install = owner
         stack.extender.restart()
+        # ... and the first tenant's controller, whose settings now name the new namespace
+        # (the chart's settings checksum rolls it): it holds its Pods apart from the new
+        # tenant's accounted shares.
+        stack.controller.set_install(owner)
+        stack.controller.restart()
         controller.start()
     except BaseException:
         added.stop()

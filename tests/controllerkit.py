@@ -117,6 +117,13 @@ class _Watcher:
     label_selector: str | None
     field_selector: str | None
     queue: asyncio.Queue[_Change | None] = field(default_factory=asyncio.Queue)
+    namespace: str | None = None
+
+
+def _in_namespace(obj: Mapping[str, Any], namespace: str | None) -> bool:
+    """A collection of one namespace sees that namespace's objects (the fake keeps them all by
+    name: a test that puts another namespace's Pods gives them names of their own)."""
+    return namespace is None or (obj.get("metadata") or {}).get("namespace") == namespace
 
 
 @dataclass
@@ -301,6 +308,7 @@ class MemoryKube:
             copy.deepcopy(o)
             for o in self.objects[resource].values()
             if matches(o, collection.label_selector, collection.field_selector)
+            and _in_namespace(o, collection.namespace)
         ]
         return Page(items, str(self.current_version))
 
@@ -313,7 +321,12 @@ class MemoryKube:
         since = int(resource_version or 0)
         if since < self.compacted:
             raise Gone(410, "Expired", f"too old resource version: {since} ({self.compacted})")
-        watcher = _Watcher(resource, collection.label_selector, collection.field_selector)
+        watcher = _Watcher(
+            resource,
+            collection.label_selector,
+            collection.field_selector,
+            namespace=collection.namespace,
+        )
         self._watchers.append(watcher)
         try:
             backlog = [c for c in self.history if c.resource == resource and c.version > since]
@@ -352,7 +365,11 @@ class MemoryKube:
     @staticmethod
     def _event_for(change: _Change, watcher: _Watcher) -> WatchEvent | None:
         def selected(obj: JSON | None) -> bool:
-            return obj is not None and matches(obj, watcher.label_selector, watcher.field_selector)
+            return (
+                obj is not None
+                and matches(obj, watcher.label_selector, watcher.field_selector)
+                and _in_namespace(obj, watcher.namespace)
+            )
 
         was, now = selected(change.old), selected(change.new)
         if change.type == "DELETED":

@@ -6,7 +6,10 @@ JSON list of `{"name", "request"}`, engine Pods as `kubectl get pods -o json` pr
 their request annotation, or a namespace's engine Pods read through the API server) and the
 fleet (`kubectl get nodes -o json`, a list of Nodes, or the cluster's Nodes read through the API
 server: GFD labels and allocatable are what count). The replay is `inference_policy.capacity`'s:
-the servers' own planning and placement, in order. Prints a table, or with `-o json` the report.
+the servers' own planning and placement, in order, tenants kept apart on accounted shares as the
+extender keeps them: a Pod's tenant is its namespace, a `{"name", "request"}` item's its
+`tenant` (by default the profile's namespace). Prints a table, or with `-o json` the report, with
+which tenant holds each physical GPU.
 """
 
 from __future__ import annotations
@@ -91,9 +94,14 @@ def _deployments(document: Any, path: str) -> list[Deployment]:
                     EXIT_USAGE,
                 ) from None
             name = (meta.get("labels") or {}).get(ENGINE_LABEL) or meta.get("name") or f"#{i}"
-            out.append(Deployment(str(name), request))
+            out.append(Deployment(str(name), request, str(meta.get("namespace") or "")))
         elif isinstance(item.get("name"), str) and "request" in item:
-            out.append(Deployment(item["name"], item["request"]))
+            tenant = item.get("tenant", "")
+            if not isinstance(tenant, str):
+                raise CommandError(
+                    f"deployments {path}: item {i}: tenant is not a string", EXIT_USAGE
+                )
+            out.append(Deployment(item["name"], item["request"], tenant))
         else:
             raise CommandError(
                 f'deployments {path}: item {i} is neither a Pod nor {{"name", "request"}}',
@@ -141,6 +149,14 @@ def render(report: Report) -> str:
     for node, left in sorted(report.left.items()):
         rows.append((node, ",".join(f"{k}={v}" for k, v in left.items())))
     parts.append("left free\n" + (_table(rows) if len(rows) > 1 else "(none)"))
+    if report.held:
+        rows = [("NODE", "GPU", "RESOURCE", "TENANTS")]
+        for h in report.held:
+            # An isolating resource's devices are counted, not told apart: no GPU index.
+            gpu = h.gpu if h.gpu is not None else "-"
+            tenants = ",".join(f"{t or '-'}={units}" for t, units in sorted(h.tenants.items()))
+            rows.append((h.node, gpu, h.resource, tenants))
+        parts.append("held by tenant\n" + _table(rows))
     if report.stranded:
         stranded = ", ".join(f"{k}={v}" for k, v in sorted(report.stranded.items()))
         parts.append(f"stranded (free while a deployment waited for it): {stranded}")

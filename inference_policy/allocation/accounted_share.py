@@ -43,6 +43,7 @@ ACCOUNTED_SHARE = AccountedShare(
     resources=(VRAM_RESOURCE_PREFIX,),
     single_device="an accounted VRAM share is a slice of one device",
     shared_memory=True,
+    isolates=False,
 )
 
 __all__ = ["ACCOUNTED_SHARE", "AccountedShare"]

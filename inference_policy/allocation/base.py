@@ -3,8 +3,10 @@
 An `AllocationClass` is how a binding's devices are handed out. It owns what that means for the
 rest of the core: the resource names its devices are counted in, the isolation it guarantees,
 how many devices one plan may span, how a request's memory becomes a quantity of its resource
-(the fit), and what the node's GPU Feature Discovery labels must say for the node to be the
-hardware the binding attests. Each class is one module in this package; `__init__` registers it.
+(the fit), what the node's GPU Feature Discovery labels must say for the node to be the
+hardware the binding attests, and whether Pods on one physical device are kept from each other
+(`isolates`; `tenancy` keeps tenants apart on the devices of a class that does not). Each class
+is one module in this package; `__init__` registers it.
 """
 
 from __future__ import annotations
@@ -52,6 +54,9 @@ class AllocationClass:
     shared_memory: bool = False
     # A DRA class's device type (the driver's `type` attribute); empty for a counted resource.
     device_type: str = ""
+    # The device plugin (or DRA driver) hands each device to one Pod alone: a whole device, a MIG
+    # slice. False for a share that is bookkeeping only, where Pods meet on the physical GPU.
+    isolates: bool = True
 
     @property
     def claimed(self) -> bool:

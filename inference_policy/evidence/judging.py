@@ -276,6 +276,9 @@ def _judge_alloc(
             budget = int(grant.engine_memory_fraction * seen_total)
             if granted is not None and budget > granted:
                 notes.append("engine-budget-exceeds-grant")
+    if grant.isolation == "accounted-share" and _other_tenants(alloc, presence, infos):
+        # A note, not a failing finding: the owner may have let these tenants share the card.
+        notes.append("shared-across-tenants")
     failing = sorted(set(findings) & FAILING)
     status: Status = (
         "not-honoured"
@@ -310,6 +313,18 @@ def _judge_alloc(
         "notes": notes,
         "status": status,
     }
+
+
+def _other_tenants(alloc: _Alloc, presence: Presence, infos: Mapping[str, PodInfo]) -> set[str]:
+    """The other namespaces whose Pods were seen on the allocation's card (MIG instances
+    apart: a slice is isolated from the share)."""
+    out: set[str] = set()
+    for sample in presence.values():
+        for holder, instances in sample.get(alloc.gpu.uuid, {}).items():
+            info = infos.get(holder)
+            if info is not None and info.namespace != alloc.pod.namespace and None in instances:
+                out.add(info.namespace)
+    return out
 
 
 def _memory_isolation(grant: Grant, instance: MigInstance | None) -> str:

@@ -112,6 +112,9 @@ def _gpus(
                     for m in device.mig_instances
                 ],
                 "pods": pods,
+                # Which tenants (namespaces) held the card: one, unless the owner let tenants
+                # share it (`inference_policy.tenancy`) or something went around the rule.
+                "tenants": sorted({str(p["namespace"]) for p in pods}),
                 "unaccountedProcesses": len(mine),
                 "unaccountedBytes": sum(b["usedBytes"] or 0 for b in mine),
             }

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from allocation_controller.config import settings_from_args as controller_settings
 from extender.config import settings_from_args
 from localcluster import chartgen
 from localcluster.chart import OWNER, find, part_values, render
@@ -140,6 +141,22 @@ def test_each_tenant_has_its_own_controller_and_lease(docs: list[JSON]) -> None:
         "tmi-allocation-controller",
         f"tmi-allocation-controller-{SECOND}",
     ]
+
+
+def test_each_controller_is_told_every_tenant_namespace_to_hold_shares_apart_from(
+    docs: list[JSON],
+) -> None:
+    """The controllers read each other's namespaces' engine Pods (one ServiceAccount, bound in
+    each), to report a Pod whose accounted share meets another tenant's on one GPU; the
+    controller's own parser takes the others from the list."""
+    for suffix, other in (("", SECOND), (f"-{SECOND}", FIRST)):
+        data = find(docs, "ConfigMap", f"tmi-controller-settings{suffix}")["data"]
+        assert data["TMI_TENANT_NAMESPACES"] == f"{FIRST},{SECOND}"
+        assert controller_settings([], data).other_tenants == (other,)
+    alone = render(part_values(OWNER, chartgen.base_values()), namespace=OWNER_NS)
+    assert (
+        "TMI_TENANT_NAMESPACES" not in find(alone, "ConfigMap", "tmi-controller-settings")["data"]
+    )
 
 
 def test_each_tenant_names_only_its_own_priority_classes() -> None:

@@ -4,7 +4,8 @@ Seed 002's lab is two tenants sharing GPU nodes through one scheduler: the exten
 Pod against its own namespace's signed profile, and accounts every tenant's bound Pods on a
 node together, so a node two tenants share is never over-committed. A Pod planned under one
 tenant's profile is not placed in the other's namespace, and a planned Pod in no tenant
-namespace is placed nowhere.
+namespace is placed nowhere. An accounted share, which does not isolate, is kept off a GPU where
+another tenant's share sits, unless both tenants' profiles let their shares cross tenants.
 """
 
 from __future__ import annotations
@@ -18,13 +19,17 @@ from pytest_aiohttp import AiohttpClient
 
 from extender.app import create_app
 from extender.tenants import Tenant
-from tests.fleetkit import h100
+from inference_policy.nodes import NodeFacts
+from inference_policy.room import figures_with
+from tests.fleetkit import h100, l40s
 from tests.integration.extenderkit import (
     SCHEDULER,
+    SHARE,
     block,
     bound,
     cache_args,
     fleet_envelope,
+    full_args,
     plan_for,
     planned_pod,
     published,
@@ -138,3 +143,118 @@ async def test_the_extender_is_ready_only_once_every_tenants_profile_is_read(
     assert source.view.pending == {"profile/team-b"}
     source.view.feeds["team-b"].profile_read(b.profile())
     assert (await client.get("/readyz")).status == 200
+
+
+# -- one tenant per accounted-share GPU (inference_policy.tenancy) ------------------------------
+
+SHARE_NODE = l40s("shared-l40s")
+
+
+def _trusting(team: Team) -> None:
+    """The owner lets the team's L40S shares sit beside other tenants' (re-signed)."""
+    for profile in team.envelope["profiles"]:
+        for binding in profile["bindings"]:
+            if binding["id"] == SHARE:
+                binding["sharing"] = {"acrossTenants": True}
+
+
+def _share_pod(team: Team) -> dict[str, Any]:
+    document = request(inferenceResources=block("nvidia-vram-share"))
+    plan = plan_for(team.owner, team.envelope, document, namespace=team.namespace)
+    return planned_pod(plan, namespace=team.namespace)
+
+
+async def _share_client(
+    aiohttp_client: AiohttpClient, teams: list[Team], pods: list[dict[str, Any]]
+) -> tuple[TestClient[Any, Any], MemorySource]:
+    source = MemorySource(
+        [SHARE_NODE.manifest()], pods, profiles={t.namespace: t.profile() for t in teams}
+    )
+    tenants = [t.tenant for t in teams]
+    app = create_app(tenants[0].policy, source, tenants=tenants, clock=lambda: NOW)
+    return await aiohttp_client(app), source
+
+
+async def _share_filter(
+    client: TestClient[Any, Any], pod: dict[str, Any], *, full: bool = False
+) -> dict[str, Any]:
+    args = full_args(pod, [SHARE_NODE.manifest()]) if full else cache_args(pod, [SHARE_NODE.name])
+    response = await client.post("/filter", data=json.dumps(args))
+    assert response.status == 200, await response.text()
+    result: dict[str, Any] = await response.json()
+    assert result["Error"] == ""
+    return result
+
+
+def _passed(result: dict[str, Any]) -> bool:
+    if result["NodeNames"] is not None:
+        return bool(result["NodeNames"] == [SHARE_NODE.name])
+    return [n["metadata"]["name"] for n in result["Nodes"]["items"]] == [SHARE_NODE.name]
+
+
+async def test_a_share_is_kept_off_a_gpu_where_another_tenant_holds_one(
+    aiohttp_client: AiohttpClient,
+) -> None:
+    """The L40S's one GPU holds team-a's share, with room to spare: team-a's next share fits,
+    team-b's does not, in either of the scheduler's modes, and the reason names the GPU and
+    "another tenant", never team-a."""
+    a, b = Team("team-a"), Team("team-b")
+    client, _ = await _share_client(aiohttp_client, [a, b], [bound(_share_pod(a), SHARE_NODE.name)])
+    for full in (False, True):
+        assert _passed(await _share_filter(client, _share_pod(a), full=full))
+        result = await _share_filter(client, _share_pod(b), full=full)
+        assert not _passed(result)
+        assert result["FailedAndUnresolvableNodes"] == {}
+        reason = result["FailedNodes"][SHARE_NODE.name]
+        assert reason.startswith("another tenant holds an accounted share on GPU 0"), reason
+        assert "team-a" not in reason
+
+
+async def test_the_remembered_verdict_follows_the_other_tenants_pods_and_trust(
+    aiohttp_client: AiohttpClient,
+) -> None:
+    """A node's verdict for team-b's share is remembered per tenant and trust: it changes when
+    team-a's share leaves or comes back (the ledger moved) and when team-a's profile comes to
+    trust other tenants (nothing bound moved; the feeds did)."""
+    a, b = Team("team-a"), Team("team-b")
+    _trusting(b)
+    held = bound(_share_pod(a), SHARE_NODE.name)
+    client, source = await _share_client(aiohttp_client, [a, b], [held])
+    pod = _share_pod(b)
+    assert not _passed(await _share_filter(client, pod))
+    source.delete_pod(f"{a.namespace}/{held['metadata']['name']}")
+    assert _passed(await _share_filter(client, pod))
+    source.put_pod(held)
+    assert not _passed(await _share_filter(client, pod))
+    # The owner now trusts team-a's shares with others too: both sides say so.
+    _trusting(a)
+    assert source.view is not None
+    source.view.feeds[a.namespace].profile_read(published(a.owner.sign(a.envelope), "1002"))
+    assert _passed(await _share_filter(client, pod))
+    # team-a's own Pods are still judged under its revision; the rule is the same both ways.
+    assert _passed(await _share_filter(client, _share_pod(a)))
+
+
+async def test_room_figures_leave_out_a_gpu_another_tenant_holds(
+    aiohttp_client: AiohttpClient,
+) -> None:
+    """What the extender publishes for team-b's webhook: no room on the GPU team-a holds, so
+    the webhook plans team-b's next share on another binding's GPU."""
+    a, b = Team("team-a"), Team("team-b")
+    client, source = await _share_client(
+        aiohttp_client, [a, b], [bound(_share_pod(a), SHARE_NODE.name)]
+    )
+    assert (await client.get("/readyz")).status == 200
+    view = source.view
+    assert view is not None
+    names = list(view.nodes)
+    facts: list[NodeFacts | None] = list(view.nodes.values())
+
+    def frees(demand: Any) -> list[int | None]:
+        return view.frees(demand, names, facts)[0]
+
+    for team, room in ((a, 48 - 8), (b, 0)):
+        profile = view.feeds[team.namespace].snapshot.profile
+        assert profile is not None
+        figures = figures_with(profile.envelope, profile.sha256, frees, NOW)
+        assert figures.largest[SHARE] == room, team.namespace

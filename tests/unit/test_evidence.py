@@ -84,6 +84,8 @@ def test_two_shares_within_their_grant_one_over_and_two_bypasses(source: str) ->
     (gpu,) = report["gpus"]
     assert gpu["uuid"] == H200_UUID and gpu["memoryTotalBytes"] == 143771 * MIB
     assert [f"{p['namespace']}/{p['pod']}" for p in gpu["pods"]] == sorted([A, B, C, D])
+    # The notebook's namespace is another tenant's: the card is not one tenant's alone.
+    assert gpu["tenants"] == ["kamiwaza", "ml-sandbox"]
     assert gpu["unaccountedProcesses"] == 2
     assert gpu["unaccountedBytes"] == (1536 + 2048) * MIB
 
@@ -130,8 +132,8 @@ def test_vllm_budget_beyond_a_small_share_is_noted_but_judged_on_use() -> None:
     allocations = by_pod(report_for(SHARED))
     # 0.03 of the 143771 MiB card is more than the 4 GiB share the plan grants.
     assert allocations[C]["engineBudgetBytes"] == int(0.03 * 150754820096)
-    assert allocations[C]["notes"] == ["engine-budget-exceeds-grant"]
-    assert allocations[A]["notes"] == []
+    assert allocations[C]["notes"] == ["engine-budget-exceeds-grant", "shared-across-tenants"]
+    assert allocations[A]["notes"] == ["shared-across-tenants"]
     assert allocations[A]["engineBudgetBytes"] == int(0.15 * 150754820096)
     assert allocations[A]["smUtilPercentMax"] == 61
 

@@ -16,6 +16,7 @@ from aiohttp import web
 
 from extender.app import RUNTIME, create_app
 from extender.config import ExtenderSettings, settings_from_args
+from extender.quota import QuotaBoard
 from extender.sources import KubernetesSource
 from serving import process
 from serving.apiserver import from_kubeconfig
@@ -51,12 +52,14 @@ def prepare(settings: ExtenderSettings) -> Coroutine[Any, Any, None]:
     reloader = (
         None if settings.plain_http else CertificateReloader(settings.cert_file, settings.key_file)
     )
+    quota = QuotaBoard(t.namespace for t in settings.every_tenant())
     source = KubernetesSource(
         settings.pod_namespaces,
         from_kubeconfig(settings.kubeconfig),
         resync_seconds=settings.resync_seconds,
         watch_seconds=settings.watch_seconds,
         room_seconds=settings.room_seconds,
+        quota=quota,
     )
     app = create_app(
         settings.policy,
@@ -70,6 +73,7 @@ def prepare(settings: ExtenderSettings) -> Coroutine[Any, Any, None]:
         tenants=settings.every_tenant(),
         allocation_controller=settings.allocation_controller,
         rights_seconds=settings.rights_seconds,
+        quota=quota,
     )
     view = app[RUNTIME].view
     if view.policy.trust_error:

@@ -31,6 +31,7 @@ from extender.args import ArgsError, extender_args
 from extender.config import DEFAULT_MAX_BODY_BYTES
 from extender.metrics import ExtenderMetrics
 from extender.owner_rights import DEFAULT_INTERVAL, RightsBoard
+from extender.quota import QuotaBoard
 from extender.sources import ClusterSource
 from extender.tenants import Tenant
 from extender.verbs import filter_nodes, prioritize_nodes, unencodable
@@ -56,6 +57,8 @@ class Runtime:
     reloader: CertificateReloader | None = None
     cert_reload_seconds: float = 10.0
     draining: bool = False
+    # Each tenant's quota (`extender.quota`); None: no quota is held to.
+    quota: QuotaBoard | None = None
 
 
 RUNTIME = web.AppKey("runtime", Runtime)
@@ -127,7 +130,7 @@ async def filter_handler(request: web.Request) -> web.Response:
     args = await _args(request, runtime, "filter")
     failure: Exception | None = None
     try:
-        outcome = filter_nodes(runtime.view, extender_args(args))
+        outcome = filter_nodes(runtime.view, extender_args(args), runtime.quota)
     except ArgsError as exc:
         return _bad_args(runtime, "filter", exc)
     except Exception as exc:
@@ -243,8 +246,9 @@ def _unready(app: web.Application) -> str | None:
     if runtime.draining:
         return "shutting down"
     view = runtime.view
-    if not view.ready:
-        return "not read yet: " + ", ".join(sorted(view.pending))
+    quota = runtime.quota.pending if runtime.quota is not None else set()
+    if not view.ready or quota:
+        return "not read yet: " + ", ".join(sorted(view.pending | quota))
     # Ready even while the profile is refused: refusing GPU Pods with the reason is this
     # server's job, and leaving the Service would turn it into a failed call instead.
     return None
@@ -274,11 +278,13 @@ def create_app(
     tenants: Sequence[Tenant] = (),
     allocation_controller: str | None = None,
     rights_seconds: float = DEFAULT_INTERVAL,
+    quota: QuotaBoard | None = None,
 ) -> web.Application:
     """The extender application, its view kept current by `source` while it runs. `tenants`
     (`extender.tenants`) are every tenant namespace, the first `settings`'; none: that one.
     With `allocation_controller` (its user name), engine Pods are placed only in the namespaces
-    where its rights are confirmed, asked every `rights_seconds` (`extender.owner_rights`)."""
+    where its rights are confirmed, asked every `rights_seconds` (`extender.owner_rights`).
+    With `quota` (the board `source` feeds), each Pod is held to its tenant's quota."""
     clock = clock or (lambda: datetime.now(UTC))
     namespaces = [t.namespace for t in tenants] or [settings.namespace]
     scopes = tuple(pod_namespaces) if pod_namespaces is not None else tuple(namespaces)
@@ -295,6 +301,7 @@ def create_app(
         max_body_bytes=max_body_bytes,
         reloader=reloader,
         cert_reload_seconds=cert_reload_seconds,
+        quota=quota,
     )
     app = web.Application(client_max_size=max_body_bytes)
     app[RUNTIME] = runtime

@@ -18,7 +18,8 @@ ConfigMap, or every signed revision when following them, into the view's `policy
 with a rollback record named, the owner's TenantAdmission too (`extender.rollback_record`).
 What it writes besides is the room figures of each tenant (`extender.room_publisher`); what it
 asks besides is whether the allocation controller keeps its rights in each tenant namespace
-(`extender.owner_rights`).
+(`extender.owner_rights`); given a quota board, it reads each tenant's quota and bound Pods into
+it (`extender.quota`).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from typing import Any, Protocol
 
 from extender.config import ALL_NAMESPACES
 from extender.owner_rights import RightsReviewer
+from extender.quota import QuotaBoard
 from extender.rollback_record import Requests, RollbackRecord
 from extender.room_publisher import DEFAULT_INTERVAL, RoomPublisher
 from extender.view import ClusterView
@@ -83,8 +85,11 @@ class KubernetesSource:
         watch_seconds: int = 300,
         backoff_seconds: float = 1.0,
         room_seconds: float = DEFAULT_INTERVAL,
+        quota: QuotaBoard | None = None,
     ) -> None:
         self.pod_namespaces = tuple(pod_namespaces)
+        # Each tenant's quota and what its namespace holds (`extender.quota`), when held to.
+        self.quota = quota
         self.api = api
         self.resync_seconds = resync_seconds
         self.watch_seconds = watch_seconds
@@ -184,6 +189,8 @@ class KubernetesSource:
         self.informers.add(self._nodes(view))
         for scope in self.pod_namespaces:
             self.informers.add(self._pods(view, scope))
+        for informer in self.quota.informers(self._informer) if self.quota else ():
+            self.informers.add(informer)
         self.informers.start()
         if view.rights is not None:
             self.rights = RightsReviewer(view.rights, self.api)

@@ -16,6 +16,7 @@ import orjson
 from extender.args import Candidates, candidates, has_plan, pod_of
 from extender.owner_rights import Unconfirmed
 from extender.pod_demand import Unplaceable
+from extender.quota import QuotaBoard
 from extender.view import ClusterView, FilterOutcome, Outcome, PriorityOutcome
 from extender.wire import ExtenderArgs, ExtenderFilterResult, HostPriorityList
 from inference_policy.nodes import FITS, Verdict
@@ -34,8 +35,11 @@ def _unknown(name: str) -> Verdict:
     )
 
 
-def filter_nodes(view: ClusterView, args: ExtenderArgs) -> FilterOutcome:
-    """The ExtenderFilterResult for one ExtenderArgs. Raises ArgsError for a malformed body."""
+def filter_nodes(
+    view: ClusterView, args: ExtenderArgs, quota: QuotaBoard | None = None
+) -> FilterOutcome:
+    """The ExtenderFilterResult for one ExtenderArgs. Raises ArgsError for a malformed body.
+    With `quota`, a Pod with a demand must fit its tenant's quota (`extender.quota`)."""
     pod = pod_of(args)
     cands = candidates(args, view.nodes)
     if has_plan(pod) and not view.ready:
@@ -45,8 +49,11 @@ def filter_nodes(view: ClusterView, args: ExtenderArgs) -> FilterOutcome:
         return Outcome(body, "not-ready", nodes=len(cands.names))
     try:
         demand = view.demand(pod)
+        if demand is not None and quota is not None:
+            quota.check(pod)
     except Unconfirmed as exc:
-        # Nothing to rely on about the controller's rights: retried, as unsynced caches are.
+        # Nothing to rely on about the controller's rights (or the quota): retried, as
+        # unsynced caches are.
         body = _filter_body(cands, [], {}, {})
         body["Error"] = f"{exc.reason}; retry shortly"
         return Outcome(body, "not-ready", nodes=len(cands.names))
@@ -83,6 +90,8 @@ def filter_nodes(view: ClusterView, args: ExtenderArgs) -> FilterOutcome:
         node_codes[names[index]] = verdict.code
         codes[verdict.code] = codes.get(verdict.code, 0) + 1
     codes[NodeVerdictCode.FITS] = len(passed_idx)
+    if passed_idx and quota is not None:
+        quota.passed(pod)
     body = _filter_body(cands, passed_idx, failed_nodes, unresolvable)
     return Outcome(body, "planned", codes, node_codes, len(names))
 

@@ -315,14 +315,27 @@ class Reviewer:
         """
         prefix = _GO_PREFIX + orjson.dumps(uid)
         if not body.startswith(prefix):
-            return self.review(request, uid, now)
+            return self.held_to_quota(self.review(request, uid, now))
         key = body[len(prefix) :]
         found = self.answers.get(key, now)
         if found is not None:
-            return found.for_uid(uid)
+            return self.held_to_quota(found.for_uid(uid))
         outcome = self.review(request, uid, now)
         self.answers.put(key, outcome, now)
-        return outcome
+        return self.held_to_quota(outcome)
+
+    def held_to_quota(self, outcome: Outcome) -> Outcome:
+        """A planned engine Pod (only a CREATE carries its plan in the outcome) that would take
+        the namespace past the owner's quota is refused, 403 `quota-exceeded`, naming the quota,
+        the limit and what is held. Judged after the memo: a remembered plan is still right, but
+        what the namespace holds moves with every Pod."""
+        if outcome.plan is None or not outcome.allowed:
+            return outcome
+        refusal = self.store.quota_refusal(outcome.plan)
+        if refusal is None:
+            return outcome
+        uid = str(outcome.response.get("uid", ""))
+        return deny(uid, 403, refusal.message(), RefusalCode.QUOTA_EXCEEDED)
 
     def review(self, request: AdmissionRequest, uid: str, now: datetime) -> Outcome:
         try:

@@ -25,6 +25,7 @@ from typing import Any
 
 from aiohttp import web
 
+from inference_policy.quota import refusal_body
 from inference_policy.refusals import RefusalCode
 from policy_io.state import PolicySettings
 from serving.app import READ_TIMEOUT, read_limited, running
@@ -170,6 +171,10 @@ async def plan(request: web.Request) -> web.Response:
         return problem(400, planned.error, RefusalCode.REQUEST_INVALID)
     assert decision is not None and response is not None
     metrics.observe("plan", time.perf_counter() - started)
+    refusal = runtime.store.quota_refusal(decision.plan) if decision.plan is not None else None
+    if refusal is not None:
+        metrics.decision("plan", "refused", 403, RefusalCode.QUOTA_EXCEEDED)
+        return json_response(refusal_body(refusal), 403)
     if decision.allowed:
         metrics.decision("plan", "planned", 200, "planned")
     else:
@@ -185,6 +190,8 @@ def _unready(app: web.Application) -> str | None:
     if not store.ready:
         missing = sorted(set(store.names) & set(store.feed.pending))
         return "not read yet: " + ", ".join(f"ConfigMap {n}" for n in missing)
+    if store.quota is not None and not store.quota.ready:
+        return "not read yet: the owner's quota and the namespace's engine Pods"
     # Ready even while the profile is refused: refusing with the seed's 503 reason is this
     # server's job, and taking it out of the Service would turn that into a call failure.
     return None

@@ -14,6 +14,8 @@ validity window, the clock, so a memoised decision is used only while the clock 
 window it was made in. Replicas of one deployment carry the same request, so a scale-up plans
 once. A recipe catalog that is configured but missing or unusable refuses local deployments
 with 503, which the core decides from what the feed hands it (`inference_policy.recipe_inputs`).
+The owner's quota (`serving.quota`) is never part of a memoised decision: it is judged on each
+planned Pod afresh (`quota_refusal`).
 """
 
 from __future__ import annotations
@@ -27,7 +29,9 @@ from typing import Any, Generic, Protocol, TypeVar
 from inference_policy import strictjson
 from inference_policy.bounded import keep
 from inference_policy.catalog import EngineCatalog
+from inference_policy.plan import Plan
 from inference_policy.planner import Decision
+from inference_policy.quota import Refusal, plan_usage
 from inference_policy.room import (
     ROOM_CONFIGMAP,
     ROOM_KEY,
@@ -38,10 +42,12 @@ from inference_policy.room import (
     parse_figures,
 )
 from inference_policy.signing import DEFAULT_SKEW
+from inference_policy.wire import ENGINE_LABEL
 from policy_io.feed import PolicyFeed
 from policy_io.state import PolicySettings, PolicyState
 from serving.informer import Collection, Delta, Informer, Informers, ListWatch
 from serving.kube import not_permitted
+from serving.quota import TenantQuota, quota_informers
 from serving.revisions import NewInformer, feed_informers
 
 log = logging.getLogger(__name__)
@@ -87,6 +93,9 @@ class PolicyStore:
         self.room_unreadable: str | None = None
         self.room_generation = 0
         self.plans: Memo[str | bytes, Planned] = Memo(self)
+        # The owner's quota for the namespace and what its engine Pods hold (`serving.quota`),
+        # once a source follows them; None: no quota is known, and none refuses.
+        self.quota: TenantQuota | None = None
 
     @property
     def state(self) -> PolicyState:
@@ -177,6 +186,16 @@ class PolicyStore:
             planned = Planned(None, decision, plan_json)
         self.plans.put(text, planned, now)
         return planned
+
+    def quota_refusal(self, plan: Plan) -> Refusal | None:
+        """The owner's quota refusing one more Pod planned with `plan` (`inference_policy.quota`),
+        or None. Decided afresh each time, never memoised: what the namespace holds moves with
+        every Pod. A quota not known, or unreadable, refuses nothing here: the owner's native
+        quota and extender hold the tenant to it whatever this webhook answers."""
+        quota = self.quota
+        if quota is None or not quota.ready or quota.unreadable is not None:
+            return None
+        return quota.refusal(plan_usage(plan))
 
     def decide(self, request: Any, now: datetime | None = None) -> Decision:
         """The core's decision on the feed's current snapshot and the room figures."""
@@ -289,11 +308,26 @@ class KubernetesSource:
             self.informers.add(informer)
         if store.settings.enabled:
             self.informers.add(_room_informer(store, self.namespace, new))
+            store.quota = TenantQuota(self.namespace)
+            for informer in quota_informers(store.quota, new, engine_pods(self.namespace)):
+                self.informers.add(informer)
         self.informers.start()
 
     async def stop(self) -> None:
         if self.informers is not None:
             await self.informers.stop()
+
+
+def engine_pods(namespace: str) -> Collection:
+    """The namespace's engine Pods that have not terminated, Pending ones included: what the
+    native quota counts at create, so the webhook refuses what the API server would."""
+    return Collection(
+        "pods",
+        "Pod",
+        namespace,
+        label_selector=ENGINE_LABEL,
+        field_selector="status.phase!=Succeeded,status.phase!=Failed",
+    )
 
 
 def _room_informer(store: PolicyStore, namespace: str, new: NewInformer) -> Informer:

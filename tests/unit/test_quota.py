@@ -158,7 +158,7 @@ def test_a_pod_whose_engine_label_was_removed_still_holds_its_plan(plans: dict[s
 
 
 def test_a_plain_pod_or_an_unreadable_plan_holds_only_what_it_asks() -> None:
-    plain = {"metadata": {"name": "app"}, "spec": {"containers": [{"name": "app"}]}}
+    plain: dict[str, Any] = {"metadata": {"name": "app"}, "spec": {"containers": [{"name": "app"}]}}
     assert pod_usage(plain).empty
     odd = copy.deepcopy(plain)
     odd["metadata"]["annotations"] = {PLAN_ANNOTATION: "{not json"}
@@ -188,7 +188,10 @@ def test_one_more_pod_fits_up_to_each_limit_and_is_refused_past_it() -> None:
     two = Usage({"nvidia.com/gpu": 2}, {WHOLE: 2}, 0, 2)
     refusal = check(quota, NAMESPACE, two, one)
     assert refusal is not None
-    assert [e.item for e in refusal.excess] == ["nvidia.com/gpu devices", f"binding {WHOLE} devices"]
+    assert [e.item for e in refusal.excess] == [
+        "nvidia.com/gpu devices",
+        f"binding {WHOLE} devices",
+    ]
     message = refusal.message()
     assert message.startswith("tenant-mode inference (quota-exceeded): ")
     assert f"namespace {NAMESPACE} would pass the owner's quota {QUOTA_NAME}" in message

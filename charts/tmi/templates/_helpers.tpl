@@ -34,10 +34,10 @@ entry: namespace, suffix ("" for the first, whose objects keep the single-tenant
 {{- define "tmi.ownerTenants" -}}
 {{- $ir := .Values.core.inferenceResources -}}
 {{- $o := .Values.owner -}}
-{{- $first := dict "namespace" (include "tmi.tenantNamespace" .) "suffix" "" "bundleConfigMap" $ir.bundleConfigMap "followRevisions" $ir.followRevisions "ownerPublicKey" $ir.ownerPublicKey "clusterBindingId" $ir.clusterBindingId "minimumBundleVersion" ($ir.minimumBundleVersion | int) "gpuRecipeCatalogConfigMap" ($ir.gpuRecipeCatalogConfigMap | default "") "cpuRecipeCatalogConfigMap" ($ir.cpuRecipeCatalogConfigMap | default "") "webhookUrl" $o.webhook.url "caBundle" $o.webhook.caBundle "priorityClasses" ($o.priorityClasses | default list) -}}
+{{- $first := dict "namespace" (include "tmi.tenantNamespace" .) "suffix" "" "bundleConfigMap" $ir.bundleConfigMap "followRevisions" $ir.followRevisions "ownerPublicKey" $ir.ownerPublicKey "clusterBindingId" $ir.clusterBindingId "minimumBundleVersion" ($ir.minimumBundleVersion | int) "gpuRecipeCatalogConfigMap" ($ir.gpuRecipeCatalogConfigMap | default "") "cpuRecipeCatalogConfigMap" ($ir.cpuRecipeCatalogConfigMap | default "") "webhookUrl" $o.webhook.url "caBundle" $o.webhook.caBundle "priorityClasses" ($o.priorityClasses | default list) "quota" ($o.quota | default dict) -}}
 {{- $all := list $first -}}
 {{- range $o.tenants -}}
-{{- $t := merge (dict "namespace" .namespace "suffix" (printf "-%s" .namespace) "webhookUrl" ((.webhook | default dict).url | default "") "caBundle" ((.webhook | default dict).caBundle | default "")) (omit . "webhook") (omit $first "namespace" "suffix" "webhookUrl" "caBundle" "priorityClasses") -}}
+{{- $t := merge (dict "namespace" .namespace "suffix" (printf "-%s" .namespace) "webhookUrl" ((.webhook | default dict).url | default "") "caBundle" ((.webhook | default dict).caBundle | default "")) (omit . "webhook") (omit $first "namespace" "suffix" "webhookUrl" "caBundle" "priorityClasses" "quota") -}}
 {{- $all = append $all $t -}}
 {{- end -}}
 {{- toJson $all -}}

@@ -1,8 +1,9 @@
 """Recipe catalogs: an owner's pins of a specific model and configuration to an exact image.
 
-A recipe catalog is published as an immutable ConfigMap whose name carries the catalog's digest,
-so a new revision is a new object and a consumer can never see a catalog change under it. The
-same parser validates a catalog when `tmi render-catalog` emits it and when the servers load it.
+A recipe catalog is published as an immutable ConfigMap whose name carries the catalog's whole
+sha256, so a new revision is a new object and a consumer can never see a catalog change under
+it, and the name the owner configures binds the ConfigMap to exactly that catalog. The same
+parser validates a catalog when `tmi render-catalog` emits it and when the servers load it.
 """
 
 from __future__ import annotations
@@ -97,7 +98,10 @@ def render_catalog(document: Any, namespace: str, capability: str) -> RenderedCa
         "apiVersion": "v1",
         "kind": "ConfigMap",
         "metadata": {
-            "name": f"kamiwaza-inference-{capability}-recipes-{digest[:16]}",
+            # The whole digest: the name the owner configures is what binds the tenant
+            # namespace's ConfigMap to the owner's catalog, so it must not be a prefix a second
+            # preimage of 64 bits could match.
+            "name": f"kamiwaza-inference-{capability}-recipes-{digest}",
             "namespace": namespace,
             "labels": {
                 "app.kubernetes.io/part-of": "kamiwaza-tenant-inference",
@@ -124,9 +128,10 @@ def load_catalog(document: Any, capability: str) -> RecipeCatalog:
         if data.get(DIGEST_KEY) != digest:
             raise RecipeCatalogError(f"recipe catalog ConfigMap's {DIGEST_KEY} does not match")
         name = str(document.get("metadata", {}).get("name", ""))
-        if not name.endswith(digest[:16]):
+        if not name.endswith(digest):
             raise RecipeCatalogError(
-                f"recipe catalog ConfigMap {name!r} does not carry its digest {digest[:16]}"
+                f"recipe catalog ConfigMap {name!r} does not carry its sha256 {digest}: render "
+                "it again with `tmi render-catalog`, which names it after its whole digest"
             )
         try:
             document = strictjson.loads(payload, what=CATALOG_KEY)

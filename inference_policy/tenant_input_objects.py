@@ -92,13 +92,12 @@ SIZE_AND_CONFIGMAP_ROWS: tuple[Row, ...] = (
         ("the recipe catalogs (`gpuRecipeCatalogConfigMap`, `cpuRecipeCatalogConfigMap`)",),
         "the tenant (`admin`: create, replace, delete)",
         ("policy_io/feed.py:PolicyFeed.catalog_read", "inference_policy/recipes.py:load_catalog"),
-        "open",
-        "open: held to the owner's setting, not signed: the name the owner configures carries the "
-        "first 16 hex digits of the catalog's sha256, and the ConfigMap must be immutable with "
-        "a matching digest; replaced, edited or deleted, it is unusable "
-        "(`RecipeCatalogUnavailable`: new plans refused, verified Pods keep their verdict); "
-        "what binds it to the owner is 64 bits of digest in a name, not the owner's key",
-        (),
+        "checked",
+        "checked against the owner's setting: the name the owner configures carries the "
+        "catalog's whole sha256, and the ConfigMap must be immutable with that digest, so only "
+        "the owner's exact catalog loads; replaced, edited or deleted, it is unusable "
+        "(`RecipeCatalogUnavailable`: new plans refused, verified Pods keep their verdict)",
+        (DENY + "test_a_recipe_catalog_under_the_owners_name_is_exactly_the_owners",),
     ),
     row(
         "ConfigMap",

@@ -298,3 +298,55 @@ def test_cdi_annotations_are_refused_on_create_and_update(
         )
     )
     assert "cdi.k8s.io/extra" in message, message
+
+
+# -- the recipe catalogs --------------------------------------------------------------------
+
+
+def test_a_recipe_catalog_under_the_owners_name_is_exactly_the_owners(
+    control_plane: ControlPlane, stack: TenantStack, installer: Kube
+) -> None:
+    """The owner configures a catalog by a name carrying its whole sha256 (`tmi render-catalog`);
+    the tenant's namespace admin may write ConfigMaps of that name. Written by it through the
+    API server, another catalog under the owner's name, the owner's catalog edited, or one
+    under a name carrying only a 64-bit prefix of the digest is refused by the one loader the
+    owner's servers read it with; the owner's own ConfigMap loads."""
+    from inference_policy.recipes import RecipeCatalogError, load_catalog, render_catalog
+    from tests.unit.test_cli import RECIPES
+
+    namespace = stack.settings.namespace
+    owners = render_catalog(RECIPES, namespace, "gpu").configmap
+    name = owners["metadata"]["name"]
+    other: dict[str, Any] = copy.deepcopy(RECIPES)
+    other["recipes"][0]["match"] = {"max_model_len": 4096}
+    forged = render_catalog(other, namespace, "gpu").configmap
+    forged["metadata"]["name"] = name
+    short = copy.deepcopy(owners)
+    short["metadata"]["name"] = name[: -(64 - 16)]
+    edited = copy.deepcopy(owners)
+    edited["data"]["catalog.json"] = forged["data"]["catalog.json"]
+    for configmap, refusal in (
+        (forged, "does not carry its sha256"),
+        (short, "does not carry its sha256"),
+        (edited, "catalog.sha256 does not match"),
+    ):
+        installer.create(configmap)
+        try:
+            stored = control_plane.kube("admin").get(
+                "v1", "ConfigMap", name_of(configmap), namespace
+            )
+            with pytest.raises(RecipeCatalogError) as refused:
+                load_catalog(stored, "gpu")
+            assert refusal in str(refused.value), refused.value
+        finally:
+            installer.delete("v1", "ConfigMap", name_of(configmap), namespace)
+    installer.create(owners)
+    try:
+        stored = control_plane.kube("admin").get("v1", "ConfigMap", name, namespace)
+        assert load_catalog(stored, "gpu").recipes[0].id == "qwen-8k"
+    finally:
+        installer.delete("v1", "ConfigMap", name, namespace)
+
+
+def name_of(obj: dict[str, Any]) -> str:
+    return str(obj["metadata"]["name"])

@@ -373,7 +373,7 @@ def test_render_catalog(tmp_path: Path, capsys: Any) -> None:
     code, configmap, _ = render(capsys, path, "gpu")
     assert code == 0
     digest = configmap["data"]["catalog.sha256"]
-    assert configmap["metadata"]["name"] == f"kamiwaza-inference-gpu-recipes-{digest[:16]}"
+    assert configmap["metadata"]["name"] == f"kamiwaza-inference-gpu-recipes-{digest}"
     assert configmap["immutable"] is True
     assert configmap["metadata"]["annotations"]["kamiwaza.ai/catalog-sha256"] == digest
     assert load_catalog(configmap, "gpu").recipes[0].id == "qwen-8k"

@@ -16,9 +16,10 @@ scheduler binds a Pod after the filter answers, and the next Pod's filter may co
 without them two Pods could each pass a limit only one of them fits. A Pod held so counts once,
 however often it is filtered again, and its hold goes when it is seen bound or the time passes.
 
-Until both the quota and the Pods of a tenant have been read once, its engine Pods are
-`Unconfirmed` (the filter's `Error`, retried); a quota object that cannot be read, or a read the
-API server refuses, places none of them (fail closed, the reason in their events).
+Until both the quota and the Pods of a tenant have been read once, and while the API server
+refuses the extender either read (its Role), the tenant's engine Pods are `Unconfirmed` (the
+filter's `Error`: the scheduler retries them after its backoff); a quota object that cannot be
+read places none of them (fail closed, the reason in their events).
 """
 
 from __future__ import annotations
@@ -86,10 +87,14 @@ class QuotaBoard:
             return
         if not tenant.ready:
             raise Unconfirmed(f"the quota of namespace {namespace} has not been read yet")
-        if tenant.unreadable is not None:
+        if tenant.refused_why is not None:
+            # The owner's own Role: retried, as an RBAC change that has not reached the
+            # authorizer yet heals by itself.
+            raise Unconfirmed(f"namespace {namespace}: {tenant.refused_why}")
+        if tenant.quota_why is not None:
             raise Unplaceable(
                 f"namespace {namespace}: the owner's quota cannot be judged: "
-                f"{tenant.unreadable}; no engine Pod is placed there until it can",
+                f"{tenant.quota_why}; no engine Pod is placed there until it can",
                 NodeVerdictCode.QUOTA,
             )
         if tenant.quota is None:

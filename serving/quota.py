@@ -69,10 +69,12 @@ class TenantQuota:
     def __init__(self, namespace: str) -> None:
         self.namespace = namespace
         self.quota: Quota | None = None
-        # Why the quota, or what the Pods hold, is not known: a read refused, or the quota
-        # object unreadable.
+        # Why the quota object cannot be read (it is malformed), and why a read of it or of the
+        # Pods was refused (the server's Role); None when neither.
         self.quota_why: str | None = None
-        self.pods_why: str | None = None
+        self.refused_why: str | None = None
+        self._quota_refused: str | None = None
+        self._pods_refused: str | None = None
         self.usage = TenantUsage()
         self.quota_read = False
         self.pods_read = False
@@ -80,7 +82,10 @@ class TenantQuota:
     @property
     def unreadable(self) -> str | None:
         """Why the namespace's quota cannot be judged now, or None."""
-        return self.quota_why or self.pods_why
+        return self.quota_why or self.refused_why
+
+    def _refused(self) -> None:
+        self.refused_why = self._quota_refused or self._pods_refused
 
     @property
     def ready(self) -> bool:
@@ -90,8 +95,10 @@ class TenantQuota:
     def quota_changed(self, obj: Mapping[str, Any] | None, why: str | None = None) -> None:
         """The ResourceQuota as a list or watch found it (None: absent, or `why` not read)."""
         self.quota_read = True
+        self._quota_refused = None if why is None else f"ResourceQuota {QUOTA_NAME} {why}"
+        self._refused()
         if why is not None:
-            self.quota, self.quota_why = None, f"ResourceQuota {QUOTA_NAME} {why}"
+            self.quota, self.quota_why = None, None
             return
         if obj is None:
             self.quota, self.quota_why = None, None
@@ -103,7 +110,13 @@ class TenantQuota:
 
     def pods_listed(self, pods: Mapping[str, JSON]) -> None:
         self.usage.replace((name, _usage_of(kept)) for name, kept in pods.items())
-        self.pods_read, self.pods_why = True, None
+        self.pods_read, self._pods_refused = True, None
+        self._refused()
+
+    def pods_refused(self, why: str) -> None:
+        """The list of the Pods was refused: what they hold is not known (never nothing)."""
+        self.pods_read, self._pods_refused = True, f"the Pods of namespace {self.namespace} {why}"
+        self._refused()
 
     def pod_changed(self, name: str, kept: JSON | None) -> None:
         self.usage.put(name, None if kept is None else _usage_of(kept))
@@ -165,8 +178,7 @@ def quota_informers(state: TenantQuota, new: NewInformer, pods: Collection) -> l
         # No Pods to count is no usage known: kept as refused, never as nothing held.
         why = not_permitted(exc)
         if why is not None:
-            state.pods_why = f"the Pods of namespace {state.namespace} {why}"
-            state.pods_read = True
+            state.pods_refused(why)
 
     pod_informer = new(pods, pod_changed, pods_listed, pods_failed)
     pod_informer.transform = usage_part

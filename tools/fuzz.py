@@ -30,6 +30,7 @@ TARGETS = [
     ("profile-configmaps", "tests/fuzz/test_fuzz_policy_inputs.py::test_fuzz_profile_configmaps"),
     ("extender-args", "tests/fuzz/test_fuzz_extender.py::test_fuzz_extender_args"),
     ("server-settings", "tests/fuzz/test_fuzz_policy_inputs.py::test_fuzz_server_settings"),
+    ("status-patches", "tests/fuzz/test_fuzz_status.py::test_fuzz_status_patches"),
 ]
 
 

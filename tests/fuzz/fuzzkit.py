@@ -57,10 +57,16 @@ class Stats:
     forged_grants: int = 0
     seconds: float = 0.0
     outcomes: dict[str, int] = field(default_factory=dict)
+    # How many inputs carried each surface a target tries (an input may carry several).
+    surfaces: dict[str, int] = field(default_factory=dict)
 
     def saw(self, outcome: str) -> None:
         self.inputs += 1
         self.outcomes[outcome] = self.outcomes.get(outcome, 0) + 1
+
+    def tried(self, *surfaces: str) -> None:
+        for surface in surfaces:
+            self.surfaces[surface] = self.surfaces.get(surface, 0) + 1
 
 
 @contextlib.contextmanager

@@ -14,9 +14,22 @@ Oracles, for every input:
   (`access.reaches` is empty); an allowed UPDATE adds or raises no reach and keeps the plan;
 * the same review with another uid gets the same answer (the webhook remembers answers).
 
-A forgery is a Pod that reaches for an accelerator outside a plan (or an UPDATE that adds or
-raises a reach, or touches the plan); each one tried is counted, and a forged grant (an allowed
-forgery) fails the target at once.
+Device variables of every vendor, envFrom prefixes and CDI annotation keys, in, on the edge of
+and away from the namespaces the access rule refuses, go on a third of the Pods and into
+UPDATEs (`tests.fuzz.devicekit`), and are judged by the rule restated from its text in the test,
+which shares no code with the predicate:
+
+* wherever `access.reaches` finds no device variable, envFrom source or CDI key on a reviewed
+  Pod (old or new), the restatement finds none either;
+* no allowed Pod, as stored (patch applied), carries one the restatement refuses, and no allowed
+  UPDATE adds one (the Pod's own predicate is not asked).
+
+A forgery is a Pod that reaches for an accelerator outside a plan, or carries a device variable,
+envFrom source or CDI key the restated rule refuses (or an UPDATE that adds or raises a reach,
+or touches the plan); each one tried is counted, and a forged grant (an allowed forgery) fails
+the target at once. The CEL the API server runs is not evaluated here (no CEL evaluator is
+installed); `tests/e2e/test_generated_admission.py` sends a sample of the same device Pods
+through the owner's guard policy.
 """
 
 from __future__ import annotations
@@ -42,6 +55,17 @@ from inference_policy.wire import (
     REQUEST_ANNOTATION,
 )
 from tests.fuzz import corpus
+from tests.fuzz.devicekit import (
+    add_device_surfaces,
+    add_one_device_surface,
+    cdi_keys,
+    device_env,
+    device_findings,
+    env_from,
+    missed_by,
+    new_device_findings,
+    surfaces,
+)
 from tests.fuzz.fuzzkit import (
     AppDriver,
     Failure,
@@ -166,6 +190,13 @@ def pods(draw: st.DrawFn) -> dict[str, Any]:
         )
     )
     spec.update(optional)
+    # Device variables of every vendor, envFrom prefixes and CDI keys, in and near the refused
+    # namespaces, on any Pod (the clean engine Pods too, which would otherwise be planned).
+    if chance(draw, 35):
+        if draw(st.booleans()):
+            add_one_device_surface(draw, spec, annotations)
+        else:
+            add_device_surfaces(draw, spec, annotations)
     return {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -200,17 +231,37 @@ def planned_pods() -> list[dict[str, Any]]:
 PLANNED = planned_pods()
 
 
+UPDATE_CHANGES = [
+    *("env", "resources", "plan", "image", "runtime", "extra"),
+    *("device-env", "env-from", "cdi", "ephemeral"),
+]
+
+
 @st.composite
 def updates(draw: st.DrawFn) -> tuple[dict[str, Any], dict[str, Any]]:
     old = draw(st.sampled_from(PLANNED) | pods())
     new = json.loads(json.dumps(old))
     spec = new["spec"]
     target = spec["containers"][0]
-    for change in draw(
-        st.lists(st.sampled_from(["env", "resources", "plan", "image", "runtime", "extra"]))
-    ):
+    for change in draw(st.lists(st.sampled_from(UPDATE_CHANGES))):
         if change == "env":
             target.setdefault("env", []).append(draw(env_entries))
+        elif change == "device-env":
+            target.setdefault("env", []).append(draw(device_env()))
+        elif change == "env-from":
+            target.setdefault("envFrom", []).append(draw(env_from()))
+        elif change == "cdi":
+            annotations = new["metadata"].setdefault("annotations", {})
+            annotations[draw(cdi_keys)] = draw(st.sampled_from(["nvidia.com/gpu=all", "x"]))
+        elif change == "ephemeral":
+            # The one kind of container an UPDATE can add (the ephemeralcontainers resource).
+            debug: dict[str, Any] = {"name": f"debug-{len(spec.get('ephemeralContainers', []))}"}
+            debug["image"] = "busybox"
+            if draw(st.booleans()):
+                debug["env"] = draw(st.lists(device_env(), min_size=1, max_size=2))
+            else:
+                debug["envFrom"] = [draw(env_from())]
+            spec.setdefault("ephemeralContainers", []).append(debug)
         elif change == "resources":
             target["resources"] = draw(resources)
         elif change == "plan":
@@ -325,7 +376,10 @@ def _forgery(request: Mapping[str, Any]) -> bool:
     if request.get("operation") == "UPDATE" and isinstance(old, Mapping):
         before = _mapping(_mapping(old.get("metadata")).get("annotations")).get(PLAN_ANNOTATION)
         after = _mapping(_mapping(pod.get("metadata")).get("annotations")).get(PLAN_ANNOTATION)
-        return bool(new_reaches(pod, old)) or before != after
+        added = new_reaches(pod, old) or new_device_findings(pod, old)
+        return bool(added) or before != after
+    if device_findings(pod):
+        return True
     if not _is_engine(pod):
         return bool(reaches(pod))
     engine = engine_container_name(pod)
@@ -354,6 +408,9 @@ def check(driver: AppDriver, body: bytes, stats: Stats) -> None:
         raise Failure(f"allowed is not a boolean: {response}")
     served = request.get("namespace") == NAMESPACE
     pod_review = _is_pod_review(request)
+    for obj in (request.get("object"), request.get("oldObject")):
+        _agrees(obj)
+    stats.tried(*sorted(surfaces(request.get("object"))))
     operation = request.get("operation")
     forgery = pod_review and served and operation in ("CREATE", "UPDATE") and _forgery(request)
     stats.forgeries_tried += forgery
@@ -386,6 +443,18 @@ def check(driver: AppDriver, body: bytes, stats: Stats) -> None:
         stats.saw("forgery-neutralised")
 
 
+def _agrees(pod: Any) -> None:
+    """Where the predicate finds no device variable, envFrom source or CDI key on `pod`, the
+    rule restated from its text (`tests.fuzz.devicekit`) finds none either."""
+    if not isinstance(pod, Mapping):
+        return
+    findings = device_findings(pod)
+    fields = [r.field for r in reaches(pod) if r.kind in ("env", "annotation")]
+    missed = missed_by(fields, findings)
+    if missed:
+        raise Failure(f"the access predicate misses {missed} on {json.dumps(pod)[:2000]}")
+
+
 def _patch(response: Mapping[str, Any]) -> list[dict[str, Any]]:
     if "patch" not in response:
         return []
@@ -402,12 +471,18 @@ def _forged_grant(request: Mapping[str, Any], pod: Any, final: Any) -> str | Non
     holds none)."""
     if request.get("operation") == "UPDATE":
         old = request["oldObject"]
+        devices = new_device_findings(final, old)
+        if devices:
+            return f"an UPDATE added device variables or CDI annotations {devices}"
         added = new_reaches(final, old)
         if added:
             return f"an UPDATE added {added}"
         before = _mapping(_mapping(old.get("metadata")).get("annotations")).get(PLAN_ANNOTATION)
         after = _mapping(_mapping(final.get("metadata")).get("annotations")).get(PLAN_ANNOTATION)
         return None if before == after else "an UPDATE changed the plan annotation"
+    devices = device_findings(final)
+    if devices:
+        return f"the stored Pod holds device variables or CDI annotations {devices}"
     if not _is_engine(pod):
         found = reaches(final)
         return f"a Pod without a plan reaches {found}" if found else None

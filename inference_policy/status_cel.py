@@ -53,20 +53,25 @@ STATUS_FIELDS = (
     "resources",
     "nodeAllocatableResourceClaimStatuses",
 )
-# The condition-type domains that belong to the owner: conditions there are the owner's verdicts.
-OWNER_DOMAINS = (ALLOCATION_VERIFIED.split("/", 1)[0] + "/", "tmi.kamiwaza.ai/")
+# The condition-type domain that belongs to the owner, with every subdomain of it (`tmi.`, any
+# the owner adds later): conditions there are the owner's verdicts.
+OWNER_DOMAIN = ALLOCATION_VERIFIED.split("/", 1)[0]
+OWNER_DOMAINS = (OWNER_DOMAIN,)
 STATUS_REFUSAL = "tenant-mode inference: only the cluster's own components may change "
 
 
 def tenant_condition_type(kind: str) -> bool:
     """A condition type anyone with `pods/status` may write: qualified by a domain that is not
     the owner's. The Python twin of the CEL below, for the tests and the fuzzer's oracle."""
-    return "/" in kind and not kind.startswith(OWNER_DOMAINS)
+    domain, slash, _ = kind.partition("/")
+    owned = domain == OWNER_DOMAIN or domain.endswith("." + OWNER_DOMAIN)
+    return bool(slash) and not owned
 
 
 def _tenant_type(var: str) -> str:
-    owner = " || ".join(f"{var}.startsWith({cel_string(d)})" for d in OWNER_DOMAINS)
-    return f"({var}.contains('/') && !({owner}))"
+    # RE2: the domain before the first '/', the owner's or a subdomain of it.
+    owner = "^([^/]*\\.)?" + OWNER_DOMAIN.replace(".", "\\.") + "/"
+    return f"({var}.contains('/') && !{var}.matches({cel_string(owner)}))"
 
 
 def _field_changed(field: str) -> str:
@@ -135,6 +140,7 @@ def status_parts() -> dict[str, Any]:
 
 
 __all__ = [
+    "OWNER_DOMAIN",
     "OWNER_DOMAINS",
     "STATUS_FIELDS",
     "STATUS_REFUSAL",

@@ -12,7 +12,7 @@ installed here, so the fuzz target holds what it generates to the policy's own l
 The rule, as the policy's docstring and `docs/threat-model.md` state it: an identity that is
 not the cluster's own (a kubelet, the schedulers, kube-controller-manager, the owner's listed
 writers) may change only Pod conditions whose type is qualified by a domain (it has a `/`)
-that is not the owner's (`kamiwaza.ai`, `tmi.kamiwaza.ai`). Every other field of the status,
+that is not the owner's (`kamiwaza.ai` or a subdomain of it). Every other field of the status,
 and every condition of the system (unqualified) or the owner, stays exactly as it was.
 """
 
@@ -29,7 +29,7 @@ from hypothesis import strategies as st
 from inference_policy.status_cel import STATUS_FIELDS
 
 # Written from the rule's text: the owner's condition-type domains.
-OWNER_DOMAINS = ("kamiwaza.ai", "tmi.kamiwaza.ai")
+OWNER_DOMAIN = "kamiwaza.ai"
 SYSTEM_TYPES = (
     "PodScheduled",
     "Ready",
@@ -45,14 +45,17 @@ OWNER_TYPES = (
     "kamiwaza.ai/Anything",
     "tmi.kamiwaza.ai/Anything",
     "kamiwaza.ai/a/b",
+    # Subdomains of the owner's are the owner's, whatever it adds later.
+    "sub.kamiwaza.ai/Ready",
+    "a.b.kamiwaza.ai/Ready",
 )
 TENANT_TYPES = (
     "example.com/Ready",
     "example.com/Warm",
     "tenant.example/Loaded",
     # On the owner's edge, but another domain: the tenant's to write by the rule.
-    "sub.kamiwaza.ai/Ready",
     "kamiwaza.ai.example.com/Ready",
+    "xkamiwaza.ai/Ready",
     "kamiwaza.aix/Ready",
     "example.com/kamiwaza.ai",
 )
@@ -107,7 +110,8 @@ def tenant_type(kind: Any) -> bool:
     if not isinstance(kind, str):
         return False
     domain, slash, _ = kind.partition("/")
-    return bool(slash) and domain not in OWNER_DOMAINS
+    owned = domain == OWNER_DOMAIN or domain.endswith("." + OWNER_DOMAIN)
+    return bool(slash) and not owned
 
 
 def _absent(value: Any) -> bool:

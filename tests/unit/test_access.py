@@ -298,6 +298,9 @@ def test_the_engine_container_annotation_is_frozen_with_the_plan() -> None:
         ("DisruptionTarget", False),
         ("kamiwaza.ai/AllocationVerified", False),
         ("tmi.kamiwaza.ai/Anything", False),
+        ("sub.kamiwaza.ai/Ready", False),
+        ("xkamiwaza.ai/Ready", True),
+        ("kamiwaza.ai.example.com/Ready", True),
     ],
 )
 def test_only_conditions_of_another_domain_are_the_tenants(kind: str, tenants: bool) -> None:

@@ -17,11 +17,13 @@ from typing import Any
 
 import pytest
 
-from localcluster import ApiError, ControlPlane, FakeNode, Kube, create_fake_nodes
+from localcluster import ApiError, ControlPlane, FakeNode, Kube, create_fake_nodes, wait_until
+from localcluster.install import render_owner
 from localcluster.nodes import delete_fake_nodes
 from localcluster.stack import CONDITION, TenantStack, condition, engine_pod
 from localcluster.stack_settings import StackSettings
 from localcluster.tenants import FurtherTenant, add_tenant
+from localcluster.webhook import CONFIGURATION_NAME
 from tests.e2e.stackkit import LARGE, tenant_stack, whole_h100_envelope
 from tests.profilekit import CLUSTER, Owner
 
@@ -197,3 +199,129 @@ def test_no_tenant_steers_the_scheduler_against_the_other(
         assert (condition(after, CONDITION) or {}).get("status") == "True"
     finally:
         kube.delete("v1", "Pod", victim, second_ns, grace_period_seconds=0)
+
+
+# -- the owner's quota per tenant -----------------------------------------------------------------
+
+QUOTA = "tmi-quota"
+
+
+def _as_submitted(stored: dict[str, Any], name: str) -> dict[str, Any]:
+    """A Pod the API server returned, as a client would send it again under `name`."""
+    pod = copy.deepcopy(stored)
+    for key in ("uid", "resourceVersion", "creationTimestamp", "managedFields", "generation"):
+        pod["metadata"].pop(key, None)
+    pod["metadata"]["name"] = name
+    pod["spec"].pop("nodeName", None)
+    pod.pop("status", None)
+    return pod
+
+
+def test_a_tenant_at_its_quota_is_refused_at_create_and_the_other_is_not(
+    control_plane: ControlPlane, shared: tuple[TenantStack, FurtherTenant, str]
+) -> None:
+    """The owner gives the first tenant a quota of one GPU (owner.quota). Acting as its namespace
+    admin, its first engine Pod is placed and verified; the second is refused at create by its
+    webhook, with the code, the quota and what is held; the other tenant, which has no quota,
+    places its own on the shared node's other GPU. With the tenant's webhook out of the way, a
+    copy of the planned Pod is refused by the API server's own quota, and, once the devices
+    allow it, admitted and placed nowhere by the owner's extender, which counts engine Pods."""
+    stack, second, node = shared
+    assert stack.owner is not None
+    kube = control_plane.kube("admin")
+    installer = control_plane.kube("tmi-installer")
+    first_ns, second_ns = stack.settings.namespace, second.settings.namespace
+    values = stack.values()
+    values["owner"]["quota"] = {"devices": {"nvidia.com/gpu": 1}}
+    quota = render_owner(values, stack.settings.scheduler_namespace).get("ResourceQuota", QUOTA)
+    kube.apply(quota)
+    names: dict[str, list[str]] = {first_ns: [], second_ns: []}
+    configuration = stack.owner.get("MutatingWebhookConfiguration", CONFIGURATION_NAME)
+    try:
+        # The API server refuses Pods asking for what a quota counts until it has counted once.
+        kube.wait_for(
+            "v1",
+            "ResourceQuota",
+            QUOTA,
+            first_ns,
+            lambda q: "requests.nvidia.com/gpu" in ((q.get("status") or {}).get("hard") or {}),
+            timeout=30,
+            what="the quota controller to count tmi-quota",
+        )
+        held = f"a-{uuid.uuid4().hex[:6]}"
+        names[first_ns].append(held)
+        installer.create(engine_pod(first_ns, LARGE, name=held))
+        placed = _verified(kube, first_ns, held)
+        assert placed["spec"]["nodeName"] == node
+
+        refused = f"a-{uuid.uuid4().hex[:6]}"
+        message = _refusal(lambda: installer.create(engine_pod(first_ns, LARGE, name=refused)))
+        assert "tenant-mode inference (quota-exceeded): " in message, message
+        assert (
+            f"namespace {first_ns} would pass the owner's quota {QUOTA} "
+            "(nvidia.com/gpu devices: limit 1, held now 1, this Pod asks 1)"
+        ) in message, message
+
+        other = f"b-{uuid.uuid4().hex[:6]}"
+        names[second_ns].append(other)
+        installer.create(engine_pod(second_ns, LARGE, name=other))
+        assert _verified(kube, second_ns, other)["spec"]["nodeName"] == node
+
+        # The tenant's webhook is the tenant's software: without it, the planned Pod copied
+        # under a new name passes the guard, and Kubernetes' own quota refuses it.
+        bypass = _as_submitted(placed, f"a-{uuid.uuid4().hex[:6]}")
+        kube.delete(
+            "admissionregistration.k8s.io/v1", "MutatingWebhookConfiguration", CONFIGURATION_NAME
+        )
+
+        def native_refusal() -> str | None:
+            try:
+                installer.create(bypass, dry_run=True)
+            except ApiError as exc:
+                text = str(exc.message)
+                return text if f"exceeded quota: {QUOTA}" in text else None
+            raise AssertionError("a Pod past the quota was admitted")
+
+        wait_until(native_refusal, timeout=30, what="the webhook to be out of the way")
+        message = _refusal(lambda: installer.create(bypass))
+        assert f"exceeded quota: {QUOTA}, requested: requests.nvidia.com/gpu=1" in message
+
+        # What no native quota counts (engine Pods, here) the owner's extender holds: the copy,
+        # admitted now the devices allow it, is placed nowhere, with the reason, though the
+        # node has a GPU free once the other tenant's Pod is gone.
+        kube.delete("v1", "Pod", other, second_ns, grace_period_seconds=0)
+        values["owner"]["quota"] = {"devices": {"nvidia.com/gpu": 2}, "enginePods": 1}
+        owner = render_owner(values, stack.settings.scheduler_namespace)
+        kube.apply(owner.get("ResourceQuota", QUOTA))
+        kube.wait_for(
+            "v1",
+            "ResourceQuota",
+            QUOTA,
+            first_ns,
+            lambda q: (
+                ((q.get("status") or {}).get("hard") or {}).get("requests.nvidia.com/gpu") == "2"
+            ),
+            timeout=30,
+            what="the quota controller to count the raised quota",
+        )
+        names[first_ns].append(bypass["metadata"]["name"])
+        installer.create(bypass)
+        pending = kube.wait_for(
+            "v1",
+            "Pod",
+            bypass["metadata"]["name"],
+            first_ns,
+            lambda p: (
+                "enginePods: limit 1, held now 1, this Pod asks 1"
+                in str((condition(p, "PodScheduled") or {}).get("message"))
+            ),
+            timeout=60,
+            what="the scheduler to report the extender's quota verdict",
+        )
+        assert not pending["spec"].get("nodeName")
+    finally:
+        kube.apply(configuration)
+        for namespace, pods in names.items():
+            for name in pods:
+                kube.delete("v1", "Pod", name, namespace, grace_period_seconds=0)
+        kube.delete("v1", "ResourceQuota", QUOTA, first_ns)

@@ -8,8 +8,10 @@ fleet (`kubectl get nodes -o json`, a list of Nodes, or the cluster's Nodes read
 server: GFD labels and allocatable are what count). The replay is `inference_policy.capacity`'s:
 the servers' own planning and placement, in order, tenants kept apart on accounted shares as the
 extender keeps them: a Pod's tenant is its namespace, a `{"name", "request"}` item's its
-`tenant` (by default the profile's namespace). Prints a table, or with `-o json` the report, with
-which tenant holds each physical GPU.
+`tenant` (by default the profile's namespace). Given each tenant's quota (`--quota`, or the
+profile namespace's read from the API), each tenant's quota admits first, as its webhook would at
+create (`inference_policy.quota_replay`), and each tenant's headroom is shown. Prints a table, or
+with `-o json` the report, with which tenant holds each physical GPU.
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ from typing import Any
 import orjson
 
 from inference_policy.capacity import Deployment, Report, replay
+from inference_policy.quota import QUOTA_NAME, Quota, QuotaError, parse_quota
+from inference_policy.quota_replay import QuotaPass, TenantHeadroom, within_quotas
 from inference_policy.wire import ENGINE_LABEL, REQUEST_ANNOTATION
 from policy_io.files import read_json
 from tmi_cli.kubeconfig import kubeconfig_for
@@ -63,6 +67,76 @@ def list_from_api(kubeconfig: str | None, what: str, namespace: str | None = Non
     finally:
         client.close()
     return orjson.loads(response.data)
+
+
+def quota_from_api(kubeconfig: str | None, namespace: str) -> Any:
+    """The namespace's ResourceQuota tmi-quota, read through the API server (a tenant may read
+    its own), or None when there is none."""
+    import kubernetes.client  # noqa: PLC0415 - only this path needs the client
+
+    from serving.kube import ClientConfigError, load_configuration  # noqa: PLC0415
+
+    try:
+        configuration = load_configuration(kubeconfig_for(kubeconfig))
+    except ClientConfigError as exc:
+        raise CommandError(str(exc)) from None
+    kube: Any = kubernetes.client
+    client = kube.ApiClient(configuration)
+    try:
+        response = kube.CoreV1Api(client).read_namespaced_resource_quota(
+            QUOTA_NAME, namespace, _preload_content=False
+        )
+    except kube.ApiException as exc:
+        if exc.status == 404:
+            return None
+        what = f"ResourceQuota {QUOTA_NAME} in namespace {namespace}"
+        raise CommandError(f"cannot read {what}: HTTP {exc.status} {exc.reason}") from None
+    except OSError as exc:
+        raise CommandError(f"cannot read ResourceQuota {QUOTA_NAME}: {exc}") from None
+    finally:
+        client.close()
+    return orjson.loads(response.data)
+
+
+def _quotas(args: argparse.Namespace) -> dict[str, Quota]:
+    """Each tenant's quota by namespace: the tmi-quota objects of --quota (one, a list, or
+    `kubectl get resourcequota -A -o json`), or the profile namespace's read from the API."""
+    if args.quota_from_api:
+        found = quota_from_api(args.kubeconfig, args.namespace)
+        if found is None:
+            sys.stderr.write(f"note: namespace {args.namespace} has no {QUOTA_NAME}: no quota\n")
+        documents = [] if found is None else [found]
+        where = f"the API's ResourceQuota {QUOTA_NAME}"
+    elif args.quota:
+        document = read_json(args.quota, "quota")
+        documents = [document] if isinstance(document, dict) and "spec" in document else []
+        documents = documents or _items(document, "quota", args.quota)
+        where = args.quota
+    else:
+        return {}
+    quotas: dict[str, Quota] = {}
+    for item in documents:
+        meta = (item.get("metadata") or {}) if isinstance(item, dict) else {}
+        if not isinstance(item, dict) or item.get("kind", "ResourceQuota") != "ResourceQuota":
+            continue
+        if meta.get("name") != QUOTA_NAME:
+            continue  # not the owner's quota object (tmi-no-cross-namespace-affinity, ...)
+        try:
+            quotas[str(meta.get("namespace") or args.namespace)] = parse_quota(item)
+        except QuotaError as exc:
+            raise CommandError(f"quota {where}: {exc}", EXIT_USAGE) from None
+    return quotas
+
+
+def render_headroom(headroom: list[TenantHeadroom]) -> str:
+    """Each tenant's quota after the replay, as a table."""
+    rows: list[tuple[str, ...]] = [("NAMESPACE", "QUOTA", "LIMIT", "HELD", "LEFT")]
+    for tenant in headroom:
+        for item in tenant.items:
+            rows.append(
+                (tenant.namespace, item.item, str(item.limit), str(item.held), str(item.left))
+            )
+    return "quota headroom\n" + (_table(rows) if len(rows) > 1 else "(no limit set)")
 
 
 def _items(document: Any, what: str, path: str) -> list[Any]:
@@ -178,11 +252,21 @@ def cmd_capacity(args: argparse.Namespace) -> int:
     else:
         nodes = _nodes(list_from_api(args.kubeconfig, "Nodes"), "the API's Nodes")
     state = policy_state(args, now)
-    report = replay(deployments, nodes, state.context(now))
+    ctx = state.context(now)
+    quotas = _quotas(args)
+    # Each tenant's quota admits first, as its webhook would at create (inference_policy.quota).
+    passed = within_quotas(deployments, ctx, quotas) if quotas else QuotaPass(list(deployments))
+    report = replay(passed.admitted, nodes, ctx)
+    report.refused.extend(passed.refused)
     if args.output == "json":
-        sys.stdout.buffer.write(orjson.dumps(report.to_json(), option=orjson.OPT_INDENT_2) + b"\n")
+        body = report.to_json()
+        if args.quota or args.quota_from_api:
+            body["quotas"] = [tenant.to_json() for tenant in passed.headroom]
+        sys.stdout.buffer.write(orjson.dumps(body, option=orjson.OPT_INDENT_2) + b"\n")
     else:
-        sys.stdout.write(render(report) + "\n")
+        asked = args.quota or args.quota_from_api
+        extra = "\n\n" + render_headroom(passed.headroom) if asked else ""
+        sys.stdout.write(render(report) + extra + "\n")
     sys.stdout.flush()
     return EXIT_OK
 
@@ -211,6 +295,20 @@ def add_capacity_parser(sub: Any) -> None:
         "--fleet-from-api",
         action="store_true",
         help="the cluster's Nodes, read through the API server (the owner may; a tenant may not)",
+    )
+    quota = p.add_mutually_exclusive_group()
+    quota.add_argument(
+        "--quota",
+        metavar="FILE",
+        help=f"each tenant's quota: ResourceQuota {QUOTA_NAME} objects (kubectl get "
+        "resourcequota -A -o json); deployments past it are refused as the webhook refuses "
+        "them, and each tenant's headroom is shown",
+    )
+    quota.add_argument(
+        "--quota-from-api",
+        action="store_true",
+        help=f"the quota of --namespace: its ResourceQuota {QUOTA_NAME}, read through the API "
+        "server (the tenant may)",
     )
     p.add_argument(
         "--kubeconfig",

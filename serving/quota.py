@@ -49,13 +49,19 @@ def usage_part(pod: JSON) -> JSON:
     kept: JSON = {"apiVersion": pod.get("apiVersion", "v1"), "kind": pod.get("kind", "Pod")}
     if isinstance(meta, dict):
         kept["metadata"] = {key: meta[key] for key in _KEPT_METADATA if key in meta}
-    kept[USAGE_KEY] = pod_usage(pod).to_json()
+    # Only what it holds: most Pods of a namespace hold nothing, and each kept dict costs.
+    usage = {key: value for key, value in pod_usage(pod).to_json().items() if value}
+    if usage:
+        kept[USAGE_KEY] = usage
     return kept
 
 
 def _usage_of(kept: JSON) -> Usage:
     found = kept.get(USAGE_KEY)
-    return usage_from_json(found) if isinstance(found, Mapping) else pod_usage(kept)
+    if isinstance(found, Mapping):
+        return usage_from_json(found)
+    # Kept without usage (it holds nothing), or a whole Pod handed in directly.
+    return pod_usage(kept)
 
 
 def _name(obj: JSON) -> str:

@@ -280,6 +280,7 @@ async def test_the_source_reads_the_quota_and_every_bound_pod_of_each_tenant(
         assert pods.collection.field_selector == HOLDING_PODS_FIELD_SELECTOR
         kept = pods.store.get(unlabelled["metadata"]["name"])
         assert kept is not None and set(kept) == {"apiVersion", "kind", "metadata", "usage"}
+        assert set(kept["usage"]) == {"devices", "bindings", "enginePods"}
         cluster.put("pods", bound(planned_pod(plans["whole"]), "h100-8b"))
         await until(lambda: tenant.usage.total().engine_pods == 2)
         quota["metadata"]["annotations"][QUOTA_ANNOTATION] = json.dumps({"enginePods": 1})

@@ -22,8 +22,9 @@ What wakes a Pod up:
   catalog, for every Pod;
 * its own timer: the scheduling deadline, or its revision's expiry;
 * a failed reconcile, after a per-Pod exponential backoff;
-* leaving the watch (deleted, or its engine label removed, terminating or not): one fresh read, and a
-  verified Pod that is no longer an engine Pod is marked False, since it is no longer re-checked.
+* leaving the watch (deleted, or its engine label removed, terminating or not): one fresh read,
+  and a verified Pod that is no longer an engine Pod is marked False, since it is no longer
+  re-checked.
 
 The engine Pods of the owner release's other tenant namespaces are followed too
 (`allocation_controller.neighbours`): a Pod of this tenant whose accounted share meets one of
@@ -46,6 +47,8 @@ from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any
 
+import orjson
+
 from allocation_controller.capped import CapEvents
 from allocation_controller.config import ControllerSettings
 from allocation_controller.leader import LeaderElector
@@ -63,6 +66,7 @@ from allocation_controller.revisions import PolicyView
 from allocation_controller.rights import RightsMonitor, reporter_for
 from allocation_controller.workqueue import ShutDown, WorkQueue
 from inference_policy.grant import node_name, plan_revision
+from inference_policy.kept_pod import kept_pod
 from inference_policy.signing import VerifiedProfile
 from inference_policy.wire import ENGINE_LABEL, PLAN_ANNOTATION
 from policy_io.feed import FeedChange
@@ -74,6 +78,10 @@ log = logging.getLogger(__name__)
 # Queue keys are Pod names; a Pod that left the watch is queued under this prefix, which no Pod
 # name can carry (names are DNS subdomains).
 DEPARTED = "departed/"
+
+
+def _kept(pod: JSON) -> JSON:
+    return kept_pod(pod, len(orjson.dumps(pod)))
 
 
 class CachedPods:
@@ -129,6 +137,9 @@ class Controller:
             api,
             Collection("pods", "Pod", namespace, label_selector=ENGINE_LABEL),
             self._on_pod,
+            # The tenant decides how large its engine-labelled Pods are: one past the cap is
+            # kept as a skeleton, and its verdict says so (`inference_policy.kept_pod`).
+            transform=_kept,
             watch_timeout=watch,
             on_listed=self._pods_listed,
             on_error=self._pods_failed,

@@ -17,6 +17,8 @@ VERIFIED_REVISION_UNAVAILABLE = "VerifiedRevisionUnavailable"
 # True with its own reason for one verified before the other share came (or before the rule).
 VERIFIED_SHARED_WITH_ANOTHER_TENANT = "VerifiedSharedWithAnotherTenant"
 PLAN_MISSING = "PlanMissing"
+# Larger than the controller keeps of a Pod (`kept_pod`), so it was not checked.
+POD_TOO_LARGE = "PodTooLarge"
 IMAGE_MISMATCH = "ImageMismatch"
 RESOURCES_MISMATCH = "ResourcesMismatch"
 UNPLANNED_DEVICE_ACCESS = "UnplannedDeviceAccess"
@@ -41,6 +43,7 @@ REASONS = (
     VERIFIED_REVISION_UNAVAILABLE,
     VERIFIED_SHARED_WITH_ANOTHER_TENANT,
     PLAN_MISSING,
+    POD_TOO_LARGE,
     IMAGE_MISMATCH,
     RESOURCES_MISMATCH,
     UNPLANNED_DEVICE_ACCESS,

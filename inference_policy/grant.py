@@ -45,6 +45,7 @@ from inference_policy.allocation_reasons import (
     NODE_SELECTOR_MISMATCH,
     PLAN_MISMATCH,
     PLAN_MISSING,
+    POD_TOO_LARGE,
     PROFILE_EXPIRED,
     PROFILE_REFUSED,
     PROFILE_REVISION_UNKNOWN,
@@ -60,6 +61,7 @@ from inference_policy.allocation_reasons import (
 )
 from inference_policy.device_gate import device_gate
 from inference_policy.grant_findings import pod_findings
+from inference_policy.kept_pod import MAX_KEPT_POD_BYTES, too_large
 from inference_policy.plan import Plan
 from inference_policy.planner import PlanContext, decide
 from inference_policy.profile import ARCH_KEY, format_timestamp
@@ -379,6 +381,17 @@ def evaluate(
     scheduling deadline. `revisions` maps bundle sha256 to the verified revision or to why the
     ConfigMap carrying it was refused. `recheck_after` is when time alone changes the answer
     (the scheduling deadline, or the revision's expiry)."""
+    size = too_large(pod)
+    if size is not None:
+        return Evaluation(
+            _false(
+                POD_TOO_LARGE,
+                f"the Pod is {size} bytes as stored, more than the {MAX_KEPT_POD_BYTES} the "
+                "allocation controller keeps of one, so its grant was not checked; an engine "
+                "Pod as the tenant webhook plans it is a few KiB",
+            ),
+            None,
+        )
     if node_name(pod) is None:
         return scheduling_verdict(pod, now, scheduling_timeout)
     plan = read_plan(pod)

@@ -47,12 +47,13 @@ SIZE_AND_CONFIGMAP_ROWS: tuple[Row, ...] = (
             "extender/sources.py:KubernetesSource._pods",
             "extender/view.py:ClusterView.demand",
         ),
-        "open",
-        "open: bounded only by the owner's ResourceQuota in the namespace: the allocation "
-        "controller's informer keeps every engine-labelled Pod whole, Pending ones included "
-        "(each up to the API server's object limit, 256 KiB of annotations); the extender keeps "
-        "only what a bound one holds (`ledger.holding_part`) and bounds its memos",
-        (),
+        "checked",
+        "checked against a cap: the allocation controller keeps an engine-labelled Pod whole up "
+        "to 128 KiB as stored and past it a skeleton (`inference_policy.kept_pod`) reported "
+        "`PodTooLarge`, never verified, so each costs it at most 128 KiB (a genuine one 4.75 "
+        "KB); their number is the owner's to bound with a ResourceQuota on Pods; the extender "
+        "keeps only what a bound one holds (`ledger.holding_part`) and bounds its memos",
+        (DENY + "test_an_engine_pod_larger_than_the_controller_keeps_is_not_verified",),
     ),
     row(
         "ConfigMap",

@@ -350,3 +350,34 @@ def test_a_recipe_catalog_under_the_owners_name_is_exactly_the_owners(
 
 def name_of(obj: dict[str, Any]) -> str:
     return str(obj["metadata"]["name"])
+
+
+# -- what the controller keeps of the tenant's Pods ---------------------------------------------
+
+
+def test_an_engine_pod_larger_than_the_controller_keeps_is_not_verified(
+    kube: Kube, stack: TenantStack, installer: Kube, pods: Callable[..., str]
+) -> None:
+    """The tenant decides how large its engine-labelled Pods are; the controller keeps at most
+    128 KiB of one (`inference_policy.kept_pod`), so a Pod padded past it with an annotation
+    is kept as a skeleton and reported `PodTooLarge`, never verified, while an ordinary one is."""
+    from inference_policy.kept_pod import MAX_KEPT_POD_BYTES
+
+    namespace = stack.settings.namespace
+    name = pods("padded")
+    pod = engine_pod(namespace, LARGE, name=name)
+    pod["metadata"]["annotations"]["example.com/padding"] = "x" * (MAX_KEPT_POD_BYTES + 1024)
+    installer.create(pod)
+    found = kube.wait_for(
+        "v1",
+        "Pod",
+        name,
+        namespace,
+        lambda p: (condition(p, CONDITION) or {}).get("reason") == "PodTooLarge",
+        timeout=60,
+        what=f"Pod {name} reported PodTooLarge",
+    )
+    verdict = condition(found, CONDITION) or {}
+    assert verdict.get("status") == "False"
+    assert f"more than the {MAX_KEPT_POD_BYTES}" in str(verdict.get("message"))
+    assert pod_condition(found, "Ready") != "True"

@@ -201,7 +201,7 @@ class ClusterView:
         # as of the feeds' generations `_trusted_at`.
         self._trusted: dict[str, frozenset[str]] = {}
         self._trusted_at: tuple[int, ...] = ()
-        self.tenancy = Tenancy(self.ledger.shares, self._crosses)
+        self.tenancy = Tenancy(self.ledger.shares_get, self._crosses)
 
     # -- informer callbacks (event loop only) -------------------------------------------------
 

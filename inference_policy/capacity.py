@@ -153,7 +153,7 @@ class Fill:
         # The accounted shares by tenant, which tenants are kept apart by; and every
         # accelerator resource's units by tenant, for the report.
         self.shares = TenantShares()
-        self.tenancy = Tenancy(self.shares.of, crosses or (lambda tenant, resource: False))
+        self.tenancy = Tenancy(self.shares.get, crosses or (lambda tenant, resource: False))
         self._held: dict[tuple[str, str], dict[str, int]] = {}
 
     def place(self, name: str, binding: str, demand: Demand) -> str | None:

@@ -8,7 +8,7 @@ and keeps per-node totals that an informer event updates in a few dictionary ope
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from inference_policy.quantity import QuantityError, resource_units
@@ -263,6 +263,11 @@ class UsageLedger:
     def shares(self, node: str) -> Shares:
         """The node's accounted shares: resource -> tenant -> units."""
         return self._shares.of(node)
+
+    @property
+    def shares_get(self) -> Callable[[str], Shares | None]:
+        """`shares` as one C call, None for a node that holds none: for placement's passes."""
+        return self._shares.get
 
     def pod_keys(self) -> set[str]:
         return set(self._pods)

@@ -238,12 +238,19 @@ def check_nodes(
 ) -> list[Verdict | None]:
     """`check` for every candidate (None stays None: a node the caller does not know), and with
     `tenancy`, a share kept off the GPUs where another tenant's shares sit (`tenancy`)."""
-    apart = tenancy if demand.shared else None
+    out = _checked(demand, nodes, used_of)
+    if tenancy is not None and demand.shared:
+        tenancy.keep_apart(demand.tenant, demand.crosses, demand.shared, nodes, out)
+    return out
+
+
+def _checked(
+    demand: Demand,
+    nodes: Sequence[NodeFacts | None],
+    used_of: Callable[[str], Mapping[str, int]],
+) -> list[Verdict | None]:
     if len(demand.checked) != 1:
-        return [
-            None if n is None else _apart(demand, n, check(demand, n, used_of(n.name)), apart)
-            for n in nodes
-        ]
+        return [None if n is None else check(demand, n, used_of(n.name)) for n in nodes]
     name = demand.checked[0]
     want = demand.requests[name]
     key = demand.key
@@ -256,16 +263,8 @@ def check_nodes(
         verdict = node.static.get(key) or _static(demand, node)
         if verdict.fits and used_of(node.name).get(name, 0) + want > node.allocatable[name]:
             verdict = check(demand, node, used_of(node.name))
-        if apart is not None and verdict.fits:
-            verdict = _apart(demand, node, verdict, apart)
         append(verdict)
     return out
-
-
-def _apart(demand: Demand, node: NodeFacts, verdict: Verdict, tenancy: Tenancy | None) -> Verdict:
-    if tenancy is None or not verdict.fits:
-        return verdict
-    return tenancy.verdict(demand.tenant, demand.crosses, demand.shared, node.name) or verdict
 
 
 def _busy_reason(demand: Demand, name: str, want: int, free: int, have: int) -> str:
@@ -416,7 +415,7 @@ def free_of(
     if node is None or not (node.static.get(demand.key) or _static(demand, node)).fits:
         return None, 0
     have = node.allocatable[name]
-    if tenancy is not None and demand.shared and not _apart(demand, node, FITS, tenancy).fits:
+    if tenancy and tenancy.verdict(demand.tenant, demand.crosses, demand.shared, node.name):
         return 0, have
     return have - used.get(name, 0), have
 

@@ -25,12 +25,22 @@ Reasons say "another tenant", never which: tenants must not learn each other's n
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
+from typing import Protocol
 
 from inference_policy.allocation import class_of_resource
 from inference_policy.profile import Envelope, VramPluginBinding
 from inference_policy.verdict_codes import NodeVerdictCode, Verdict, busy
+
+
+class Named(Protocol):
+    """A node as placement holds it (`nodes.NodeFacts`): the rule reads only its name."""
+
+    @property
+    def name(self) -> str: ...
+
 
 # resource -> tenant -> units of it the tenant's Pods hold, on one node.
 Shares = Mapping[str, Mapping[str, int]]
@@ -78,6 +88,9 @@ class TenantShares:
 
     def __init__(self) -> None:
         self._nodes: dict[str, dict[str, dict[str, int]]] = {}
+        # The node's shares, or None: a bound dict.get, so placement's pass over thousands of
+        # candidates pays one C call for a node that holds none (`Tenancy.keep_apart`).
+        self.get: Callable[[str], Shares | None] = self._nodes.get
 
     def change(self, node: str, tenant: str, requests: Mapping[str, int], sign: int) -> None:
         """Add (`sign` 1) or take back (-1) what one Pod of `tenant` holds on `node`."""
@@ -104,6 +117,18 @@ class TenantShares:
         return self._nodes.keys()
 
 
+@lru_cache(maxsize=256)
+def refusal(resource: str) -> Verdict:
+    """The verdict for a node where another tenant's share sits on `resource`'s GPU: one per
+    resource (the reason names the GPU, not the node or the tenant), made once."""
+    return busy(
+        NodeVerdictCode.OTHER_TENANT,
+        f"another tenant holds an accounted share on {gpu_label(resource)}; an accounted share "
+        "does not isolate tenants, and the owner's profiles let one GPU be shared across "
+        "tenants only where every tenant's share binding there says sharing.acrossTenants",
+    )
+
+
 def apart_verdict(
     tenant: str, crosses: bool, resources: Iterable[str], shares: Shares, others_cross: Crosses
 ) -> Verdict | None:
@@ -118,22 +143,17 @@ def apart_verdict(
             continue
         if crosses and all(others_cross(t, resource) for t in others):
             continue
-        return busy(
-            NodeVerdictCode.OTHER_TENANT,
-            f"another tenant holds an accounted share on {gpu_label(resource)}; an accounted "
-            "share does not isolate tenants, and the owner's profiles let one GPU be shared "
-            "across tenants only where every tenant's share binding there says "
-            "sharing.acrossTenants",
-        )
+        return refusal(resource)
     return None
 
 
 @dataclass(frozen=True, slots=True)
 class Tenancy:
-    """What placement reads to keep tenants apart: each node's shares by tenant, and whether
-    the owner lets a tenant's shares of a resource be shared across tenants."""
+    """What placement reads to keep tenants apart: each node's shares by tenant (None or empty
+    where it holds none), and whether the owner lets a tenant's shares of a resource be shared
+    across tenants."""
 
-    shares_of: Callable[[str], Shares]
+    shares_of: Callable[[str], Shares | None]
     crosses: Crosses
 
     def verdict(
@@ -143,6 +163,37 @@ class Tenancy:
         if not shares:
             return None
         return apart_verdict(tenant, own, resources, shares, self.crosses)
+
+    def keep_apart(
+        self,
+        tenant: str,
+        own: bool,
+        resources: Sequence[str],
+        nodes: Sequence[Named | None],
+        verdicts: list[Verdict | None],
+    ) -> None:
+        """Replace, in `verdicts` (one per node), the fitting verdict of each node where the
+        rule keeps the share off: a pass after placement's own, so its loop is unchanged. Most
+        nodes hold no share, or only the tenant's own: a lookup or two each."""
+        lookup = self.shares_of
+        single = resources[0] if len(resources) == 1 else None
+        for index, node in enumerate(nodes):
+            verdict = verdicts[index]
+            if node is None or verdict is None or not verdict.fits:
+                continue
+            held = lookup(node.name)
+            if not held:
+                continue
+            if single is not None:
+                holders = held.get(single)
+                if not holders or (len(holders) == 1 and tenant in holders):
+                    continue
+                if not own:
+                    verdicts[index] = refusal(single)
+                    continue
+            found = apart_verdict(tenant, own, resources, held, self.crosses)
+            if found is not None:
+                verdicts[index] = found
 
 
 def crossing(envelope: Envelope | None) -> frozenset[str]:
@@ -171,6 +222,7 @@ __all__ = [
     "gpu_index",
     "gpu_label",
     "holders",
+    "refusal",
     "shared_units",
     "shares_gpu",
     "tenant_of",

@@ -116,6 +116,53 @@ def test_the_cli_reads_engine_pods_and_a_node_list_and_prints_the_replay(
     assert report == expected
 
 
+def test_the_cli_says_which_tenant_holds_each_gpu(
+    owner: Owner, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A Pod's tenant is its namespace, an item's its `tenant`, else the profile's namespace;
+    the table's `held by tenant` and the report's `gpus` say who holds each node's GPUs."""
+    pod = {
+        "kind": "Pod",
+        "metadata": {
+            "name": "p-1",
+            "namespace": "team-x",
+            "annotations": {"kamiwaza.ai/deployment-request": json.dumps(LARGE)},
+        },
+    }
+    deps = [
+        pod,
+        {"name": "b", "request": LARGE, "tenant": "team-y"},
+        {"name": "c", "request": LARGE},
+    ]
+    assert main(_cli(owner, tmp_path, deps, _nodes(2, 1))) == 0
+    out = capsys.readouterr().out
+    held = out.split("held by tenant\n", 1)[1].split("\n\n", 1)[0].splitlines()
+    assert held[0].split() == ["NODE", "GPU", "RESOURCE", "TENANTS"]
+    rows = {tuple(line.split()) for line in held[1:]}
+    # Best fit: the first fills the one-GPU node, the other two share the two-GPU one.
+    assert rows == {
+        ("n0", "-", "nvidia.com/gpu", f"{NAMESPACE}=1,team-y=1"),
+        ("n1", "-", "nvidia.com/gpu", "team-x=1"),
+    }
+    assert main(_cli(owner, tmp_path, deps, _nodes(2, 1), "-o", "json")) == 0
+    gpus = json.loads(capsys.readouterr().out)["gpus"]
+    assert gpus[0] == {
+        "node": "n0",
+        "resource": "nvidia.com/gpu",
+        "gpu": None,
+        "isolates": True,
+        "tenants": {NAMESPACE: 1, "team-y": 1},
+    }
+
+
+def test_a_deployments_tenant_must_be_a_string(
+    owner: Owner, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    deps = [{"name": "a", "request": LARGE, "tenant": 7}]
+    assert main(_cli(owner, tmp_path, deps, _nodes(1))) == 2
+    assert "item 0: tenant is not a string" in capsys.readouterr().err
+
+
 def test_the_cli_table_names_each_section(
     owner: Owner, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

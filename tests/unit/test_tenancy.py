@@ -10,6 +10,8 @@ from typing import Any
 
 import pytest
 
+from extender.tenants import Tenant
+from extender.view import ClusterView
 from inference_policy.allocation import (
     ACCOUNTED_SHARE,
     CLASSES,
@@ -35,6 +37,7 @@ from inference_policy.profile import (
     VramPluginBinding,
     parse_envelope,
 )
+from inference_policy.revisions_compare import binding_changes
 from inference_policy.room import figures_of
 from inference_policy.tenancy import (
     Tenancy,
@@ -147,6 +150,16 @@ def test_the_bindings_of_one_gpu_bucket_agree_on_sharing() -> None:
     assert crossing(None) == frozenset()
 
 
+def test_tmi_diff_names_a_change_of_trust() -> None:
+    owner = Owner()
+    old = parse_envelope(share_envelope(owner, share_binding(), namespace="team-a"))
+    new = parse_envelope(
+        share_envelope(owner, share_binding(acrossTenants=True), namespace="team-a")
+    )
+    (change,) = binding_changes(old, new)
+    assert (change.binding, change.change, change.fields) == ("share-0", "changed", ("sharing",))
+
+
 # -- the ledger's shares by tenant ---------------------------------------------------------------
 
 
@@ -235,6 +248,34 @@ def test_placement_applies_the_rule_to_shares_only() -> None:
     gpu_node = node_facts(h100("h100-1", gpus=2).manifest())
     ledger.upsert("team-a/p2", gpu_node.name, {GPU0: 4, "nvidia.com/gpu": 1})
     assert check_nodes(device, [gpu_node], ledger.used, tenancy)[0].fits  # type: ignore[union-attr]
+
+
+def test_the_extender_remembers_a_shares_verdicts_per_tenant_and_trust() -> None:
+    """Two tenants' demands with the same key and size are remembered apart, and a change of
+    any tenant's profile (whom its shares may meet) forgets them; an isolating demand's are
+    the same for every tenant."""
+    owner = Owner()
+    tenants = [Tenant(owner.settings(namespace=ns)) for ns in ("team-a", "team-b")]
+    view = ClusterView(tenants[0].policy, ["*"], lambda: NOW, tenants=tenants)
+    node = node_facts(l40s("l40s-1").manifest())
+    view.replace_nodes([node])
+    view.pod_changed("team-a/p1", (node.name, {GPU0: 8}))
+    mine = binding_demand(binding(), {GPU0: 8}, "sha", "team-a")
+    theirs = binding_demand(binding(), {GPU0: 8}, "sha", "team-b")
+    assert mine.key == theirs.key
+    assert view.cycle(mine) is view.cycle(mine)
+    assert view.cycle(mine) is not view.cycle(theirs)
+    (fits,) = view.verdicts(mine, [node.name], [node])
+    assert fits is not None and fits.fits
+    (refused,) = view.verdicts(theirs, [node.name], [node])
+    assert refused is not None and refused.code is NodeVerdictCode.OTHER_TENANT
+    remembered = view.cycle(theirs)
+    envelope = share_envelope(owner, share_binding(acrossTenants=True), namespace="team-b")
+    view.feeds["team-b"].profile_read(owner.sign(envelope, name=tenants[1].policy.bundle_configmap))
+    assert view.cycle(theirs) is not remembered
+    whole = ExtendedResourceBinding.model_validate(gpu_binding("whole-amd64"))
+    device = [binding_demand(whole, {"nvidia.com/gpu": 1}, "sha", ns) for ns in ("a", "b")]
+    assert view.cycle(device[0]) is view.cycle(device[1])
 
 
 def test_room_figures_show_no_room_where_another_tenant_holds_the_gpu() -> None:

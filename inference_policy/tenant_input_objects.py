@@ -134,12 +134,15 @@ OTHER_ROWS: tuple[Row, ...] = (
             APISERVER,
             "extender/owner_rights.py:RightsReviewer.start",
             "allocation_controller/rights.py:RightsMonitor.run",
+            "extender/quota.py:QuotaBoard.check",
         ),
         "refused",
         "kamiwaza-tmi-owner-objects lets only an identity that may update the tenant's "
         "TenantAdmission create, change or delete them (the controller's and the extender's "
-        "rights there, the cross-namespace-affinity quota, the DRA claim templates); lost all "
-        "the same, the extender places no new engine Pod there and the controller reports it",
+        "rights there, the cross-namespace-affinity quota, the tenant's quota `tmi-quota` the "
+        "extender holds placements to, the DRA claim templates; `admin` may not write "
+        "ResourceQuotas at all); lost all the same, the extender places no new engine Pod there "
+        "and the controller reports it",
         (
             DENY + "test_the_owners_roles_and_bindings_in_the_tenant_namespace_are_the_owners",
             OWNER_RIGHTS + "test_a_controller_without_its_binding_places_nothing_new_and_says_why",

@@ -179,6 +179,10 @@ def test_the_owners_roles_and_bindings_in_the_tenant_namespace_are_the_owners(
             body=UNLABELLED,
             content_type=MERGE_PATCH,
         )
+    # The owner's quota in the namespace: RBAC refuses `admin` any write, the policy too.
+    quota = "tmi-no-cross-namespace-affinity"
+    assert admin.get("v1", "ResourceQuota", quota, namespace)["metadata"]["labels"][OWNER_LABEL]
+    _refused(installer.delete, "v1", "ResourceQuota", quota, namespace)
     widened = {"rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]}]}
     _refused(
         lambda: installer.request(

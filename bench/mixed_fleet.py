@@ -26,6 +26,14 @@ The mapping, every figure in trace units:
   same way under every policy: a share goes to the fullest device it fits on (HAMi's `binpack`
   device policy), a whole-GPU task to the lowest-numbered free devices (all alike).
 
+Tenants (`bench_tenants_mixed.py`): each task may carry a tenant, and a node built with
+`tenants` > 0 keeps one tenant per shared device (`inference_policy.tenancy`'s rule: a share does
+not isolate tenants, so a share goes only on a device with no other tenant's share); whole-GPU
+and CPU tasks are unaffected (a whole device isolates). With `tenants` 0 shares mix freely, as
+above. Under the rule the stranded measure counts a device another tenant's share holds as
+usable by a share type with the chance the type's task is that tenant's, 1 / `tenants` (the
+tenants are assigned uniformly at random).
+
 Stranded capacity is FGD's fragmentation: a node's free GPU share that a task drawn from the
 workload cannot use, in expectation over the workload's task types (cpu, memory, num_gpu,
 gpu_milli). For a type the node cannot host at all (too little free CPU or memory, no device
@@ -65,6 +73,7 @@ class Task:
     arrive: float
     lifetime: float
     deployment: int = -1  # the replica group (`group_replicas`), -1 for none
+    tenant: int = -1  # whose task it is (`bench_tenants_mixed.py`), -1 for nobody's
 
     @property
     def gpus(self) -> float:
@@ -84,17 +93,28 @@ class Node:
     free_cpu: int
     free_mem: int
     free_gpu: list[int] = field(default_factory=list)  # free milli per device
+    # One tenant per shared device when above 0 (the tenants there are): `owner` is the tenant
+    # whose shares a device holds (-1: none), `sharers` how many shares it holds.
+    tenants: int = 0
+    owner: list[int] = field(default_factory=list)
+    sharers: list[int] = field(default_factory=list)
 
     @classmethod
-    def of(cls, name: str, cpu: int, mem: int, gpus: int) -> Node:
-        return cls(name, cpu, mem, cpu, mem, [GPU_MILLI] * gpus)
+    def of(cls, name: str, cpu: int, mem: int, gpus: int, tenants: int = 0) -> Node:
+        return cls(name, cpu, mem, cpu, mem, [GPU_MILLI] * gpus, tenants, [-1] * gpus, [0] * gpus)
 
     def copy_empty(self) -> Node:
-        return Node.of(self.name, self.cpu, self.mem, len(self.free_gpu))
+        return Node.of(self.name, self.cpu, self.mem, len(self.free_gpu), self.tenants)
 
     def key(self) -> tuple[int, int, tuple[int, ...]]:
         """The state the fragmentation measure depends on (devices are interchangeable)."""
         return (self.free_cpu, self.free_mem, tuple(sorted(self.free_gpu)))
+
+    def owned(self) -> tuple[int, ...]:
+        """The free milli of each device a tenant's shares hold, under the rule (else none)."""
+        if not self.tenants:
+            return ()
+        return tuple(sorted(f for f, o in zip(self.free_gpu, self.owner, strict=True) if o >= 0))
 
 
 Placement = tuple[int, tuple[int, ...]]  # (node index, the devices it holds)
@@ -111,8 +131,11 @@ def devices_for(node: Node, task: Task) -> tuple[int, ...] | None:
     if task.milli >= GPU_MILLI:
         whole = [d for d, f in enumerate(free) if f == GPU_MILLI]
         return tuple(whole[: task.num_gpu]) if len(whole) >= task.num_gpu else None
+    apart = node.tenants > 0
     best = -1
     for d, f in enumerate(free):
+        if apart and node.owner[d] not in (-1, task.tenant):
+            continue  # another tenant's share is on it
         if f >= task.milli and (best < 0 or f < free[best]):
             best = d
     return (best,) if best >= 0 else None
@@ -122,8 +145,12 @@ def hold(node: Node, task: Task, devices: Iterable[int], sign: int) -> None:
     """Take (`sign` 1) or give back (-1) the task's CPU, memory and device shares."""
     node.free_cpu -= sign * task.cpu
     node.free_mem -= sign * task.mem
+    share = node.tenants > 0 and 0 < task.milli < GPU_MILLI
     for d in devices:
         node.free_gpu[d] -= sign * task.milli
+        if share:
+            node.sharers[d] += sign
+            node.owner[d] = task.tenant if node.sharers[d] > 0 else -1
 
 
 # -- the fleet and the tasks ----------------------------------------------------------------------
@@ -220,36 +247,51 @@ class Fragmentation:
 
     F(node) = sum over types m of p_m * (free GPU milli the node cannot give m), computed per
     GPU shape: F = free - sum_s usable_s * P(type of shape s and its CPU and memory fit), with
-    usable_s the free milli a type of shape s can use when it fits. Memoised by node state."""
+    usable_s the free milli a type of shape s can use when it fits (under one tenant per shared
+    device, the free milli of a device another tenant may hold counting 1 / `tenants` of it for a
+    share type). Memoised by node state."""
 
     def __init__(self, dist: dict[TaskType, float]) -> None:
         shapes: dict[tuple[int, int], list[tuple[int, int, float]]] = {}
         for (cpu, mem, count, milli), p in dist.items():
             shapes.setdefault((count, milli), []).append((cpu, mem, p))
         self.shapes = [(count, milli, tuple(sorted(t))) for (count, milli), t in shapes.items()]
-        self.memo: dict[tuple[int, int, tuple[int, ...]], float] = {}
+        self.memo: dict[tuple[object, ...], float] = {}
 
     def of(self, node: Node) -> float:
         if not node.free_gpu:
             return 0.0
-        key = node.key()
+        state = node.key()
+        owned = node.owned()
+        key = (*state, owned, node.tenants) if owned else state
         hit = self.memo.get(key)
         if hit is None:
-            hit = self._compute(node.free_cpu, node.free_mem, key[2])
+            hit = self._compute(node.free_cpu, node.free_mem, state[2], owned, node.tenants)
             self.memo[key] = hit
         return hit
 
-    def _compute(self, cpu: int, mem: int, gpus: tuple[int, ...]) -> float:
+    def _compute(
+        self,
+        cpu: int,
+        mem: int,
+        gpus: tuple[int, ...],
+        owned: tuple[int, ...] = (),
+        tenants: int = 0,
+    ) -> float:
         free = sum(gpus)
         if free <= 0:
             return 0.0
         whole = sum(1 for g in gpus if g == GPU_MILLI)
         used = 0.0
         for count, milli, types in self.shapes:
+            usable: float
             if milli >= GPU_MILLI:
                 usable = whole * GPU_MILLI if whole >= count else 0
             else:
                 usable = sum(g for g in gpus if g >= milli)
+                if owned:
+                    # Held by a tenant's shares: usable only by a task of that tenant.
+                    usable -= (1 - 1 / tenants) * sum(g for g in owned if g >= milli)
             if not usable:
                 continue
             weight = 0.0

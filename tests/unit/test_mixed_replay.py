@@ -1,6 +1,7 @@
 """The mixed-class replay's bookkeeping (bench/mixed_fleet.py, bench/mixed_replay.py) on tiny
 hand-made fleets: devices shared between whole-GPU Pods and shares, CPU and memory on every Pod,
-capacity freed at departure, the repair oracle, and FGD's fragmentation of a node."""
+capacity freed at departure, the repair oracle, FGD's fragmentation of a node, and one tenant per
+shared device."""
 
 from __future__ import annotations
 
@@ -129,3 +130,28 @@ def test_fgd_counts_free_share_a_task_type_cannot_use() -> None:
     # Neither type fits the node's CPU: every free milli is a fragment.
     assert measure.of(node) == 1600.0
     assert Fragmentation({share_type: 1.0}).of(Node.of("cpu", 8000, GIB, 0)) == 0.0
+
+
+def test_one_tenant_per_shared_device_when_the_fleet_keeps_tenants_apart() -> None:
+    """`bench_tenants_mixed.py`'s model of `inference_policy.tenancy`: on a node built with
+    tenants, a share goes only on a device no other tenant's share holds; the device is free
+    to anyone once its shares leave. Without tenants, shares mix as before."""
+    apart, free = Node.of("n0", 16000, 64 * GIB, 1, tenants=2), Node.of("n1", 16000, 64 * GIB, 1)
+    first = _task(0, "share", 1000, 200, 0.0, 10.0)
+    other = _task(1, "share", 1000, 200, 1.0, 10.0)
+    same = _task(2, "share", 1000, 200, 2.0, 10.0)
+    first.tenant, other.tenant, same.tenant = 0, 1, 0
+    for node in (apart, free):
+        hold(node, first, devices_for(node, first) or (), 1)
+    assert devices_for(apart, other) is None and devices_for(free, other) == (0,)
+    assert devices_for(apart, same) == (0,)
+    assert apart.owned() == (800,) and free.owned() == ()
+    hold(apart, first, (0,), -1)
+    assert apart.owner == [-1] and devices_for(apart, other) == (0,)
+    # The stranded measure: a device another tenant holds is usable by a share type only with
+    # the chance (1 / tenants) that the next such task is that tenant's.
+    measure = Fragmentation({(1000, GIB, 1, 200): 1.0})
+    hold(apart, first, (0,), 1)
+    assert measure.of(free) == 0.0
+    assert measure.of(apart) == 400.0
+    assert apart.copy_empty().tenants == 2

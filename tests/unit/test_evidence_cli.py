@@ -55,6 +55,9 @@ def test_the_shared_host_is_not_honoured_and_exits_1(
     assert status == 1
     assert report["node"] == "gpu-h200-0" and report["source"] == source
     assert report["verdict"]["notHonoured"][0].startswith("kamiwaza/tmi-memory-pressure-q7k2p@")
+    # Which tenant holds the card: the namespaces of the Pods seen on it.
+    (gpu,) = report["gpus"]
+    assert gpu["tenants"] == ["kamiwaza", "ml-sandbox"]
 
 
 def test_the_mig_host_is_honoured_and_exits_0(
@@ -66,6 +69,7 @@ def test_the_mig_host_is_honoured_and_exits_0(
     )
     assert status == 0 and report["verdict"]["status"] == "honoured"
     assert len(report["samples"]) == 2
+    assert all(len(gpu["tenants"]) <= 1 for gpu in report["gpus"])
 
 
 def test_without_pods_every_process_is_unattributed_or_unknown(

@@ -105,6 +105,36 @@ def enforced(plane: ControlPlane, namespace: str, docs: Sequence[Mapping[str, An
     return False
 
 
+def status_enforced(plane: ControlPlane, namespace: str, docs: Sequence[Mapping[str, Any]]) -> bool:
+    """Does the status allow-list act in ``namespace`` now: a dry-run status write of a probe
+    Pod's phase, by the cluster admin (no writer the policy lets by), refused by it? The API
+    server loads each policy on its own, so the guard acting says nothing of this one."""
+    names = [
+        d["metadata"]["name"]
+        for d in docs
+        if d["kind"] == "ValidatingAdmissionPolicy"
+        and d["metadata"]["name"].startswith("kamiwaza-tmi-status-")
+    ]
+    if not names:
+        return True
+    kube = plane.kube("admin")
+    probe = kube.create(_probe(namespace))
+    name = probe["metadata"]["name"]
+    try:
+        kube.request(
+            "PATCH",
+            f"/api/v1/namespaces/{namespace}/pods/{name}/status",
+            body={"status": {"phase": "Succeeded"}},
+            query=[("dryRun", "All")],
+            content_type="application/merge-patch+json",
+        )
+    except ApiError as exc:
+        return exc.status == 403 and f"ValidatingAdmissionPolicy '{names[0]}'" in exc.message
+    finally:
+        kube.delete("v1", "Pod", name, namespace, grace_period_seconds=0)
+    return False
+
+
 def withdrawn(plane: ControlPlane, namespace: str) -> bool:
     """Has the API server stopped shielding plain Pods in ``namespace``?"""
     stored = plane.kube("admin").create(_probe(namespace), dry_run=True)
@@ -125,7 +155,7 @@ def install_policies(
     applied = [kube.apply(doc) for doc in docs]
     if wait and _acting(docs):
         wait_until(
-            lambda: enforced(plane, namespace, docs),
+            lambda: enforced(plane, namespace, docs) and status_enforced(plane, namespace, docs),
             timeout=timeout,
             what=f"the owner's admission policies to act in {namespace}",
         )
@@ -215,6 +245,7 @@ __all__ = [
     "policy_docs",
     "remove_policies",
     "render_policies",
+    "status_enforced",
     "verdict_writer",
     "withdrawn",
 ]

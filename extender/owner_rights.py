@@ -23,7 +23,6 @@ Until the first round has answered, the namespace is pending (`extender.view` is
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -43,6 +42,7 @@ from inference_policy.owner_rights import (
 )
 from inference_policy.verdict_codes import NodeVerdictCode
 from serving.kube import describe_error, not_permitted
+from serving.periodic import Periodic
 
 log = logging.getLogger(__name__)
 REVIEWS = "/apis/authorization.k8s.io/v1/subjectaccessreviews"
@@ -153,25 +153,20 @@ class RightsReviewer:
         self.api = api
         self.rounds = 0
         self.failures = 0
-        self._task: asyncio.Task[None] | None = None
+        # One bad round must not end the reviews; the answers age out meanwhile.
+        self._loop = Periodic(
+            self.review,
+            lambda: self.board.interval,
+            log,
+            "reviewing the controller's rights failed",
+            "error",
+        )
 
     def start(self) -> None:
-        self._task = asyncio.get_running_loop().create_task(self._run())
+        self._loop.start()
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-
-    async def _run(self) -> None:
-        while True:
-            try:
-                await self.review()
-            except Exception:
-                # One bad round must not end the reviews; the answers age out meanwhile.
-                log.exception("reviewing the controller's rights failed", extra={"code": "error"})
-            await asyncio.sleep(self.board.interval)
+        await self._loop.stop()
 
     async def review(self) -> None:
         """One round: every right in every tenant namespace, asked together."""

@@ -18,8 +18,6 @@ which compatible binding a Pod asks for, so a missing figure costs a Pending Pod
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -38,6 +36,7 @@ from inference_policy.room import (
     figures_with,
 )
 from serving.kube import NotFound, describe_error
+from serving.periodic import Periodic
 
 log = logging.getLogger(__name__)
 DEFAULT_INTERVAL = 2.0
@@ -76,25 +75,16 @@ class RoomPublisher:
         self.writes = 0
         self.failures = 0
         self._state: dict[str, _Written] = {}
-        self._task: asyncio.Task[None] | None = None
+        # One bad tick must not end publishing; the next one starts over.
+        self._loop = Periodic(
+            self.tick, lambda: self.interval, log, "publishing room figures failed", "room-failed"
+        )
 
     def start(self) -> None:
-        self._task = asyncio.get_running_loop().create_task(self._run())
+        self._loop.start()
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-
-    async def _run(self) -> None:
-        while True:
-            try:
-                await self.tick()
-            except Exception:
-                # One bad tick must not end publishing; the next one starts over.
-                log.exception("publishing room figures failed", extra={"code": "room-failed"})
-            await asyncio.sleep(self.interval)
+        await self._loop.stop()
 
     async def tick(self) -> None:
         """One round: every tenant's figures, written where they changed or are due."""

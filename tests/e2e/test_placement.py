@@ -456,23 +456,7 @@ def test_a_replaced_webhook_granting_eight_gpus_gets_no_pod_bound(
     plan["resources"] = eight
     forged["metadata"]["annotations"]["kamiwaza.ai/plan"] = json.dumps(plan)
     forged["spec"]["containers"][0]["resources"] = eight
-    admin = control_plane.kube("admin")
-    assert stack.owner is not None
-    configuration = stack.owner.get("MutatingWebhookConfiguration", CONFIGURATION_NAME)
-    admin.delete(
-        "admissionregistration.k8s.io/v1", "MutatingWebhookConfiguration", CONFIGURATION_NAME
-    )
-    try:
-        wait_until(
-            lambda: (
-                installer.create(_as_submitted(forged), dry_run=True)["metadata"]["annotations"][
-                    "kamiwaza.ai/plan"
-                ]
-                == json.dumps(plan)
-            ),
-            timeout=60,
-            what="engine Pods to stop being planned by the tenant webhook",
-        )
+    with _webhook_removed(control_plane, stack, forged, json.dumps(plan)):
         installer.create(forged)
         pod = kube.wait_for(
             "v1",
@@ -485,17 +469,7 @@ def test_a_replaced_webhook_granting_eight_gpus_gets_no_pod_bound(
         )
         assert not pod["spec"].get("nodeName"), f"bound to {pod['spec'].get('nodeName')}"
         assert limits(pod) == {"nvidia.com/gpu": "8"}
-    finally:
         kube.delete("v1", "Pod", forged["metadata"]["name"], namespace)
-        admin.apply(configuration)
-        wait_until(
-            lambda: (
-                limits(installer.create(_as_submitted(forged), dry_run=True))
-                == {"nvidia.com/gpu": "1"}
-            ),
-            timeout=60,
-            what="the tenant webhook to plan engine Pods again",
-        )
 
 
 @pytest.mark.parametrize(

@@ -364,7 +364,8 @@ def test_an_engine_pod_larger_than_the_controller_keeps_is_not_verified(
 ) -> None:
     """The tenant decides how large its engine-labelled Pods are; the controller keeps at most
     128 KiB of one (`inference_policy.kept_pod`), so a Pod padded past it with an annotation
-    is kept as a skeleton and reported `PodTooLarge`, never verified, while an ordinary one is."""
+    is kept as a skeleton and reported `PodTooLarge`, never verified. (Ready is the kubelet's to
+    derive from the gate; KWOK's stage here may mark a Pod Ready before its first verdict.)"""
     from inference_policy.kept_pod import MAX_KEPT_POD_BYTES
 
     namespace = stack.settings.namespace
@@ -384,4 +385,3 @@ def test_an_engine_pod_larger_than_the_controller_keeps_is_not_verified(
     verdict = condition(found, CONDITION) or {}
     assert verdict.get("status") == "False"
     assert f"more than the {MAX_KEPT_POD_BYTES}" in str(verdict.get("message"))
-    assert pod_condition(found, "Ready") != "True"

@@ -364,8 +364,9 @@ def test_an_engine_pod_larger_than_the_controller_keeps_is_not_verified(
 ) -> None:
     """The tenant decides how large its engine-labelled Pods are; the controller keeps at most
     128 KiB of one (`inference_policy.kept_pod`), so a Pod padded past it with an annotation
-    is kept as a skeleton and reported `PodTooLarge`, never verified. (Ready here is KWOK's stage, not a
-    kubelet's, and was seen True once beside the False verdict; the verdict is what is asserted.)"""
+    is kept as a skeleton and reported `PodTooLarge`, never verified. (Ready here is KWOK's
+    stage, not a kubelet's, and was seen True once beside the False verdict; the verdict is
+    what is asserted.)"""
     from inference_policy.kept_pod import MAX_KEPT_POD_BYTES
 
     namespace = stack.settings.namespace

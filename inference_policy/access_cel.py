@@ -7,16 +7,14 @@ test holds the policies to the Python predicate on a corpus through a real API s
 
 * the owner's admission policies, evaluated inside kube-apiserver with no server of ours to go
   down (Kubernetes 1.36: MutatingAdmissionPolicy and ValidatingAdmissionPolicy v1):
-  - `shield_mutation`: the MutatingAdmissionPolicy's apply configuration, which sets
-    `NVIDIA_VISIBLE_DEVICES=void` on every container of a Pod that is not an engine Pod (on
-    CREATE every container, on UPDATE the ephemeral ones, the only kind an UPDATE can add);
+  - the shield (`inference_policy.shield_cel`), built from `cel_unshielded` here;
   - `guard_variables` / `guard_validations`: the ValidatingAdmissionPolicy, the last word
     after every mutation. It refuses a reach outside a plan, an engine Pod that holds a grant
     but is not scheduled by the owner's scheduler (a policy parameter, not baked in) or names
     its node, a changed plan annotation or planned image, and any container that holds no grant
     but does not carry the shield, whatever a webhook did before it;
-  - the claims policy (`inference_policy.dra_cel`): a claim or claim template in the tenant
-    namespace is one the owner published for a DRA binding, or none;
+  - the other policies (claims, verdict, status, owner objects) in modules of their own, and
+    all of them as the chart's one document in `inference_policy.policy_cel`;
 * `cel_condition`: on clusters without those APIs, the fallback guard webhook entry's
   matchCondition, which sends the webhook exactly the Pods it has something to do for.
 """
@@ -36,14 +34,7 @@ from inference_policy.access import (
     STANDARD_RESOURCES,
 )
 from inference_policy.cel_text import cel_string
-from inference_policy.dra_cel import (
-    ENGINE_CLAIMS_FROM_OWNER,
-    ENGINE_CLAIMS_MESSAGE,
-    claim_policy_parts,
-)
-from inference_policy.owner_objects_cel import owner_objects_parts
-from inference_policy.status_cel import status_parts
-from inference_policy.verdict_cel import verdict_parts
+from inference_policy.dra_cel import ENGINE_CLAIMS_FROM_OWNER, ENGINE_CLAIMS_MESSAGE
 from inference_policy.wire import ENGINE_CONTAINER_ANNOTATION, ENGINE_LABEL, PLAN_ANNOTATION
 
 # The policy parameter (a field of the tenant's TenantAdmission) holding the owner's scheduler.
@@ -133,7 +124,7 @@ def _cel_container() -> str:
     )
 
 
-def _cel_unshielded(kinds: tuple[str, ...]) -> str:
+def cel_unshielded(kinds: tuple[str, ...]) -> str:
     lists = [
         f"(has(object.spec.{kind}) && object.spec.{kind}.exists(c, !has(c.env) ||\n"
         f"    !c.env.exists(e, e.name == {cel_string(NVIDIA_DEVICE_ENV)})))"
@@ -162,54 +153,14 @@ def cel_condition() -> str:
         _cel_resources("object.spec"),
         *lists,
         "(request.operation == 'CREATE' && (\n"
-        + _cel_unshielded(("containers", "initContainers", "ephemeralContainers"))
+        + cel_unshielded(("containers", "initContainers", "ephemeralContainers"))
         + "))",
-        "(request.operation == 'UPDATE' && (\n" + _cel_unshielded(("ephemeralContainers",)) + "))",
+        "(request.operation == 'UPDATE' && (\n" + cel_unshielded(("ephemeralContainers",)) + "))",
     ]
     return " ||\n".join(clauses)
 
 
 # -- the owner's admission policies ---------------------------------------------------------------
-
-
-def not_an_engine_pod() -> str:
-    """Engine Pods are the tenant webhook's to plan and shield; the policy checks them after."""
-    label = cel_string(ENGINE_LABEL)
-    return f"!has(object.metadata.labels) || !({label} in object.metadata.labels)"
-
-
-def has_unshielded() -> str:
-    """The shield policy's matchCondition: a container it has something to do for."""
-    return (
-        "(request.operation == 'CREATE' && (\n"
-        + _cel_unshielded(CONTAINER_LISTS)
-        + ")) ||\n"
-        + _cel_unshielded(("ephemeralContainers",))
-    )
-
-
-def shield_mutation() -> str:
-    """The apply configuration that adds `NVIDIA_VISIBLE_DEVICES=void` to each container that
-    does not set the variable. Server-side apply merges containers and their env by name, so
-    nothing else of the Pod is touched; a value already set is left for the guard to judge."""
-    name = cel_string(NVIDIA_DEVICE_ENV)
-    fields = []
-    for kind in CONTAINER_LISTS:
-        missing = f"!has(c.env) || !c.env.exists(e, e.name == {name})"
-        when = f"has(object.spec.{kind}) && object.spec.{kind}.exists(c, {missing})"
-        if kind != "ephemeralContainers":
-            when = f"request.operation == 'CREATE' && {when}"
-        item = (
-            f"Object.spec.{kind}{{name: c.name, env: [Object.spec.{kind}.env{{"
-            f"name: {name}, value: {cel_string(NO_DEVICE)}}}]}}"
-        )
-        fields.append(
-            f"  ?{kind}: {when}\n"
-            f"    ? optional.of(object.spec.{kind}.filter(c, {missing}).map(c,\n"
-            f"        {item}))\n"
-            "    : optional.none()"
-        )
-    return "Object{spec: Object.spec{\n" + ",\n".join(fields) + "\n}}"
 
 
 def _plan_of(obj: str) -> str:
@@ -521,34 +472,13 @@ def guard_validations() -> list[dict[str, str]]:
     return [{"expression": expression, "messageExpression": message, "reason": "Forbidden"}]
 
 
-def policy_parts() -> dict[str, Any]:
-    """What the chart's admission-policies template takes from the core, as one document."""
-    return {
-        "shield": {
-            "matchConditions": [
-                {"name": "not-an-engine-pod", "expression": not_an_engine_pod()},
-                {"name": "has-a-container-to-shield", "expression": has_unshielded()},
-            ],
-            "expression": shield_mutation(),
-        },
-        "guard": {"variables": guard_variables(), "validations": guard_validations()},
-        "claims": claim_policy_parts(),
-        "verdict": verdict_parts(),
-        "status": status_parts(),
-        "ownerObjects": owner_objects_parts(),
-    }
-
-
 __all__ = [
     "FORGERY_PREFIX",
     "PRIORITY_PARAM",
     "SCHEDULER_PARAM",
     "cel_condition",
     "cel_string",
+    "cel_unshielded",
     "guard_validations",
     "guard_variables",
-    "has_unshielded",
-    "not_an_engine_pod",
-    "policy_parts",
-    "shield_mutation",
 ]

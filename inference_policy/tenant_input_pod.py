@@ -108,7 +108,7 @@ METADATA_ROWS: tuple[Row, ...] = (
         "the tenant, at create and update",
         (
             GUARD,
-            "inference_policy/access_cel.py:not_an_engine_pod",
+            "inference_policy/shield_cel.py:not_an_engine_pod",
             "inference_policy/stored_pod.py:is_engine_pod",
             HOLDING,
             "inference_policy/spread.py:deployment_of",

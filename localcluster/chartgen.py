@@ -3,7 +3,7 @@
 Two things must not be edited by hand, because a hand edit is exactly how they would drift:
 
 * the CEL in the chart: the owner's admission policies (charts/tmi/files/admission-policies.yaml,
-  the core's ``inference_policy.access_cel.policy_parts()``) and the fallback guard webhook's
+  the core's ``inference_policy.policy_cel.policy_parts()``) and the fallback guard webhook's
   ``reaches-for-an-accelerator`` matchCondition (charts/tmi/files/reaches-for-an-accelerator.cel,
   ``inference_policy.access_cel.cel_condition()``), both the predicate the webhook checks;
 * the kustomize bases under manifests/ (webhook/, controller/, owner/, scheduler/, tenant/),
@@ -24,7 +24,8 @@ from typing import Any
 
 import yaml
 
-from inference_policy.access_cel import cel_condition, policy_parts
+from inference_policy.access_cel import cel_condition
+from inference_policy.policy_cel import policy_parts
 from localcluster.chart import CHART, OWNER, TENANT, by_source, part_values, template_text
 
 ROOT = Path(__file__).resolve().parent.parent

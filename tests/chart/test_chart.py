@@ -19,8 +19,9 @@ import pytest
 import yaml
 
 from extender.config import settings_from_args
-from inference_policy.access_cel import cel_condition, policy_parts
+from inference_policy.access_cel import cel_condition
 from inference_policy.owner_objects_cel import OWNER_LABEL
+from inference_policy.policy_cel import policy_parts
 from inference_policy.room import ROOM_CONFIGMAP
 from inference_policy.schedconfig import DEFAULT_SCHEDULER_NAME, render_scheduler_config
 from inference_policy.signing import DEFAULT_CONFIGMAP_NAME

@@ -36,11 +36,11 @@ from extender.verbs import filter_nodes, prioritize_nodes
 from extender.view import ClusterView
 from extender.wire import ExtenderArgs
 from inference_policy import tenant_inputs
-from inference_policy.access_cel import policy_parts
 from inference_policy.dra_claims import CLAIM_NAME
 from inference_policy.evidence.observations import pod_info
 from inference_policy.evidence.pressure import classify_job_pod
 from inference_policy.ledger import UsageLedger, accounted_pod, holding_part, pod_key
+from inference_policy.policy_cel import policy_parts
 from inference_policy.spread import deployment_of
 from localcluster.dra_driver import resource_slice
 from serving.watched import Delta

@@ -16,16 +16,10 @@ import pytest
 import yaml
 
 from inference_policy.access import Reach, is_accelerator_resource, new_reaches, reaches
-from inference_policy.access_cel import (
-    cel_condition,
-    guard_validations,
-    guard_variables,
-    has_unshielded,
-    not_an_engine_pod,
-    shield_mutation,
-)
+from inference_policy.access_cel import cel_condition, guard_validations, guard_variables
 from inference_policy.engine_pod import admission_refusal, update_refusal
 from inference_policy.refusals import RefusalCode
+from inference_policy.shield_cel import has_unshielded, not_an_engine_pod, shield_mutation
 from tests.integration.webhookkit import plain_pod
 from tests.podcorpus import CORPUS, EPHEMERAL
 

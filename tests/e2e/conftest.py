@@ -35,9 +35,7 @@ from localcluster import (
 )
 from localcluster.podnet import PodNetwork
 from localcluster.realnode import RealNode
-from localcluster.stack import TenantStack
 from tests.e2e.nodekit import node_images
-from tests.e2e.stackkit import pod_names
 
 ARTIFACTS = Path(__file__).resolve().parents[2] / ".artifacts"
 
@@ -189,18 +187,3 @@ def fake_nodes(control_plane: ControlPlane) -> Iterator[Callable[..., list[dict[
 
     yield make
     delete_fake_nodes(kube, names)
-
-
-# A module that defines its own `stack` (the tenant stack its tests share) gets these two: the
-# tenant's namespace admin, and names for the Pods a test creates, each deleted after the test.
-
-
-@pytest.fixture
-def installer(control_plane: ControlPlane, stack: TenantStack) -> Kube:
-    return control_plane.kube("tmi-installer")
-
-
-@pytest.fixture
-def pods(control_plane: ControlPlane, stack: TenantStack) -> Iterator[Callable[..., str]]:
-    with pod_names(control_plane, stack) as make:
-        yield make

@@ -28,7 +28,7 @@ from tests.e2e.inputkit import (
     pod_path,
     verified,
 )
-from tests.e2e.stackkit import LARGE, h100_stack
+from tests.e2e.stackkit import LARGE, h100_stack, pod_names
 
 pytestmark = pytest.mark.e2e
 
@@ -37,6 +37,17 @@ pytestmark = pytest.mark.e2e
 def stack(control_plane: ControlPlane) -> Iterator[TenantStack]:
     with h100_stack(control_plane, PREFIX + "-open", 30) as up:
         yield up
+
+
+@pytest.fixture
+def installer(control_plane: ControlPlane, stack: TenantStack) -> Kube:
+    return control_plane.kube("tmi-installer")
+
+
+@pytest.fixture
+def pods(control_plane: ControlPlane, stack: TenantStack) -> Iterator[Callable[..., str]]:
+    with pod_names(control_plane, stack) as make:
+        yield make
 
 
 # -- a terminating Pod --------------------------------------------------------------------------

@@ -1,8 +1,10 @@
 """`tmi-controller` / `python -m allocation_controller`: the AllocationVerified controller process.
 
-Runs on uvloop. On SIGTERM it releases its Lease (so the other replica leads within one retry
-period instead of after the Lease expires), stops its loops and exits 0. Exit status 2 means a
-setting or the Kubernetes client configuration cannot be used.
+Runs on uvloop, one fleet (`allocation_controller.fleet`) of every tenant namespace it is given
+(`TMI_TENANTS`, else the one of `TMI_NAMESPACE`) under one Lease. On SIGTERM it releases its
+Lease (so the other replica leads within one retry period instead of after the Lease expires),
+stops its loops and exits 0. Exit status 2 means a setting or the Kubernetes client
+configuration cannot be used.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from aiohttp import web
 
 from allocation_controller.app import create_app
 from allocation_controller.config import ControllerSettings, settings_from_args
-from allocation_controller.controller import Controller
+from allocation_controller.fleet import Fleet
 from allocation_controller.kubeapi import HttpKube
 from serving import process
 
@@ -25,28 +27,35 @@ SHUTDOWN_TIMEOUT = 2.0
 
 
 async def serve(settings: ControllerSettings, api: HttpKube) -> None:
-    controller = Controller(api, settings)
-    if controller.policy.state.trust_error:
-        log.error("owner public key unusable: %s", controller.policy.state.trust_error)
-    if controller.policy.state.catalog_refusal:
-        log.error("engine catalog: %s", controller.policy.state.catalog_refusal)
+    ports = [api, *(api.beside(t.namespace) for t in settings.every_tenant()[1:])]
+    fleet = Fleet(ports, settings, lease=api)
+    # Each informer holds a connection of the one pool for as long as its watch is open; the
+    # pool keeps its usual room for the reads and writes besides them.
+    api.connections += sum(len(controller.informers) for controller in fleet.controllers)
+    for controller in fleet.controllers:
+        state = controller.policy.state
+        if state.trust_error:
+            log.error("%s: owner public key unusable: %s", controller.namespace, state.trust_error)
+        if state.catalog_refusal:
+            log.error("%s: engine catalog: %s", controller.namespace, state.catalog_refusal)
+    namespaces = ", ".join(controller.namespace for controller in fleet.controllers)
 
     def started(runner: web.AppRunner) -> None:
         log.info(
-            "serving /healthz, /readyz, /metrics on port %d; namespace %s; identity %s",
+            "serving /healthz, /readyz, /metrics on port %d; namespaces %s; identity %s",
             settings.port,
-            settings.namespace,
+            namespaces,
             settings.leader.identity,
         )
 
     try:
         await process.serve(
-            create_app(controller),
+            create_app(fleet),
             settings.host,
             settings.port,
             shutdown_timeout=SHUTDOWN_TIMEOUT,
             started=started,
-            until=controller.run,
+            until=fleet.run,
         )
     finally:
         await api.close()

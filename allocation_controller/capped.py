@@ -11,6 +11,10 @@ it exports every refusal of its feed as `tmi_allocation_profile_revisions_refuse
 What the tenant can make of this is bounded too: one Event per refused revision at most, only
 the leader posts, at most `BURST` at once and `PER_SECOND` after, the rest only counted and
 logged; a write that fails is logged, never retried.
+
+The tenants of one process (`allocation_controller.fleet`) share its registry, which takes each
+metric name once: the first feed on a registry registers the collector, and every feed after it
+joins that collector, which exports their sum.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ import asyncio
 import logging
 import time
 import uuid
+import weakref
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 
@@ -40,8 +45,8 @@ PER_SECOND = 1.0
 
 
 class _Refused(Collector):
-    def __init__(self, feed: PolicyFeed) -> None:
-        self.feed = feed
+    def __init__(self) -> None:
+        self.feeds: list[PolicyFeed] = []
 
     def collect(self) -> Iterator[Metric]:
         family = CounterMetricFamily(
@@ -50,10 +55,22 @@ class _Refused(Collector):
             "(too-many), or by the verifier (unverified).",
             labels=["reason"],
         )
-        counts = self.feed.state.followed.refused_total
+        totals = [feed.state.followed.refused_total for feed in self.feeds]
         for reason in REFUSAL_REASONS:
-            family.add_metric([reason], float(counts.get(reason, 0)))
+            family.add_metric([reason], float(sum(t.get(reason, 0) for t in totals)))
         yield family
+
+
+# Each registry's one collector of refusals, for the next feed on it to join.
+_REFUSED: weakref.WeakKeyDictionary[CollectorRegistry, _Refused] = weakref.WeakKeyDictionary()
+
+
+def _count_refusals(registry: CollectorRegistry, feed: PolicyFeed) -> None:
+    collector = _REFUSED.get(registry)
+    if collector is None:
+        collector = _REFUSED[registry] = _Refused()
+        registry.register(collector)
+    collector.feeds.append(feed)
 
 
 class CapEvents:
@@ -81,7 +98,7 @@ class CapEvents:
         self._tokens = float(BURST)
         self._filled = monotonic()
         self._tasks: set[asyncio.Task[None]] = set()
-        registry.register(_Refused(feed))
+        _count_refusals(registry, feed)
 
     def changed(self) -> None:
         """After a feed step: an Event for each cap refusal since the last step (on the loop)."""

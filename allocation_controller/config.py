@@ -6,7 +6,13 @@ settings are the webhook's own options (`TMI_OWNER_PUBLIC_KEY`, `TMI_CLUSTER_BIN
 `TMI_ENGINE_IMAGE_MAP`, ...) so one values block configures both: the controller must re-derive
 exactly the plans the webhook made, and it can only do that with the same catalog relocation,
 recipe catalogs and trust. The namespace and the leader identity come from the downward API
-(`POD_NAMESPACE`, `POD_NAME`)."""
+(`POD_NAMESPACE`, `POD_NAME`).
+
+One process serves every tenant namespace of the owner release (`allocation_controller.fleet`):
+`--tenants` (`TMI_TENANTS`) gives each tenant's own trust and profile settings
+(`allocation_controller.tenants`), and the flat per-tenant settings (`--namespace`, the key, the
+binding id, the floor, the recipe catalogs, `--tenant-namespaces`) are then refused beside it,
+so no setting is silently one or the other. Without it the one tenant is the flat settings."""
 
 from __future__ import annotations
 
@@ -14,9 +20,10 @@ import argparse
 import socket
 import uuid
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from allocation_controller.leader import LeaderSettings
+from allocation_controller.tenants import parse_tenants
 from inference_policy.grant import DEFAULT_SCHEDULING_TIMEOUT
 from policy_io.state import PolicySettings
 from serving import settings as options
@@ -68,10 +75,19 @@ class ControllerSettings:
     # The owner release's other tenant namespaces, whose engine Pods' accounted shares this
     # tenant's are held apart from (`allocation_controller.neighbours`).
     other_tenants: tuple[str, ...] = ()
+    # Every tenant the process serves (`--tenants`); empty: the one of `policy`.
+    tenants: tuple[PolicySettings, ...] = ()
 
     @property
     def namespace(self) -> str:
         return self.policy.namespace
+
+    def every_tenant(self) -> tuple[PolicySettings, ...]:
+        return self.tenants or (self.policy,)
+
+    def for_tenant(self, policy: PolicySettings) -> ControllerSettings:
+        """These settings for one tenant's controller in the process's fleet."""
+        return replace(self, policy=policy, tenants=())
 
 
 _OPTIONS: tuple[Option, ...] = (
@@ -113,6 +129,14 @@ _OPTIONS: tuple[Option, ...] = (
         "TMI_RIGHTS_SECONDS",
         "how often the controller asks whether it still may read Pods and write their status in "
         "the tenant namespace (default 15; at once after a refusal)",
+    ),
+    Option(
+        "--tenants",
+        "TMI_TENANTS",
+        "every tenant namespace this process serves, a JSON array of objects: namespace, "
+        "ownerPublicKey, clusterBindingId, bundleConfigMap, followRevisions, "
+        "minimumBundleVersion, gpuRecipeCatalogConfigMap, cpuRecipeCatalogConfigMap (default: "
+        "the one tenant of --namespace and the flat settings)",
     ),
     Option(
         "--tenant-namespaces",
@@ -161,23 +185,10 @@ def settings_from_args(
     """Parse flags, fall back to the environment, check every value once, here."""
     given = Given.parse(build_parser(), _OPTIONS, argv, environ)
     get, number = given.get, given.number
-    namespace = get("--namespace") or given.env.get("POD_NAMESPACE") or ""
-    if not namespace:
-        raise ConfigError("--namespace (or TMI_NAMESPACE, or POD_NAMESPACE) is required")
-    keys = split_list(get("--owner-public-key") or "")
     enabled = given.switch("enabled", "TMI_ENABLED", default=True)
-    if enabled and not keys:
-        raise ConfigError("--owner-public-key (or TMI_OWNER_PUBLIC_KEY) is required")
-    binding = get("--cluster-binding-id") or ""
-    if enabled and not binding:
-        raise ConfigError("--cluster-binding-id (or TMI_CLUSTER_BINDING_ID) is required")
     image_map = get("--engine-image-map")
-    policy = PolicySettings(
+    shared = PolicySettings(
         enabled=enabled,
-        namespace=namespace,
-        owner_public_keys=keys,
-        cluster_binding_id=binding,
-        minimum_bundle_version=given.whole("--minimum-bundle-version", 1, 1, 2**53 - 1),
         engine_image_map=(
             parse_image_map(image_map, expected="must be a JSON object of image references")
             if image_map
@@ -185,10 +196,22 @@ def settings_from_args(
         ),
         image_registry_prefix=get("--image-registry-prefix"),
         airgap_registry=get("--airgap-registry"),
-        gpu_recipe_catalog_configmap=get("--gpu-recipe-catalog-configmap"),
-        cpu_recipe_catalog_configmap=get("--cpu-recipe-catalog-configmap"),
         **given.revision_caps(),
     )
+    tenants_text = get("--tenants")
+    if tenants_text:
+        flat = [flag for flag in _PER_TENANT if get(flag)]
+        if flat:
+            raise ConfigError(
+                f"--tenants gives each tenant's settings; {', '.join(flat)} cannot be given "
+                "beside it (give the tenant's value in its --tenants entry)"
+            )
+        tenants = parse_tenants(tenants_text, shared)
+        policy = tenants[0]
+    else:
+        tenants = ()
+        policy = _flat_tenant(given, shared)
+    namespace = policy.namespace
     identity = (
         get("--identity")
         or given.env.get("POD_NAME")
@@ -244,4 +267,40 @@ def settings_from_args(
                 ns for ns in split_list(get("--tenant-namespaces") or "") if ns != namespace
             )
         ),
+        tenants=tenants,
+    )
+
+
+# The flat settings that are one tenant's own: `--tenants` carries them per tenant instead.
+_PER_TENANT = (
+    "--namespace",
+    "--owner-public-key",
+    "--cluster-binding-id",
+    "--minimum-bundle-version",
+    "--gpu-recipe-catalog-configmap",
+    "--cpu-recipe-catalog-configmap",
+    "--tenant-namespaces",
+)
+
+
+def _flat_tenant(given: Given, shared: PolicySettings) -> PolicySettings:
+    """The one tenant of the flat settings (no `--tenants`)."""
+    get = given.get
+    namespace = get("--namespace") or given.env.get("POD_NAMESPACE") or ""
+    if not namespace:
+        raise ConfigError("--namespace (or TMI_NAMESPACE, or POD_NAMESPACE) is required")
+    keys = split_list(get("--owner-public-key") or "")
+    if shared.enabled and not keys:
+        raise ConfigError("--owner-public-key (or TMI_OWNER_PUBLIC_KEY) is required")
+    binding = get("--cluster-binding-id") or ""
+    if shared.enabled and not binding:
+        raise ConfigError("--cluster-binding-id (or TMI_CLUSTER_BINDING_ID) is required")
+    return replace(
+        shared,
+        namespace=namespace,
+        owner_public_keys=keys,
+        cluster_binding_id=binding,
+        minimum_bundle_version=given.whole("--minimum-bundle-version", 1, 1, 2**53 - 1),
+        gpu_recipe_catalog_configmap=get("--gpu-recipe-catalog-configmap"),
+        cpu_recipe_catalog_configmap=get("--cpu-recipe-catalog-configmap"),
     )

@@ -31,6 +31,10 @@ The engine Pods of the owner release's other tenant namespaces are followed too
 theirs on a GPU is reported (`inference_policy.grant_tenants`), and is checked again whenever a
 neighbour's Pod arrives on its node or leaves it.
 
+In a process serving every tenant (`allocation_controller.fleet`) the tenants' controllers share
+one elector (`leadership`: the fleet starts and stops every tenant's workers together) and one
+`Commons`, fed by each tenant's own Pod informer, in place of the neighbours' informers.
+
 Its own rights in the tenant namespace are reviewed beside all this (`allocation_controller.
 rights`), and at once when the API server refuses it the Pod list or watch, a Pod read or a
 status patch: a refused Pod list counts as read, like a refused ConfigMap, so the replica stays
@@ -51,9 +55,9 @@ import orjson
 
 from allocation_controller.capped import CapEvents
 from allocation_controller.config import ControllerSettings
-from allocation_controller.leader import LeaderElector
+from allocation_controller.leader import LeaderElector, Leadership
 from allocation_controller.metrics import Metrics
-from allocation_controller.neighbours import Neighbours
+from allocation_controller.neighbours import Commons, Neighbours, NeighbourView
 from allocation_controller.ports import JSON, KubePort, PodPort
 from allocation_controller.reconciler import (
     CONTROLLER_NAME,
@@ -125,14 +129,22 @@ class Controller:
         metrics: Metrics | None = None,
         clock: Callable[[], datetime] | None = None,
         monotonic: Callable[[], float] = time.monotonic,
+        leadership: Leadership | None = None,
+        commons: Commons | None = None,
     ) -> None:
+        """`leadership`: an elector shared with other tenants' controllers, which then starts
+        and stops this one's workers (`lead`, `follow`); None: this controller elects itself
+        (or, with `leader_elect` off, leads from the start). `commons`: the fleet's shared view
+        of every tenant's Pods, in place of `settings.other_tenants`' informers."""
         self.api = api
         self.settings = settings
         self.metrics = metrics or Metrics()
         self.policy = PolicyView(settings.policy)
         self.queue = WorkQueue()
+        self.metrics.follow_queue(self.queue)
         watch = settings.watch_timeout
         namespace = api.namespace
+        self.namespace = namespace
         self.pods = Informer(
             api,
             Collection("pods", "Pod", namespace, label_selector=ENGINE_LABEL),
@@ -150,13 +162,20 @@ class Controller:
         # This tenant's Pods by the node they are bound to, for a neighbour's move there.
         self._on_node: dict[str, set[str]] = {}
         self._node_of: dict[str, str] = {}
-        self.neighbours = Neighbours(
-            api,
-            settings.other_tenants,
-            self._neighbour_moved,
-            self._inputs_read,
-            watch_timeout=watch,
-        )
+        self.commons = commons
+        self.neighbours: NeighbourView
+        if commons is not None:
+            self.neighbours = commons.join(
+                namespace, self._neighbour_moved, self._inputs_read, self._pods_known
+            )
+        else:
+            self.neighbours = Neighbours(
+                api,
+                settings.other_tenants,
+                self._neighbour_moved,
+                self._inputs_read,
+                watch_timeout=watch,
+            )
         lease_namespace = settings.lease_namespace or settings.namespace
         self.rights = RightsMonitor(
             api,
@@ -197,13 +216,16 @@ class Controller:
                 api,
                 settings.leader,
                 namespace=settings.lease_namespace or settings.namespace,
-                on_started=self._lead,
-                on_stopped=self._follow,
+                on_started=self.lead,
+                on_stopped=self.follow,
                 monotonic=monotonic,
             )
-            if settings.leader_elect
+            if settings.leader_elect and leadership is None
             else None
         )
+        # Whoever says whether this replica may write: the shared elector, its own, or none.
+        self.driven = leadership is not None
+        self.leadership: Leadership | None = leadership or self.elector
         self.reconciler = Reconciler(
             CachedPods(api, self.pods.store),
             self.policy,
@@ -218,7 +240,9 @@ class Controller:
             monotonic=monotonic,
             background_events=True,
             claims=api,
-            neighbours=self.neighbours.shares if settings.other_tenants else None,
+            neighbours=(
+                self.neighbours.shares if commons is not None or settings.other_tenants else None
+            ),
         )
         # The labelled ConfigMaps its feed refused by a cap: counted, and told as Events.
         self.capped = CapEvents(
@@ -244,27 +268,37 @@ class Controller:
     def synced(self) -> bool:
         """Every input is known: listed, or refused to this replica's Role, which the verdicts
         (a ConfigMap) or the rights report (the Pods, `allocation_controller.rights`) then say."""
-        pods = self.pods.synced.is_set() or self.pods_refused
-        return pods and self.policy.feed.ready and self.neighbours.synced
+        return self._pods_known() and self.policy.feed.ready and self.neighbours.synced
 
     @property
     def healthy(self) -> bool:
         return bool(self._tasks) and not any(task.done() for task in self._tasks)
 
+    def lacking(self) -> list[str]:
+        """What its rights review found missing, in a sentence (for /readyz); empty if none."""
+        return [self.rights.summary()] if self.rights.missing else []
+
     def may_write(self) -> bool:
-        return self.elector is None or self.elector.is_leader()
+        return self.leadership is None or self.leadership.is_leader()
 
     # -- watch handlers ------------------------------------------------------------------------
+
+    def _pods_known(self) -> bool:
+        return self.pods.synced.is_set() or self.pods_refused
 
     def _pods_listed(self, informer: Informer) -> None:
         self.pods_refused = False
         self._inputs.set()
+        if self.commons is not None:
+            self.commons.read(self.namespace)
 
     def _pods_failed(self, exc: Exception) -> None:
         if not_permitted(exc) is not None:
             self.pods_refused = True
             self._inputs.set()
             self.rights.wake()
+            if self.commons is not None:
+                self.commons.read(self.namespace)
 
     def _inputs_read(self) -> None:
         self._inputs.set()
@@ -287,6 +321,9 @@ class Controller:
 
     def _on_pod(self, delta: Delta) -> None:
         kind, pod, old = delta.type, delta.object, delta.old
+        if self.commons is not None:
+            # Before this tenant's own handling, which may fail on a malformed Pod.
+            self.commons.seen(self.namespace, delta)
         metadata = pod.get("metadata") or {}
         name, uid = str(metadata.get("name")), str(metadata.get("uid"))
         self._placed(name, None if kind == "DELETED" else node_name(pod))
@@ -321,8 +358,9 @@ class Controller:
     def _revisions_changed(self, changed: frozenset[str] | None) -> None:
         """Count the revisions, and recheck the Pods planned with a changed one (None: all)."""
         verified = sum(isinstance(r, VerifiedProfile) for r in self.policy.revisions.values())
-        self.metrics.revisions.labels("verified").set(verified)
-        self.metrics.revisions.labels("refused").set(len(self.policy.revisions) - verified)
+        self.metrics.count_revisions(
+            self.namespace, verified, len(self.policy.revisions) - verified
+        )
         if changed is None:
             self._recheck_all()
             return
@@ -336,12 +374,16 @@ class Controller:
 
     # -- leadership ----------------------------------------------------------------------------
 
-    def _lead(self) -> None:
+    def lead(self) -> None:
+        """This replica leads: start the workers once every input has been read."""
+        if self.leading:
+            return
         self.leading = True
         self.metrics.is_leader.set(1)
         self._starting = asyncio.get_running_loop().create_task(self._start_workers())
 
-    def _follow(self) -> None:
+    def follow(self) -> None:
+        """This replica no longer leads: stop the workers and drop the queue."""
         self.leading = False
         self.metrics.is_leader.set(0)
         self._stop_workers()
@@ -417,13 +459,13 @@ class Controller:
             finally:
                 self.metrics.reconcile_seconds.observe(time.perf_counter() - started)
                 self.metrics.reconciles.labels(outcome).inc()
-                self.metrics.queue_depth.set(len(self.queue))
             self.queue.done(key)
 
     # -- running -------------------------------------------------------------------------------
 
     async def run(self, stop: asyncio.Event) -> None:
-        """Watch, elect, reconcile until `stop` is set; then release the Lease and stop."""
+        """Watch, elect, reconcile until `stop` is set; then release the Lease and stop. Driven
+        by a shared elector, it neither elects nor leads by itself: the fleet says when."""
         loop = asyncio.get_running_loop()
         self._tasks = [
             loop.create_task(informer.run(), name=f"informer-{informer.what}")
@@ -432,15 +474,15 @@ class Controller:
         self._tasks.append(loop.create_task(self.rights.run(), name="rights"))
         if self.elector is not None:
             self._tasks.append(loop.create_task(self.elector.run(stop), name="leader-election"))
-        else:
-            self._lead()
+        elif not self.driven:
+            self.lead()
         try:
             await stop.wait()
         finally:
             if self.elector is not None:
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await asyncio.wait_for(self._tasks[-1], timeout=5)
-            self._follow()
+            self.follow()
             self.queue.shutdown()
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self.reconciler.drain_events(), timeout=5)

@@ -4,6 +4,8 @@ and what it asks about its own rights.
 List and watch, the connection pool and the credentials are `serving.apiserver.ApiClient`'s,
 shared with the other servers; what is added here is what only the controller writes. Every
 request has a timeout (`timeout`, kept below the leader election margin by the settings).
+A process serving several tenant namespaces (`allocation_controller.fleet`) has one port per
+namespace, all over the first one's connection pool (`beside`).
 """
 
 from __future__ import annotations
@@ -11,6 +13,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 from urllib.parse import quote
+
+import aiohttp
 
 from allocation_controller.ports import JSON, NotFound
 from serving.apiserver import CONTENT_TYPES, ApiClient
@@ -27,6 +31,8 @@ class HttpKube(ApiClient):
         super().__init__(server, **options)
         self._namespace = namespace
         self._lease_namespace = lease_namespace or namespace
+        # The port whose connection pool this one uses (`beside`); None: its own.
+        self._pool: HttpKube | None = None
 
     @classmethod
     def from_kubeconfig(
@@ -45,6 +51,31 @@ class HttpKube(ApiClient):
             timeout=timeout,
             **options,
         )
+
+    def beside(self, namespace: str) -> HttpKube:
+        """A port for another tenant namespace over this one's API server, credentials,
+        connection pool and Lease namespace; closing it leaves the pool to this one."""
+        other = HttpKube(
+            self.server,
+            namespace,
+            self._lease_namespace,
+            ssl_context=self._ssl,
+            authorization=self._authorization,
+            timeout=self.timeout,
+            connections=self.connections,
+        )
+        other._pool = self._pool or self
+        return other
+
+    @property
+    def session(self) -> aiohttp.ClientSession:
+        if self._pool is not None:
+            return self._pool.session
+        return super().session
+
+    async def close(self) -> None:
+        if self._pool is None:
+            await super().close()
 
     @property
     def namespace(self) -> str:

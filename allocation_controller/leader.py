@@ -30,7 +30,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Protocol
 
 from allocation_controller.ports import JSON, ApiError, Conflict, LeasePort
 
@@ -51,6 +51,12 @@ class LeaderSettings:
                 "leader election needs retry period < renew deadline < lease duration; got "
                 f"{self.retry_period}, {self.renew_deadline}, {self.lease_duration}"
             )
+
+
+class Leadership(Protocol):
+    """Whether this replica may write now; asked right before each write (rule 3)."""
+
+    def is_leader(self) -> bool: ...
 
 
 def _micro_time(moment: datetime) -> str:

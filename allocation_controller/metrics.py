@@ -3,9 +3,16 @@
 Each controller gets its own `CollectorRegistry`, so tests and the benchmark can run several in
 one process. Labels are bounded: verdicts are counted by status and by reason, which come from a
 fixed list, never by Pod name or message.
+
+A process serving several tenants (`allocation_controller.fleet`) gives its controllers one
+`Metrics`, so /metrics has each series once: counters and histograms add up across tenants, the
+rights are labelled by namespace already, and the gauges that each tenant would otherwise
+overwrite (the revisions known, the queue depth) are kept per tenant here and exported summed.
 """
 
 from __future__ import annotations
+
+from collections.abc import Sized
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
@@ -68,3 +75,16 @@ class Metrics:
             "Events that could not be recorded (the condition was still written)",
             registry=self.registry,
         )
+        self._revisions: dict[str, tuple[int, int]] = {}
+        self._queues: list[Sized] = []
+        self.queue_depth.set_function(lambda: float(sum(len(q) for q in self._queues)))
+
+    def count_revisions(self, namespace: str, verified: int, refused: int) -> None:
+        """One tenant's profile revisions known; the gauge is every tenant's sum."""
+        self._revisions[namespace] = (verified, refused)
+        self.revisions.labels("verified").set(sum(v for v, _ in self._revisions.values()))
+        self.revisions.labels("refused").set(sum(r for _, r in self._revisions.values()))
+
+    def follow_queue(self, queue: Sized) -> None:
+        """Count `queue` (a tenant's work queue) in the queue depth, read at each scrape."""
+        self._queues.append(queue)

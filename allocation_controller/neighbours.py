@@ -15,20 +15,50 @@ the node, so the Pods of this tenant there are checked again: a Pod reported bec
 that has gone is verified again without waiting for its own next event. A list the API server
 refuses (the Role gone from that namespace) counts as read, holding nothing, so the controller
 is not kept unready by a namespace it cannot read; the informer lists again with backoff.
+
+That is `Neighbours`, for a process serving one tenant (`TMI_TENANT_NAMESPACES`). A process that
+serves every tenant (`allocation_controller.fleet`) already follows each tenant namespace's
+engine Pods in that tenant's own controller, so a second watch per pair of tenants would only
+repeat them: `Commons` is fed by every member's Pod informer instead (one watch per namespace
+in all), keeps one ledger of every tenant's bound Pods, and tells each member of its
+neighbours' moves and lists as `Neighbours` would. A member's Pod list refused counts as read
+for the others, as a refused neighbour list does.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
 
-from inference_policy.ledger import HOLDING_PODS_FIELD_SELECTOR, UsageLedger, holding_part, pod_key
+from inference_policy.kept_pod import Skeleton
+from inference_policy.ledger import (
+    HOLDING_PODS_FIELD_SELECTOR,
+    UsageLedger,
+    accounted_pod,
+    holding_part,
+    pod_key,
+)
 from inference_policy.tenancy import Shares
 from inference_policy.wire import ENGINE_LABEL
 from serving.informer import Collection, Delta, Informer, ListWatch
 from serving.kube import not_permitted
 
 log = logging.getLogger(__name__)
+
+
+class NeighbourView(Protocol):
+    """What a tenant's controller reads of its neighbours: the informers it must run for them
+    (none when another's run them), whether all have been read once, and a node's shares."""
+
+    @property
+    def informers(self) -> Sequence[Informer]: ...
+
+    @property
+    def synced(self) -> bool: ...
+
+    def shares(self, node: str) -> Shares: ...
 
 
 class Neighbours:
@@ -106,4 +136,88 @@ class Neighbours:
         return failed
 
 
-__all__ = ["Neighbours"]
+def held(pod: Mapping[str, Any]) -> tuple[str, dict[str, int]] | None:
+    """`(node, requests)` a kept Pod holds: a skeleton's as noted when it was cut, since it
+    keeps no containers, and a whole Pod's read from it."""
+    if isinstance(pod, Skeleton):
+        return pod.held
+    return accounted_pod(pod)
+
+
+@dataclass
+class _Member:
+    moved: Callable[[str], None]
+    read: Callable[[], None]
+    # Has this member's own Pod list been read once, or refused to it?
+    known: Callable[[], bool]
+
+
+class Commons:
+    """Every fleet member's bound engine Pods, from the members' own Pod informers, as per-node
+    shares by tenant; each member sees the others as its neighbours."""
+
+    def __init__(self) -> None:
+        self.ledger = UsageLedger()
+        self._members: dict[str, _Member] = {}
+
+    def join(
+        self,
+        namespace: str,
+        moved: Callable[[str], None],
+        read: Callable[[], None],
+        known: Callable[[], bool],
+    ) -> SharedNeighbours:
+        """Make `namespace` a member: told `moved(node)` when another member's Pod arrives on or
+        leaves a node, `read()` when another member's Pods are read (or refused)."""
+        if namespace in self._members:
+            raise ValueError(f"tenant namespace {namespace!r} has joined already")
+        self._members[namespace] = _Member(moved, read, known)
+        return SharedNeighbours(self, namespace)
+
+    def _others(self, namespace: str) -> list[_Member]:
+        return [member for name, member in self._members.items() if name != namespace]
+
+    def synced_for(self, namespace: str) -> bool:
+        return all(member.known() for member in self._others(namespace))
+
+    def seen(self, namespace: str, delta: Delta) -> None:
+        """A delta of `namespace`'s Pod informer (its engine Pods, bound or not)."""
+        name = str((delta.object.get("metadata") or {}).get("name"))
+        key = f"{namespace}/{name}"
+        before, version = self.ledger.node_of(key), self.ledger.version
+        holding = None if delta.type == "DELETED" else held(delta.object)
+        if holding is None:
+            self.ledger.remove(key)
+        else:
+            self.ledger.upsert(key, *holding)
+        if self.ledger.version == version:
+            return
+        nodes = {node for node in (before, self.ledger.node_of(key)) if node is not None}
+        for member in self._others(namespace):
+            for node in nodes:
+                member.moved(node)
+
+    def read(self, namespace: str) -> None:
+        """`namespace`'s Pods were listed, or the list was refused: the others may be synced."""
+        for member in self._others(namespace):
+            member.read()
+
+
+class SharedNeighbours:
+    """One member's view of `Commons`: no informers of its own, the others' shares."""
+
+    informers: Sequence[Informer] = ()
+
+    def __init__(self, commons: Commons, namespace: str) -> None:
+        self.commons = commons
+        self.namespace = namespace
+
+    @property
+    def synced(self) -> bool:
+        return self.commons.synced_for(self.namespace)
+
+    def shares(self, node: str) -> Shares:
+        return self.commons.ledger.shares(node)
+
+
+__all__ = ["Commons", "NeighbourView", "Neighbours", "SharedNeighbours", "held"]

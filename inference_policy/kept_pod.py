@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from inference_policy.access import as_mapping
+from inference_policy.ledger import accounted_pod
 from inference_policy.wire import ALLOCATION_VERIFIED, ENGINE_LABEL
 
 MAX_KEPT_POD_BYTES = 128 * 1024
@@ -29,6 +30,10 @@ class Skeleton(dict[str, Any]):
     own rather than a key in it, so nothing the tenant writes can read as one."""
 
     size: int = 0
+    # What the Pod held on its node when it was cut (`ledger.accounted_pod`: node and requests,
+    # None for none), since the skeleton keeps no containers to read it from: a Pod's size does
+    # not hide its share from whoever keeps tenants' shares apart from the kept Pods.
+    held: tuple[str, dict[str, int]] | None = None
 
 
 def kept_pod(pod: dict[str, Any], size: int) -> dict[str, Any]:
@@ -63,6 +68,7 @@ def kept_pod(pod: dict[str, Any], size: int) -> dict[str, Any]:
         }
     )
     skeleton.size = size
+    skeleton.held = accounted_pod(pod)
     return skeleton
 
 

@@ -14,6 +14,10 @@ passes here exercises the same decisions it would make against kube-apiserver:
 
 Tests drive it with `put`, `mutate`, `delete` and `compact`, inject failures with `fail_next`,
 and read back `patches` and `events`. `latency` adds a delay to every call, to model a network.
+`beside(namespace)` is the same server as another namespace's port, as a process serving
+several tenant namespaces has one port per namespace (`allocation_controller.fleet`): one store,
+history and set of watches, while failures, refusals and call counts are each port's own, and a
+port reads and patches only its own namespace's Pods.
 """
 
 from __future__ import annotations
@@ -112,6 +116,14 @@ class _Change:
 
 
 @dataclass
+class _Versions:
+    """The resourceVersion counter's state, one for every port of one fake server."""
+
+    current: int = 999
+    compacted: int = 0
+
+
+@dataclass
 class _Watcher:
     resource: str
     label_selector: str | None
@@ -142,9 +154,8 @@ class MemoryKube:
         self._namespace = namespace
         self.objects: dict[str, dict[str, JSON]] = {kind: {} for kind in _KINDS}
         self._version = itertools.count(1000)
-        self.current_version = 999
+        self._versions = _Versions()
         self.history: list[_Change] = []
-        self.compacted = 0
         self._watchers: list[_Watcher] = []
         self.patches: list[Patch] = []
         self.events: list[JSON] = []
@@ -160,6 +171,42 @@ class MemoryKube:
     @property
     def namespace(self) -> str:
         return self._namespace
+
+    @property
+    def current_version(self) -> int:
+        return self._versions.current
+
+    @current_version.setter
+    def current_version(self, version: int) -> None:
+        self._versions.current = version
+
+    @property
+    def compacted(self) -> int:
+        return self._versions.compacted
+
+    @compacted.setter
+    def compacted(self, version: int) -> None:
+        self._versions.compacted = version
+
+    def beside(self, namespace: str) -> MemoryKube:
+        """This server as the port of another namespace (see the module's docstring)."""
+        other = MemoryKube(namespace)
+        for shared in (
+            "objects",
+            "_version",
+            "_versions",
+            "history",
+            "_watchers",
+            "patches",
+            "events",
+            "owner_events",
+        ):
+            setattr(other, shared, getattr(self, shared))
+        return other
+
+    def _own_pod(self, name: str) -> JSON | None:
+        pod = self.objects["pods"].get(name)
+        return pod if pod is not None and _in_namespace(pod, self._namespace) else None
 
     # -- driving the fake ----------------------------------------------------------------------
 
@@ -264,7 +311,8 @@ class MemoryKube:
 
     async def get_pod(self, name: str, *, fresh: bool = False) -> JSON | None:
         await self._call("get_pod")
-        return self.get("pods", name)
+        pod = self._own_pod(name)
+        return copy.deepcopy(pod) if pod is not None else None
 
     async def list_pods(self, label_selector: str) -> list[JSON]:
         await self._call("list_pods")
@@ -276,7 +324,7 @@ class MemoryKube:
 
     async def patch_pod_status(self, name: str, patch: Mapping[str, Any]) -> JSON:
         await self._call("patch_pod_status")
-        pod = self.objects["pods"].get(name)
+        pod = self._own_pod(name)
         if pod is None:
             raise NotFound(404, "NotFound", f'pods "{name}" not found')
         wanted = (patch.get("metadata") or {}).get("resourceVersion")

@@ -73,3 +73,14 @@ def test_the_verdict_for_a_skeleton_says_it_was_not_checked() -> None:
     assert evaluation.verdict is not None
     assert (evaluation.verdict.status, evaluation.verdict.reason) == ("False", POD_TOO_LARGE)
     assert str(MAX_KEPT_POD_BYTES + 1) in evaluation.verdict.message
+
+
+def test_a_skeleton_keeps_what_the_pod_held_on_its_node() -> None:
+    """The skeleton keeps no containers, so what the Pod holds is noted as it is cut: another
+    tenant's controller counts its share from it (`allocation_controller.neighbours`)."""
+    pod = _pod(MAX_KEPT_POD_BYTES)
+    pod["spec"]["containers"][0]["resources"] = {"requests": {"kamiwaza.ai/vram-gb-gpu-0": "8"}}
+    kept = kept_pod(pod, MAX_KEPT_POD_BYTES + 500)
+    assert getattr(kept, "held", None) == ("gpu-1", {"kamiwaza.ai/vram-gb-gpu-0": 8})
+    pod["spec"].pop("nodeName")
+    assert getattr(kept_pod(pod, MAX_KEPT_POD_BYTES + 500), "held", "unset") is None

@@ -317,5 +317,19 @@ def test_the_extender_and_the_controller_take_the_caps_for_every_tenant() -> Non
         (t.policy.max_profile_revisions, t.policy.max_revision_bytes)
         for t in extender.every_tenant()
     } == {(3, 32768)}
-    controller = controller_settings([], environ).policy
-    assert (controller.max_profile_revisions, controller.max_revision_bytes) == (3, 32768)
+    # The controller's TMI_TENANTS lists every tenant, the first too, each whole.
+    tenant = {"ownerPublicKey": OWNER.public_key, "clusterBindingId": "demo-cluster"}
+    controller = controller_settings(
+        [],
+        {
+            "TMI_MAX_PROFILE_REVISIONS": "3",
+            "TMI_MAX_PROFILE_REVISION_BYTES": "32768",
+            "TMI_TENANTS": json.dumps(
+                [{"namespace": "kamiwaza", **tenant}, {"namespace": "other", **tenant}]
+            ),
+        },
+    )
+    assert [
+        (t.namespace, t.max_profile_revisions, t.max_revision_bytes)
+        for t in controller.every_tenant()
+    ] == [("kamiwaza", 3, 32768), ("other", 3, 32768)]

@@ -1,6 +1,6 @@
 """One owner release for two tenant namespaces: each gets its own parameters, policies, webhook
-configuration and allocation controller, and the one extender is configured for both (its own
-settings parser reads what the chart writes)."""
+configuration and Roles for the one allocation controller, and the one extender and the one
+controller are configured for both (their own settings parsers read what the chart writes)."""
 
 from __future__ import annotations
 
@@ -116,47 +116,78 @@ def test_one_extender_is_configured_for_both_tenants(docs: list[JSON]) -> None:
     assert records[0]["resourceNames"] == [FIRST, SECOND]
 
 
-def test_each_tenant_has_its_own_controller_and_lease(docs: list[JSON]) -> None:
-    deployments = {
-        d["metadata"]["name"]: d
+def test_one_controller_and_one_lease_serve_every_tenant(docs: list[JSON]) -> None:
+    """Adding a tenant adds its entry in the one controller's settings and its namespace's
+    Roles, not a Deployment, a Lease or a settings ConfigMap of its own."""
+    controller = [
+        d
         for d in docs
-        if d["kind"] == "Deployment" and "allocation-controller" in d["metadata"]["name"]
+        if d["metadata"].get("labels", {}).get("app.kubernetes.io/name")
+        == "tmi-allocation-controller"
+    ]
+    deployments = [d for d in controller if d["kind"] == "Deployment"]
+    (deployment,) = deployments
+    assert deployment["metadata"]["name"] == "tmi-allocation-controller"
+    # The selector the first tenant's Deployment had before, which a Deployment cannot change:
+    # `helm upgrade` from a release with a Deployment per tenant rolls this one in place.
+    assert deployment["spec"]["selector"]["matchLabels"] == {
+        "app.kubernetes.io/name": "tmi-allocation-controller",
+        "kamiwaza.ai/tenant-namespace": FIRST,
     }
-    assert set(deployments) == {"tmi-allocation-controller", f"tmi-allocation-controller-{SECOND}"}
-    selectors = [d["spec"]["selector"]["matchLabels"] for d in deployments.values()]
-    assert selectors[0] != selectors[1]
-    second = deployments[f"tmi-allocation-controller-{SECOND}"]
-    (container,) = second["spec"]["template"]["spec"]["containers"]
-    assert f"--lease-name=tmi-allocation-controller-{SECOND}" in container["args"]
-    settings = find(docs, "ConfigMap", f"tmi-controller-settings-{SECOND}")["data"]
-    assert settings["TMI_NAMESPACE"] == SECOND
-    assert settings["TMI_OWNER_PUBLIC_KEY"] == SECOND_KEY
-    assert ("tmi-allocation-controller", SECOND) in _names(docs, "RoleBinding")
+    (pdb,) = [d for d in controller if d["kind"] == "PodDisruptionBudget"]
+    assert pdb["spec"]["selector"] == deployment["spec"]["selector"]
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    assert "--lease-name=tmi-allocation-controller" in container["args"]
+    assert container["envFrom"] == [{"configMapRef": {"name": "tmi-controller-settings"}}]
+    (configmap,) = [d for d in controller if d["kind"] == "ConfigMap"]
+    assert configmap["metadata"]["name"] == "tmi-controller-settings"
     lease = next(
         r
         for r in find(docs, "Role", "tmi-allocation-controller-lease")["rules"]
         if r.get("resourceNames")
     )
-    assert lease["resourceNames"] == [
-        "tmi-allocation-controller",
-        f"tmi-allocation-controller-{SECOND}",
-    ]
+    assert lease["resourceNames"] == ["tmi-allocation-controller"]
+    # Each tenant namespace keeps its own Role and RoleBinding for the one ServiceAccount.
+    for namespace in (FIRST, SECOND):
+        assert ("tmi-allocation-controller", namespace) in _names(docs, "Role")
+        assert ("tmi-allocation-controller", namespace) in _names(docs, "RoleBinding")
 
 
-def test_each_controller_is_told_every_tenant_namespace_to_hold_shares_apart_from(
-    docs: list[JSON],
-) -> None:
-    """The controllers read each other's namespaces' engine Pods (one ServiceAccount, bound in
-    each), to report a Pod whose accounted share meets another tenant's on one GPU; the
-    controller's own parser takes the others from the list."""
-    for suffix, other in (("", SECOND), (f"-{SECOND}", FIRST)):
-        data = find(docs, "ConfigMap", f"tmi-controller-settings{suffix}")["data"]
-        assert data["TMI_TENANT_NAMESPACES"] == f"{FIRST},{SECOND}"
-        assert controller_settings([], data).other_tenants == (other,)
+def test_the_controller_is_told_every_tenant_with_its_own_trust(docs: list[JSON]) -> None:
+    """TMI_TENANTS names every tenant namespace with its own settings, as the controller's own
+    parser reads them; the shares of each are held apart from the others' in one process."""
+    data = find(docs, "ConfigMap", "tmi-controller-settings")["data"]
+    assert "TMI_TENANT_NAMESPACES" not in data and "TMI_NAMESPACE" not in data
+    settings = controller_settings([], data)
+    first, second = settings.every_tenant()
+    assert (first.namespace, second.namespace) == (FIRST, SECOND)
+    assert second.owner_public_keys == (SECOND_KEY,)
+    assert (second.bundle_configmap, second.minimum_bundle_version) == ("team-b-profile-r4", 4)
+    assert second.cluster_binding_id == first.cluster_binding_id
+    assert first.minimum_bundle_version == 1
+    assert settings.other_tenants == ()
     alone = render(part_values(OWNER, chartgen.base_values()), namespace=OWNER_NS)
-    assert (
-        "TMI_TENANT_NAMESPACES" not in find(alone, "ConfigMap", "tmi-controller-settings")["data"]
-    )
+    (only,) = controller_settings(
+        [], find(alone, "ConfigMap", "tmi-controller-settings")["data"]
+    ).every_tenant()
+    assert only.namespace == FIRST
+
+
+def test_a_tenant_added_rolls_the_controller() -> None:
+    """The settings checksum changes with the tenants, so the Deployment's Pods are replaced
+    with ones that serve the new tenant too."""
+
+    def checksum(tenants: list[dict[str, Any]]) -> str:
+        values = chartgen.base_values()
+        values["owner"]["tenants"] = tenants
+        docs = render(part_values(OWNER, values), namespace=OWNER_NS)
+        template = find(docs, "Deployment", "tmi-allocation-controller")["spec"]["template"]
+        return str(template["metadata"]["annotations"]["checksum/settings"])
+
+    one = checksum([])
+    two = checksum([{"namespace": SECOND, "ownerPublicKey": SECOND_KEY}])
+    assert one != two
+    assert two == checksum([{"namespace": SECOND, "ownerPublicKey": SECOND_KEY}])
 
 
 def test_each_tenant_names_only_its_own_priority_classes() -> None:

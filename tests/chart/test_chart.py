@@ -453,12 +453,12 @@ def test_the_owners_servers_take_the_owners_settings_not_the_tenants(
     assert lease["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.namespace"
     # Each server's own parser reads what the chart wrote: the same trust for the tenant.
     settings = find(owner, "ConfigMap", "tmi-controller-settings")["data"]
-    (tenant,) = controller_settings([], settings).every_tenant()
-    assert tenant.namespace == TENANT_NS
+    (served,) = controller_settings([], settings).every_tenant()
+    assert served.namespace == TENANT_NS
     extender = find(owner, "ConfigMap", "tmi-extender-settings")["data"]
     (first,) = settings_from_args(["--plain-http"], extender).every_tenant()
     for field in ("owner_public_keys", "cluster_binding_id", "minimum_bundle_version"):
-        assert getattr(tenant, field) == getattr(first.policy, field)
+        assert getattr(served, field) == getattr(first.policy, field)
 
 
 def test_the_generated_files_are_current() -> None:

@@ -5,7 +5,8 @@ rights there), ResourceQuotas and claim templates in each tenant namespace, and 
 namespace admin may write anything in its namespace: after it deleted the controller's
 RoleBinding, a verified Pod whose image it then changed kept `AllocationVerified=True`. Each
 such object carries the label `OWNER_LABEL`, and this policy refuses creating, changing or
-deleting an object that carries it (before or after) to every identity but the owner's.
+deleting an object that carries it (before or after), or any TenantPolicy (the admission
+policies' parameters), to every identity but the owner's.
 
 Who is the owner is not a list of names: it is whoever may update the tenant's cluster-scoped
 TenantAdmission, asked of the API server's own authorizer at the time of the request (a cluster
@@ -21,12 +22,18 @@ from typing import Any
 from inference_policy.cel_text import cel_string
 from inference_policy.rollback import GROUP, PLURAL
 
+# The admission policies' parameters in each tenant namespace (TenantPolicy): the owner's
+# whether or not they carry the label, since a policy bound once for every tenant reads whatever
+# object of the name it finds in the namespace of the request.
+PARAMS_PLURAL = "tenantpolicies"
+
 OWNER_LABEL = "tmi.kamiwaza.ai/owner-part"
 # What the owner release writes in a tenant namespace (group, resources).
 OWNER_RESOURCES = (
     ("", ("resourcequotas",)),
     ("rbac.authorization.k8s.io", ("roles", "rolebindings")),
     ("resource.k8s.io", ("resourceclaimtemplates",)),
+    (GROUP, (PARAMS_PLURAL,)),
 )
 OWNER_REFUSAL = "tenant-mode inference: "
 
@@ -47,12 +54,16 @@ def owner_objects_parts() -> dict[str, Any]:
         "  has(namespaceObject.metadata.deletionTimestamp)"
     )
     variables = [
-        {"name": "owned", "expression": f"{_labelled('oldObject')} || {_labelled('object')}"},
+        {
+            "name": "owned",
+            "expression": f"{_labelled('oldObject')} || {_labelled('object')} ||\n"
+            f"  request.resource.resource == {cel_string(PARAMS_PLURAL)}",
+        },
     ]
     message = (
-        f"{cel_string(OWNER_REFUSAL)} + request.kind.kind + ' ' + request.name + ' carries "
-        f"{OWNER_LABEL}: it is the cluster owner\\'s (the rights its parts hold in this "
-        "namespace); only an identity that may update TenantAdmission ' + request.namespace + "
+        f"{cel_string(OWNER_REFUSAL)} + request.kind.kind + ' ' + request.name + ' is the "
+        f"cluster owner\\'s (it carries {OWNER_LABEL}, or holds the admission policies\\' "
+        "parameters); only an identity that may update TenantAdmission ' + request.namespace + "
         "' may ' + request.operation.lowerAscii() + ' it'"
     )
     validations = [
@@ -74,4 +85,10 @@ def owner_objects_parts() -> dict[str, Any]:
     return {"resourceRules": rules, "variables": variables, "validations": validations}
 
 
-__all__ = ["OWNER_LABEL", "OWNER_REFUSAL", "OWNER_RESOURCES", "owner_objects_parts"]
+__all__ = [
+    "OWNER_LABEL",
+    "OWNER_REFUSAL",
+    "OWNER_RESOURCES",
+    "PARAMS_PLURAL",
+    "owner_objects_parts",
+]

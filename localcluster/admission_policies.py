@@ -24,6 +24,9 @@ POLICY_LABEL = ("app.kubernetes.io/name", "tmi-admission")
 # chart keeps it too), since deleting it deletes every tenant's parameters.
 DEFINITION_LABEL = ("app.kubernetes.io/name", "tmi-admission-parameters")
 _PROBE_IMAGE = "placeholder.invalid/tmi-policy-probe:1"
+# The policies are bound once for every tenant namespace; these two are probed for.
+GUARD = "kamiwaza-tmi-guard"
+STATUS = "kamiwaza-tmi-status"
 
 
 def _labelled(doc: Mapping[str, Any], label: tuple[str, str]) -> bool:
@@ -45,7 +48,15 @@ def policy_docs(owner: Rendered) -> list[JSON]:
     """The owner part's admission-policy objects: the parameters' definition first, then the
     parameters, the policies and their bindings."""
     docs = [doc for doc in owner.docs if is_policy_object(doc)]
-    return sorted(docs, key=lambda d: not _labelled(d, DEFINITION_LABEL))
+    return sorted(docs, key=_apply_order)
+
+
+def _apply_order(doc: Mapping[str, Any]) -> int:
+    """Definitions, then parameters, then policies and bindings: a binding met before the
+    parameters it reads refuses what it matches."""
+    if _labelled(doc, DEFINITION_LABEL):
+        return 0
+    return 2 if doc["kind"].startswith(("Validating", "Mutating")) else 1
 
 
 def render_policies(
@@ -53,7 +64,7 @@ def render_policies(
     scheduler_name: str | None = None,
     owner_namespace: str = DEFAULT_SCHEDULER_NAMESPACE,
 ) -> list[JSON]:
-    """The chart's policy objects for one tenant namespace."""
+    """The chart's policy objects, with the parameters for one tenant namespace."""
     rendered = render_owner_admission(
         tenant_namespace=tenant_namespace,
         scheduler_name=scheduler_name or DEFAULT_SCHEDULER_NAME,
@@ -66,8 +77,7 @@ def guard_name(docs: Sequence[Mapping[str, Any]]) -> str:
     (name,) = [
         d["metadata"]["name"]
         for d in docs
-        if d["kind"] == "ValidatingAdmissionPolicy"
-        and d["metadata"]["name"].startswith("kamiwaza-tmi-guard-")
+        if d["kind"] == "ValidatingAdmissionPolicy" and d["metadata"]["name"] == GUARD
     ]
     return str(name)
 
@@ -112,8 +122,7 @@ def status_enforced(plane: ControlPlane, namespace: str, docs: Sequence[Mapping[
     names = [
         d["metadata"]["name"]
         for d in docs
-        if d["kind"] == "ValidatingAdmissionPolicy"
-        and d["metadata"]["name"].startswith("kamiwaza-tmi-status-")
+        if d["kind"] == "ValidatingAdmissionPolicy" and d["metadata"]["name"] == STATUS
     ]
     if not names:
         return True

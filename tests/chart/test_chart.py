@@ -240,8 +240,9 @@ def test_the_owner_part_touches_the_tenant_namespace_only_with_its_servers_right
     values: dict[str, Any],
 ) -> None:
     """Only Roles for the owner's servers (in the owner's namespace) to read the profile and,
-    for the controller, write the verdict, and for the extender the room figures, and the
-    quota that keeps the tenant's affinity terms in its namespace; nothing that runs there."""
+    for the controller, write the verdict, and for the extender the room figures, the quota
+    that keeps the tenant's affinity terms in its namespace, and the admission policies'
+    parameters; nothing that runs there."""
     docs = rendered(values, OWNER)
     in_tenant = sorted(identity(d) for d in docs if d["metadata"].get("namespace") == TENANT_NS)
     assert in_tenant == [
@@ -252,6 +253,7 @@ def test_the_owner_part_touches_the_tenant_namespace_only_with_its_servers_right
         ("RoleBinding", TENANT_NS, "tmi-allocation-controller"),
         ("RoleBinding", TENANT_NS, "tmi-extender-read-profiles"),
         ("RoleBinding", TENANT_NS, "tmi-extender-write-room"),
+        ("TenantPolicy", TENANT_NS, "tmi-admission"),
     ]
     for binding in (d for d in docs if d["kind"] == "RoleBinding"):
         assert all(s["namespace"] == OWNER_NS for s in binding["subjects"])
@@ -310,9 +312,9 @@ def test_the_admission_policies_are_the_cores_with_the_owners_parameters(
     values: dict[str, Any],
 ) -> None:
     docs = rendered(values, OWNER)
-    tenant = f"kamiwaza-tmi-guard-{TENANT_NS}"
+    tenant = "kamiwaza-tmi-guard"
     parts = policy_parts()
-    shield = find(docs, "MutatingAdmissionPolicy", f"kamiwaza-tmi-shield-{TENANT_NS}")["spec"]
+    shield = find(docs, "MutatingAdmissionPolicy", "kamiwaza-tmi-shield")["spec"]
     assert (
         shield["mutations"][0]["applyConfiguration"]["expression"]
         == (parts["shield"]["expression"])
@@ -324,13 +326,21 @@ def test_the_admission_policies_are_the_cores_with_the_owners_parameters(
     assert guard["failurePolicy"] == "Fail"
     assert guard["paramKind"] == {
         "apiVersion": "tmi.kamiwaza.ai/v1alpha1",
-        "kind": "TenantAdmission",
+        "kind": "TenantPolicy",
     }
     binding = find(docs, "ValidatingAdmissionPolicyBinding", tenant)["spec"]
-    # The parameters are cluster-scoped, which no namespace admin can write.
-    assert binding["paramRef"] == {"name": TENANT_NS, "parameterNotFoundAction": "Deny"}
+    # Bound once: the parameters are the TenantPolicy in the namespace of the request.
+    paramref = {"name": "tmi-admission", "parameterNotFoundAction": "Deny"}
+    assert binding["paramRef"] == paramref
     params = find(docs, "TenantAdmission", TENANT_NS)
     assert "namespace" not in params["metadata"]
+    policy = find(docs, "TenantPolicy", "tmi-admission")
+    assert policy["metadata"]["namespace"] == TENANT_NS
+    assert policy["metadata"]["labels"][OWNER_LABEL] == "true"
+    # The same decisions, without the version floor (the extender's, not a policy's).
+    assert policy["spec"] == {
+        k: v for k, v in params["spec"].items() if k != "minimumBundleVersion"
+    }
     scheduler = values["core"]["inferenceResources"].get("schedulerName")
     assert params["spec"] == {
         "namespace": TENANT_NS,
@@ -348,14 +358,14 @@ def test_the_admission_policies_are_the_cores_with_the_owners_parameters(
             f"system:serviceaccount:{OWNER_NS}:tmi-allocation-controller",
         ],
     }
-    status_name = f"kamiwaza-tmi-status-{TENANT_NS}"
+    status_name = "kamiwaza-tmi-status"
     status = find(docs, "ValidatingAdmissionPolicy", status_name)["spec"]
     assert status["variables"] == parts["status"]["variables"]
     assert status["validations"] == parts["status"]["validations"]
     assert status["matchConstraints"]["resourceRules"][0]["resources"] == ["pods/status"]
     status_binding = find(docs, "ValidatingAdmissionPolicyBinding", status_name)["spec"]
-    assert status_binding["paramRef"] == {"name": TENANT_NS, "parameterNotFoundAction": "Deny"}
-    owned_name = f"kamiwaza-tmi-owner-objects-{TENANT_NS}"
+    assert status_binding["paramRef"] == paramref
+    owned_name = "kamiwaza-tmi-owner-objects"
     owned = find(docs, "ValidatingAdmissionPolicy", owned_name)["spec"]
     assert owned["validations"] == parts["ownerObjects"]["validations"]
     assert owned["matchConstraints"]["resourceRules"] == parts["ownerObjects"]["resourceRules"]
@@ -364,7 +374,7 @@ def test_the_admission_policies_are_the_cores_with_the_owners_parameters(
     assert {d["kind"] for d in in_tenant} >= {"Role", "RoleBinding"}
     for doc in in_tenant:
         assert doc["metadata"]["labels"][OWNER_LABEL] == "true", doc["metadata"]["name"]
-    verdict_name = f"kamiwaza-tmi-verdict-{TENANT_NS}"
+    verdict_name = "kamiwaza-tmi-verdict"
     verdict = find(docs, "ValidatingAdmissionPolicy", verdict_name)["spec"]
     assert verdict["variables"] == parts["verdict"]["variables"]
     assert verdict["validations"] == parts["verdict"]["validations"]
@@ -375,13 +385,20 @@ def test_the_admission_policies_are_the_cores_with_the_owners_parameters(
     assert definition["spec"]["scope"] == "Cluster"
     # From crds/: created before the templates that hold its TenantAdmission, never deleted
     # by Helm, and not in the tenant's part (its installer may not create definitions).
-    assert docs[0] == definition
+    assert definition in docs[:2]
+    parameters = find(docs, "CustomResourceDefinition", "tenantpolicies.tmi.kamiwaza.ai")
+    assert parameters["spec"]["scope"] == "Namespaced"
+    assert parameters in docs[:2]
     tenant_docs = render(part_values(TENANT, values), namespace=TENANT_NS)
     assert not [d for d in tenant_docs if d["kind"] == "CustomResourceDefinition"]
+    # Every opted-in namespace, not one by name: a tenant added is its parameters only.
     selector = binding["matchResources"]["namespaceSelector"]["matchExpressions"]
-    assert {"key": "kubernetes.io/metadata.name", "operator": "In", "values": [TENANT_NS]} in (
-        selector
-    )
+    assert selector == [
+        {"key": "kamiwaza.ai/tenant-inference", "operator": "In", "values": ["enabled"]}
+    ]
+    # The owner-objects policy acts in every namespace on what it matches (its variables).
+    owned_binding = find(docs, "ValidatingAdmissionPolicyBinding", "kamiwaza-tmi-owner-objects")
+    assert "matchResources" not in owned_binding["spec"]
 
 
 def test_the_webhook_can_be_called_by_url_with_a_given_ca(values: dict[str, Any]) -> None:

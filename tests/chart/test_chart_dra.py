@@ -87,13 +87,22 @@ def test_the_chart_renders_the_dra_objects_and_the_policys_parameters(tmp_path: 
         {"name": t.name, "deviceClasses": list(t.device_classes), "count": t.count}
         for t in templates
     ]
-    claims = find(docs, "ValidatingAdmissionPolicy", f"kamiwaza-tmi-claims-{TENANT_NS}")["spec"]
+    claims = find(docs, "ValidatingAdmissionPolicy", "kamiwaza-tmi-claims")["spec"]
     parts = claim_policy_parts()
     assert claims["variables"] == parts["variables"]
     assert claims["validations"] == parts["validations"]
-    binding = find(docs, "ValidatingAdmissionPolicyBinding", f"kamiwaza-tmi-claims-{TENANT_NS}")
-    assert binding["spec"]["paramRef"] == {"name": TENANT_NS, "parameterNotFoundAction": "Deny"}
-    admin = find(docs, "ValidatingAdmissionPolicy", f"kamiwaza-tmi-admin-access-{TENANT_NS}")
+    binding = find(docs, "ValidatingAdmissionPolicyBinding", "kamiwaza-tmi-claims")
+    assert binding["spec"]["paramRef"] == {
+        "name": "tmi-admission",
+        "parameterNotFoundAction": "Deny",
+    }
+    # The claims policy reads the TenantPolicy in the tenant namespace, with the same lists.
+    policy = find(docs, "TenantPolicy", "tmi-admission", TENANT_NS)["spec"]
+    assert (policy["deviceClasses"], policy["claimTemplates"]) == (
+        params["deviceClasses"],
+        params["claimTemplates"],
+    )
+    admin = find(docs, "ValidatingAdmissionPolicy", "kamiwaza-tmi-admin-access")
     assert admin["spec"]["validations"] == parts["adminAccess"]["validations"]
     # The controller reads claims and slices only where DRA is in use.
     role = find(docs, "Role", "tmi-allocation-controller", TENANT_NS)

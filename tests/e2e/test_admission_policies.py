@@ -27,7 +27,7 @@ from localcluster.webhook import (
     LocalWebhook,
     webhook_configuration,
 )
-from localcluster.webhook_objects import CONFIGURATION_NAME
+from localcluster.webhook_objects import CONFIGURATION_NAME, set_opt_in
 from tests.e2e.policykit import SCHEDULER, VOID, guard_prefix, named, plans
 from tests.e2e.stackkit import refusal
 from tests.integration.webhookkit import asking_for, engine_pod, plain_pod, plain_pod_with
@@ -125,6 +125,36 @@ def test_with_the_webhook_down_plain_pods_are_created_shielded_and_engine_pods_r
             installer, named(plain_pod_with("containers", asking_for("x", "nvidia.com/gpu")), "f")
         )
         assert forged.status == 403 and denied_by_guard(forged.message, webhook.hook.policies)
+
+
+def test_an_opted_in_namespace_without_the_owners_parameters_admits_no_pod(
+    control_plane: ControlPlane, webhook: Deployed
+) -> None:
+    """The policies are bound once to every opted-in namespace and read their parameters (the
+    TenantPolicy) in the namespace of the request: a namespace the owner opts in before it has
+    written them gets no Pod admitted unchecked, and one not opted in is not touched."""
+    admin = control_plane.kube("admin")
+    namespace = f"tmi-unparamed-{uuid.uuid4().hex[:6]}"
+    control_plane.create_namespace(namespace)
+    try:
+        pod = {**named(plain_pod(), "probe"), "metadata": {"name": "probe", "namespace": namespace}}
+        stored = admin.create(pod, dry_run=True)
+        assert "env" not in stored["spec"]["containers"][0]
+        set_opt_in(control_plane, namespace, True)
+
+        def refused() -> bool:
+            try:
+                admin.create(pod, dry_run=True)
+            except ApiError as exc:
+                # The API server answers 422 for a binding it cannot configure.
+                return denied_by_guard(exc.message, webhook.hook.policies) and (
+                    "no params found" in exc.message
+                )
+            return False
+
+        wait_until(refused, timeout=60, what="the guard to refuse Pods without parameters")
+    finally:
+        admin.delete("v1", "Namespace", namespace)
 
 
 # -- the guard refuses what the tenant forges ----------------------------------------------------

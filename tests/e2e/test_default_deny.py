@@ -26,6 +26,7 @@ from tests.e2e.stackkit import LARGE, h100_stack, pod_names
 pytestmark = pytest.mark.e2e
 MERGE_PATCH = "application/merge-patch+json"
 RBAC = "rbac.authorization.k8s.io/v1"
+TMI_GROUP = "tmi.kamiwaza.ai/v1alpha1"
 UNLABELLED = {"metadata": {"labels": {OWNER_LABEL: None}}}
 
 
@@ -171,7 +172,7 @@ def test_the_owners_roles_and_bindings_in_the_tenant_namespace_are_the_owners(
         stored = admin.get(RBAC, kind, name, namespace)
         assert stored["metadata"]["labels"][OWNER_LABEL] == "true"
         message = _refused(installer.delete, RBAC, kind, name, namespace)
-        assert f"{kind} {name} carries {OWNER_LABEL}" in message, message
+        assert f"{kind} {name} is the cluster owner's (it carries {OWNER_LABEL}" in message, message
         _refused(
             installer.request,
             "PATCH",
@@ -217,6 +218,48 @@ def test_the_owners_roles_and_bindings_in_the_tenant_namespace_are_the_owners(
     )
     for kind, name in owned:
         assert admin.get(RBAC, kind, name, namespace)["metadata"]["labels"][OWNER_LABEL]
+
+
+def test_the_admission_policies_parameters_are_the_owners_even_given_rbac(
+    control_plane: ControlPlane, stack: TenantStack, installer: Kube
+) -> None:
+    """The policies are bound once for every tenant and read the TenantPolicy in the namespace
+    of the request: RBAC gives the namespace admin no right to it, and the owner-objects policy
+    refuses every write of one, labelled or not, to an identity granted every right in the
+    namespace; the policies then still act on its Pods with the owner's parameters."""
+    namespace = stack.settings.namespace
+    admin = control_plane.kube("admin")
+    params = admin.get(TMI_GROUP, "TenantPolicy", "tmi-admission", namespace)
+    assert params["spec"]["namespace"] == namespace
+    # RBAC first: the seed's installer (admin in the namespace) may not touch it at all.
+    _refused(installer.delete, TMI_GROUP, "TenantPolicy", "tmi-admission", namespace)
+    # Then an identity granted everything in the namespace (cluster-admin bound there), as a
+    # careless owner might: the owner-objects policy still refuses it every write.
+    everything = f"tmi-everything-{uuid.uuid4().hex[:6]}"
+    control_plane.add_identity(everything)
+    control_plane.grant_namespace_admin(everything, namespace, "cluster-admin")
+    wide = control_plane.kube(everything)
+    message = _refused(wide.delete, TMI_GROUP, "TenantPolicy", "tmi-admission", namespace)
+    assert "TenantPolicy tmi-admission is the cluster owner's" in message, message
+    widened = {"spec": {"priorityClasses": ["system-cluster-critical"]}}
+    _refused(
+        wide.request,
+        "PATCH",
+        f"/apis/{TMI_GROUP}/namespaces/{namespace}/tenantpolicies/tmi-admission",
+        body=widened,
+        content_type=MERGE_PATCH,
+    )
+    # Nor a second one without the owner's label.
+    unlabelled = {
+        "apiVersion": TMI_GROUP,
+        "kind": "TenantPolicy",
+        "metadata": {"name": "second", "namespace": namespace},
+        "spec": params["spec"],
+    }
+    _refused(wide.create, unlabelled)
+    assert (
+        admin.get(TMI_GROUP, "TenantPolicy", "tmi-admission", namespace)["spec"] == params["spec"]
+    )
 
 
 # -- the engine container is fixed with the plan ----------------------------------------------

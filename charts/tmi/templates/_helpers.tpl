@@ -173,16 +173,14 @@ namespaceSelector:
       values: [{{ .ns | quote }}]
 {{- end }}
 
-{{/* One tenant namespace, and only while it is opted in: the owner's admission policies. */}}
+{{/* Every tenant namespace, while it is opted in (`.optInLabel`, a label only the cluster's
+owner can set on a namespace): where the owner's admission policies, bound once, act. */}}
 {{- define "tmi.tenantNamespaceSelector" -}}
 namespaceSelector:
   matchExpressions:
-    - key: {{ .o.optInLabel }}
+    - key: {{ .optInLabel }}
       operator: In
       values: ["enabled"]
-    - key: kubernetes.io/metadata.name
-      operator: In
-      values: [{{ .ns | quote }}]
 {{- end }}
 
 {{/* The extender's CA as the owner's scheduler reads it: the ca.crt of the extender's serving
@@ -293,4 +291,36 @@ global.imageRegistryPrefix as every chart image is. */}}
 {{- end -}}
 {{- printf "%s:%s" $repo $version -}}
 {{- end -}}
+{{- end -}}
+
+{{/* What the owner decides for one tenant namespace (`t`, an entry of tmi.ownerTenants) that the
+admission policies read: the spec of its TenantAdmission and of its TenantPolicy alike, besides
+the namespace, the scheduler and the version floor. */}}
+{{- define "tmi.tenantPolicySpec" -}}
+{{- $t := .t -}}
+{{- $r := .root -}}
+{{- $dra := index ($r.Values.owner.dra | default dict) $t.namespace | default dict -}}
+{{- $classes := list -}}
+{{- range ($dra.deviceClasses | default list) }}{{ $classes = append $classes .name }}{{ end -}}
+{{- $templates := list -}}
+{{- range ($dra.claimTemplates | default list) -}}
+{{- $templates = append $templates (dict "name" .name "deviceClasses" .deviceClasses "count" .count) -}}
+{{- end -}}
+# The DRA objects the owner published for this namespace (owner.dra, from `tmi render dra`):
+# the claims policy's parameters.
+deviceClasses: {{ toJson $classes }}
+claimTemplates: {{ toJson $templates }}
+# The one identity the verdict policy lets change the AllocationVerified condition.
+allocationController: system:serviceaccount:{{ $r.Release.Namespace }}:tmi-allocation-controller
+# Who besides the cluster's own components may write a Pod's status here (the status policy):
+# the owner's scheduler, the allocation controller, and whom owner.statusWriters adds.
+{{- $writers := list (printf "system:serviceaccount:%s:%s" $r.Release.Namespace $r.Values.core.inferenceResources.schedulerName) (printf "system:serviceaccount:%s:tmi-allocation-controller" $r.Release.Namespace) }}
+statusWriters: {{ toJson (concat $writers ($r.Values.owner.statusWriters | default list)) }}
+# The PriorityClasses a Pod here may name (the guard policy): the owner's list for the tenant
+# and the cluster's globalDefault class, which the API server fills in for a Pod naming none.
+{{- $priority := $t.priorityClasses | default list }}
+{{- range (lookup "scheduling.k8s.io/v1" "PriorityClass" "" "").items | default list }}
+{{- if .globalDefault }}{{ $priority = append $priority .metadata.name }}{{ end }}
+{{- end }}
+priorityClasses: {{ toJson ($priority | uniq) }}
 {{- end -}}

@@ -319,3 +319,104 @@ def test_an_owner_upgrade_under_a_stream_of_creates_fails_none(
         stop.set()
         worker.join(timeout=30)
     assert failures == []
+
+
+def _per_tenant(doc: dict[str, Any], namespace: str) -> dict[str, Any]:
+    """A policy object as the releases before policies were bound once rendered it for one
+    tenant: named for the namespace, its parameters the cluster-scoped TenantAdmission of that
+    name, bound to the namespace by name as well as by the opt-in label."""
+    old = copy.deepcopy(doc)
+    metadata = old["metadata"]
+    for key in ("resourceVersion", "uid", "creationTimestamp", "generation", "managedFields"):
+        metadata.pop(key, None)
+    metadata["name"] = f"{metadata['name']}-{namespace}"
+    spec = old["spec"]
+    if "policyName" in spec:
+        spec["policyName"] = f"{spec['policyName']}-{namespace}"
+    if "paramKind" in spec:
+        spec["paramKind"]["kind"] = "TenantAdmission"
+    if "paramRef" in spec:
+        spec["paramRef"]["name"] = namespace
+    selector = (spec.get("matchResources") or {}).get("namespaceSelector")
+    if selector is not None:
+        selector.setdefault("matchExpressions", []).append(
+            {"key": "kubernetes.io/metadata.name", "operator": "In", "values": [namespace]}
+        )
+    return old
+
+
+def test_an_upgrade_from_per_tenant_policies_admits_nothing_unchecked_and_fails_no_create(
+    control_plane: ControlPlane, webhook: Deployed, installer: Kube
+) -> None:
+    """From the per-tenant shape (a copy of each policy and binding per tenant, reading the
+    cluster-scoped TenantAdmission) to policies bound once reading the TenantPolicy in the
+    namespace, as `helm upgrade` makes it: new objects in order of kind name (Helm's order for
+    kinds it does not know, so the TenantPolicy comes before the validating bindings that read
+    it), then the old ones deleted. Through it all, a plain Pod is created and shielded and a
+    Pod reaching for a GPU is refused by a guard: nothing admitted unchecked, nothing refused
+    for want of parameters."""
+    hook = webhook.hook
+    admin = control_plane.kube("admin")
+    shared = [d for d in hook.policies if d["kind"].endswith(("AdmissionPolicy", "Binding"))]
+    params = [d for d in hook.policies if d["kind"] == "TenantPolicy"]
+    assert shared and params
+    old = [_per_tenant(d, NAMESPACE) for d in shared]
+    # The state before the upgrade: the per-tenant objects only.
+    for doc in old:
+        admin.apply(doc)
+    for doc in [*shared, *params]:
+        metadata = doc["metadata"]
+        admin.delete(doc["apiVersion"], doc["kind"], metadata["name"], metadata.get("namespace"))
+    forged = plain_pod()
+    forged["spec"]["containers"][0]["resources"] = {"limits": {"nvidia.com/gpu": "1"}}
+
+    def old_guard_acts() -> bool:
+        try:
+            installer.create(named(forged, "probe"), dry_run=True)
+        except ApiError as exc:
+            return f"'kamiwaza-tmi-guard-{NAMESPACE}'" in exc.message
+        return False
+
+    wait_until(old_guard_acts, timeout=60, what="the per-tenant guard to act alone")
+    stop = threading.Event()
+    created: list[str] = []
+    failures: list[str] = []
+
+    def stream() -> None:
+        while not stop.is_set():
+            try:
+                stored = installer.create(named(plain_pod(), "stream"), dry_run=True)
+            except ApiError as exc:
+                failures.append(exc.message)
+            else:
+                if stored["spec"]["containers"][0].get("env") != [VOID]:
+                    failures.append(f"{stored['metadata']['name']} was not shielded")
+                created.append(stored["metadata"]["name"])
+            try:
+                installer.create(named(forged, "forged"), dry_run=True)
+            except ApiError as exc:
+                if exc.status != 403 or "ValidatingAdmissionPolicy 'kamiwaza-tmi-guard" not in (
+                    exc.message
+                ):
+                    failures.append(exc.message)
+            else:
+                failures.append("a Pod reaching for a GPU was admitted")
+
+    worker = threading.Thread(target=stream, daemon=True)
+    worker.start()
+    try:
+        wait_until(lambda: len(created) >= 20, timeout=60, what="the stream to run")
+        for doc in sorted([*params, *shared], key=lambda d: str(d["kind"])):
+            admin.apply(copy.deepcopy(doc))
+        for doc in old:
+            admin.delete(doc["apiVersion"], doc["kind"], doc["metadata"]["name"])
+        upgraded_at = len(created)
+        wait_until(lambda: len(created) >= upgraded_at + 100, timeout=120, what="creates after it")
+    finally:
+        stop.set()
+        worker.join(timeout=30)
+    assert failures == []
+    # The shared guard alone refuses now.
+    with pytest.raises(ApiError) as refused:
+        installer.create(named(forged, "after"), dry_run=True)
+    assert "ValidatingAdmissionPolicy 'kamiwaza-tmi-guard' " in refused.value.message

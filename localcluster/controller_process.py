@@ -32,7 +32,7 @@ class ControllerReplica(LocalServer):
 
     identity: str = ""
     install: Rendered | None = None
-    # The owner part's Deployment this replica runs as (one per tenant namespace).
+    # The owner part's Deployment this replica runs as (one for every tenant namespace).
     deployment: str = CONTROLLER_DEPLOYMENT
     # The ServiceAccount identity (a kubeconfig user) every replica runs as.
     account: str = CONTROLLER_IDENTITY
@@ -73,6 +73,7 @@ class LocalController:
     """The controller's replicas and the Lease through which they elect the one that writes."""
 
     plane: ControlPlane
+    # The first tenant namespace (the Lease's, without ``lease_namespace``).
     namespace: str
     count: int = 2
     replicas: list[ControllerReplica] = field(default_factory=list)
@@ -81,8 +82,7 @@ class LocalController:
     identity: str = CONTROLLER_IDENTITY
     # Where the Lease lives (None: ``namespace``); the chart puts it in the owner's namespace.
     lease_namespace: str | None = None
-    # The Deployment and Lease of this tenant's controller: the first tenant's keep the plain
-    # names, a further tenant's end in -<namespace> (the chart's owner.tenants).
+    # The Deployment and the Lease: one of each for every tenant namespace of the owner release.
     deployment: str = CONTROLLER_DEPLOYMENT
     lease_name: str = CONTROLLER_LEASE
 

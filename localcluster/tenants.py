@@ -4,8 +4,10 @@
 tenant the way an owner would: the tenant's own part installed in its namespace by its
 installer, its profile (signed with its own owner key) published there, and the owner release
 upgraded with the tenant in `owner.tenants`, which gives it its own TenantAdmission, policies,
-webhook configuration and allocation controller, and puts it in the one extender's settings. The
-scheduler and the extender stay one: they place both tenants' Pods on the nodes they share.
+webhook configuration and the allocation controller's Roles in its namespace, and puts it in
+the settings of the one extender and the one allocation controller. The scheduler, the extender
+and the controller stay one: the upgrade rolls the extender and the controller, which then
+place and verify both tenants' Pods, the controller under its one Lease.
 """
 
 from __future__ import annotations
@@ -16,7 +18,6 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from localcluster.admission_policies import policy_docs
-from localcluster.controller_process import CONTROLLER_DEPLOYMENT, LocalController
 from localcluster.controlplane import HOST
 from localcluster.extender_process import LOCAL_FLAGS
 from localcluster.install import (
@@ -41,15 +42,13 @@ from localcluster.webhook import CONFIGURATION_NAME, LocalWebhook, publish_profi
 
 @dataclass
 class FurtherTenant:
-    """The second tenant's own servers: its webhook, and its controller on the owner's side."""
+    """The second tenant's own server, its webhook; the owner's servers are the stack's."""
 
     settings: StackSettings
     webhook: LocalWebhook
-    controller: LocalController
     tenant: Rendered
 
     def stop(self) -> None:
-        self.controller.stop()
         self.webhook.stop()
 
 
@@ -92,7 +91,6 @@ def add_tenant(
     _apply(stack, _owner_applied(owner))
     publish_profile(plane, configmap)
     suffix = f"-{ns}"
-    controller_name = f"{CONTROLLER_DEPLOYMENT}{suffix}"
     # What each server needs first in the new namespace, as for the first tenant.
     _wait_rbac(plane, replace(settings, scheduler_namespace=owner_ns))
 
@@ -111,17 +109,7 @@ def add_tenant(
         port=port,
         identity=plane.service_account_identity(ns, WEBHOOK_DEPLOYMENT),
     )
-    controller = LocalController(
-        plane,
-        ns,
-        settings.controller_replicas,
-        install=owner,
-        identity=stack.controller.identity,
-        lease_namespace=owner_ns,
-        deployment=controller_name,
-        lease_name=controller_name,
-    )
-    added = FurtherTenant(settings, webhook, controller, tenant)
+    added = FurtherTenant(settings, webhook, tenant)
     try:
         webhook.start()
         set_opt_in(plane, ns, True)
@@ -134,12 +122,13 @@ def add_tenant(
         stack.owner = owner
         stack.extender.install = owner
         stack.extender.restart()
-        # ... and the first tenant's controller, whose settings now name the new namespace
-        # (the chart's settings checksum rolls it): it holds its Pods apart from the new
-        # tenant's accounted shares.
+        # ... and the one controller, whose settings now name the new namespace (the chart's
+        # settings checksum rolls it), a replica at a time as the Deployment's rollout replaces
+        # its Pods: it verifies the new tenant's Pods and holds each tenant's apart from the
+        # other's accounted shares.
         stack.controller.set_install(owner)
-        stack.controller.restart()
-        controller.start()
+        for index in range(len(stack.controller.replicas)):
+            stack.controller.restart(index)
     except BaseException:
         added.stop()
         raise

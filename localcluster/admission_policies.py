@@ -24,6 +24,9 @@ POLICY_LABEL = ("app.kubernetes.io/name", "tmi-admission")
 # chart keeps it too), since deleting it deletes every tenant's parameters.
 DEFINITION_LABEL = ("app.kubernetes.io/name", "tmi-admission-parameters")
 _PROBE_IMAGE = "placeholder.invalid/tmi-policy-probe:1"
+# What a tenant adds to the policies bound once for every tenant: its parameters (and their
+# definitions, shared, never removed).
+PARAMETER_KINDS = ("CustomResourceDefinition", "TenantAdmission", "TenantPolicy")
 # The policies are bound once for every tenant namespace; these two are probed for.
 GUARD = "kamiwaza-tmi-guard"
 STATUS = "kamiwaza-tmi-status"
@@ -56,7 +59,7 @@ def _apply_order(doc: Mapping[str, Any]) -> int:
     parameters it reads refuses what it matches."""
     if _labelled(doc, DEFINITION_LABEL):
         return 0
-    return 2 if doc["kind"].startswith(("Validating", "Mutating")) else 1
+    return 1 if doc["kind"] in PARAMETER_KINDS else 2
 
 
 def render_policies(
@@ -245,6 +248,7 @@ def verdict_writer(
 
 __all__ = [
     "DEFINITION_LABEL",
+    "PARAMETER_KINDS",
     "POLICY_LABEL",
     "denied_by_guard",
     "enforced",

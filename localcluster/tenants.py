@@ -53,11 +53,14 @@ class FurtherTenant:
 
 
 def _ours(doc: Mapping[str, Any], namespace: str) -> bool:
-    name = str(doc["metadata"]["name"])
-    return (
+    """The further tenant's own policy objects: its parameters (the TenantAdmission named after
+    the namespace, the TenantPolicy in it). The policies and bindings are the release's, bound
+    once for every tenant namespace."""
+    metadata = doc["metadata"]
+    return bool(
         doc["kind"] == "CustomResourceDefinition"
-        or name in (namespace,)
-        or (name.endswith(f"-{namespace}"))
+        or metadata.get("namespace") == namespace
+        or metadata["name"] == namespace
     )
 
 

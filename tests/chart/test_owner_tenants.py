@@ -41,25 +41,23 @@ def _names(docs: list[JSON], kind: str) -> set[tuple[str, str | None]]:
     }
 
 
-def test_each_tenant_has_its_own_parameters_and_policies(docs: list[JSON]) -> None:
+def test_each_tenant_has_its_own_parameters_and_the_policies_are_bound_once(
+    docs: list[JSON],
+) -> None:
     first, second = find(docs, "TenantAdmission", FIRST), find(docs, "TenantAdmission", SECOND)
     assert second["spec"]["minimumBundleVersion"] == 4
     assert first["spec"]["minimumBundleVersion"] == 1
     assert first["spec"]["allocationController"] == second["spec"]["allocationController"]
-    for policy in ("shield", "guard", "claims", "verdict"):
-        for namespace in (FIRST, SECOND):
-            binding = next(
-                d
-                for d in docs
-                if d["kind"].endswith("AdmissionPolicyBinding")
-                and d["metadata"]["name"] == f"kamiwaza-tmi-{policy}-{namespace}"
-            )
-            selector = binding["spec"]["matchResources"]["namespaceSelector"]
-            assert {
-                "key": "kubernetes.io/metadata.name",
-                "operator": "In",
-                "values": [namespace],
-            } in selector["matchExpressions"]
+    for namespace in (FIRST, SECOND):
+        policy = find(docs, "TenantPolicy", "tmi-admission", namespace)
+        assert policy["spec"]["namespace"] == namespace
+    # One policy and one binding each, whatever the number of tenants.
+    policies = [d for d in docs if d["kind"].endswith("AdmissionPolicy")]
+    bindings = [d for d in docs if d["kind"].endswith("AdmissionPolicyBinding")]
+    assert len(policies) == len(bindings) == 7
+    for doc in policies + bindings:
+        assert not doc["metadata"]["name"].endswith((FIRST, SECOND))
+        assert SECOND not in str(doc)
 
 
 def test_each_tenant_webhook_is_sent_its_own_namespaces_engine_pods(docs: list[JSON]) -> None:

@@ -247,11 +247,13 @@ def wait_until(
     max_interval: float = 1.0,
     proc: ManagedProcess | None = None,
 ) -> T:
-    """Poll ``probe`` until it returns something other than None/False.
+    """Poll ``probe`` until it answers: the first truthy value it returns.
 
-    Exceptions from the probe count as "not yet"; the last one is reported on
-    timeout. When ``proc`` is given, its early exit fails fast and the error
-    includes the tail of its log.
+    "Not yet" is None, False or anything empty (an empty list of Pods is a Pod not made yet,
+    not an answer), as in `tests.polling.eventually`; a probe whose answer may itself be
+    empty or zero returns it wrapped (a tuple, a dataclass). Exceptions from the probe count
+    as "not yet"; the last one is reported on timeout. When ``proc`` is given, its early exit
+    fails fast and the error includes the tail of its log.
     """
     deadline = time.monotonic() + timeout
     last_error: BaseException | None = None
@@ -261,7 +263,7 @@ def wait_until(
         except Exception as exc:  # probes talk to half-started servers
             last_error = exc
             result = None
-        if result is not None and result is not False:
+        if result:
             return result
         if proc is not None and not proc.running():
             raise ComponentError(

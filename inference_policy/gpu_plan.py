@@ -275,13 +275,24 @@ class GpuPath(PlannerBase):
             return f"profile {prof.name} does not list variant {variant}"
         return selection.image.reference, variant
 
+    def _count_field(self) -> str:
+        """Where the request said how many devices: what the tenant changes to fit a binding
+        of one device."""
+        recipe = self._recipe("gpu")
+        if recipe is not None and recipe.tensorParallelSize is not None:
+            return f"tensorParallelSize in the owner's GPU recipe {recipe.id}"
+        block = self.block
+        if block is not None and block.accelerator is not None:
+            return "inferenceResources.accelerator.count"
+        return "config.tensor_parallel_size"
+
     def _count_reason(self, binding: GpuBinding, allocation: AllocationClass) -> str | None:
         if self.devices == 1:
             return None
         if not allocation.multi_device:
             return (
                 f"{self.devices} devices were requested, but {allocation.single_device}: "
-                f"binding {binding.id} serves one device"
+                f"binding {binding.id} serves one device (set {self._count_field()} to 1 for it)"
             )
         if "p2p" not in binding.accelerator.features:
             return (

@@ -385,9 +385,10 @@ def _fields(message: str) -> list[str]:
 def test_the_detect_job_runs_in_the_owners_namespace_and_is_refused_in_the_tenants(
     control_plane: ControlPlane, webhook: Deployed, installer: Kube
 ) -> None:
-    """manifests/detect-job.yaml as shipped: its Pod reaches for every GPU outside a plan, so
-    the guard refuses it in the opted-in tenant namespace (the seed's re-detect would break
-    there), and the owner's namespace, which no tenant guard covers, admits it."""
+    """manifests/detect-job.yaml as shipped: the API server accepts the Job itself in the
+    owner's namespace (no placeholder to fill first); its Pod reaches for every GPU outside a
+    plan, so the guard refuses it in the opted-in tenant namespace (the seed's re-detect would
+    break there), and the owner's namespace, which no tenant guard covers, admits it."""
     from pathlib import Path
 
     import yaml
@@ -396,8 +397,8 @@ def test_the_detect_job_runs_in_the_owners_namespace_and_is_refused_in_the_tenan
         (Path(__file__).resolve().parents[2] / "manifests" / "detect-job.yaml").read_text()
     )
     template = job["spec"]["template"]
-    # Not bound to a node: dry runs only, and the guard reads the Pod, not where it runs.
-    spec = {k: v for k, v in template["spec"].items() if k != "nodeName"}
+    spec = dict(template["spec"])
+    assert spec["nodeSelector"] == {"kubernetes.io/hostname": "gpu-node-1"}
     pod: dict[str, Any] = {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -411,6 +412,8 @@ def test_the_detect_job_runs_in_the_owners_namespace_and_is_refused_in_the_tenan
     admin = control_plane.kube("admin")
     with contextlib.suppress(ApiError):
         admin.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": owner_ns}})
+    stored_job = admin.create(job, dry_run=True)
+    assert stored_job["metadata"]["name"] == "tmi-detect-gpu-node-1"
     admitted = admin.create(
         {**pod, "metadata": {**pod["metadata"], "namespace": owner_ns}}, dry_run=True
     )

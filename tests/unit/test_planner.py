@@ -554,6 +554,16 @@ def test_tensor_parallel_refused_on_mig_and_shares() -> None:
     body = plan(request(config__tensor_parallel_size=2), state)
     assert body["status"] == 422
     assert "a MIG partition has no peer path" in body["detail"]
+    # The refusal names what the tenant changes: the field that asked for two devices.
+    assert "(set config.tensor_parallel_size to 1 for it)" in body["detail"]
+    block = {
+        "schemaVersion": 1,
+        "accelerator": {"capability": "gpu", "count": 2, "memory": {"minimum": "8Gi"}},
+        "runtime": {"selection": "automatic"},
+    }
+    body = plan(request(inferenceResources=block, config__tensor_parallel_size=2), state)
+    assert body["status"] == 422
+    assert "(set inferenceResources.accelerator.count to 1 for it)" in body["detail"]
     share = gpu_profile(
         "share",
         "accounted-share",
@@ -568,6 +578,7 @@ def test_tensor_parallel_refused_on_mig_and_shares() -> None:
     )
     body = plan(request(config__tensor_parallel_size=2), only(share))
     assert "an accounted VRAM share is a slice of one device" in body["detail"]
+    assert "(set config.tensor_parallel_size to 1 for it)" in body["detail"]
 
 
 def test_tensor_parallel_needs_p2p() -> None:

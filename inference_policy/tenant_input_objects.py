@@ -17,6 +17,7 @@ from inference_policy.tenant_input_names import (
     NEVER_READ_TEST,
     OWNER_RIGHTS,
     PLACEMENT,
+    POLICIES,
     REVISION,
     SCHEDULER,
     SPILL,
@@ -207,6 +208,21 @@ OTHER_ROWS: tuple[Row, ...] = (
         "cluster-scoped: RBAC gives the tenant no right on it, and the owner-objects rule is "
         "whoever may update it",
         (REVISION + "test_a_replayed_older_revision_places_nothing",),
+    ),
+    row(
+        "TenantPolicy",
+        ("`tmi-admission` in the tenant namespace: `spec` (the policies' parameters)",),
+        "the owner",
+        (APISERVER,),
+        "refused",
+        "the policies bound once for every tenant read it in the namespace of the request: RBAC "
+        "gives `admin` no custom kind, and kamiwaza-tmi-owner-objects refuses any write of one, "
+        "labelled or not, to an identity that may not update the tenant's TenantAdmission; an "
+        "opted-in namespace without one has every matched request refused",
+        (
+            DENY + "test_the_admission_policies_parameters_are_the_owners_even_given_rbac",
+            POLICIES + "test_an_opted_in_namespace_without_the_owners_parameters_admits_no_pod",
+        ),
     ),
     row(
         "MutatingWebhookConfiguration",

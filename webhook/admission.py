@@ -36,13 +36,12 @@ import orjson
 
 from inference_policy.access import CONTAINER_LISTS
 from inference_policy.bounded import keep
+from inference_policy.decision import Decision
+from inference_policy.engine_admission import admitted, engine_subject
 from inference_policy.engine_pod import (
-    Edit,
     PlanFields,
     PodRefusal,
     admission_refusal,
-    engine_container_name,
-    plan_edits,
     plan_fields,
     shield_edits,
     to_shield,
@@ -51,7 +50,6 @@ from inference_policy.engine_pod import (
 from inference_policy.plan import Plan
 from inference_policy.refusals import RefusalCode
 from inference_policy.wire import (
-    ENGINE_CONTAINER_ANNOTATION,
     ENGINE_LABEL,
     MAX_REQUEST_ANNOTATION_BYTES,
     REQUEST_ANNOTATION,
@@ -400,61 +398,24 @@ class Reviewer:
         )
 
     def _engine(self, uid: str, pod: dict[str, Any], now: datetime) -> Outcome:
-        annotations = _annotations(pod)
-        containers = pod["spec"]["containers"]
-        engine = engine_container_name(pod)
-        index = None
-        for position, container in enumerate(containers):
-            if container["name"] == engine:
-                index = position
-                break
-        if index is None:
-            return deny(
-                uid,
-                422,
-                f"annotation {ENGINE_CONTAINER_ANNOTATION} names container {engine!r}, which "
-                "this Pod does not have",
-                RefusalCode.ENGINE_CONTAINER,
-            )
-        refusal = admission_refusal(pod, engine, self.settings.scheduler_name)
-        if refusal is not None:
-            return refuse(uid, refusal)
-        text = annotations.get(REQUEST_ANNOTATION)
-        if text is None:
-            return deny(
-                uid,
-                422,
-                f"engine Pod (label {ENGINE_LABEL}) carries no {REQUEST_ANNOTATION} annotation; "
-                "the deployment request must be there for the Pod to be planned",
-                RefusalCode.REQUEST_MISSING,
-            )
+        subject = engine_subject(pod, self.settings.scheduler_name)
+        if isinstance(subject, PodRefusal):
+            return refuse(uid, subject)
         planned = self.store.plan_text(
-            text, f"annotation {REQUEST_ANNOTATION}", now, MAX_REQUEST_ANNOTATION_BYTES
+            subject.request, f"annotation {REQUEST_ANNOTATION}", now, MAX_REQUEST_ANNOTATION_BYTES
         )
-        if planned.error is not None:
-            return deny(
-                uid,
-                422,
-                f"invalid deployment request: {planned.error}",
-                RefusalCode.REQUEST_INVALID,
-            )
-        decision = planned.decision
+        decision = planned.error if planned.error is not None else planned.decision
         assert decision is not None
+        edits = admitted(
+            pod,
+            subject,
+            decision,
+            lambda plan: self.plan_fields(subject.index, plan, planned.plan_json or ""),
+        )
+        if isinstance(edits, PodRefusal):
+            return refuse(uid, edits)
+        assert isinstance(decision, Decision) and decision.plan is not None
         plan = decision.plan
-        if plan is None:
-            assert decision.code is not None
-            return deny(uid, decision.status, decision.detail, decision.code)
-        if not plan.local:
-            return deny(
-                uid,
-                422,
-                "external endpoints allocate no local resources and create no workload in the "
-                "tenant namespace; this engine Pod's deployment request is external",
-                RefusalCode.EXTERNAL,
-            )
-        assert planned.plan_json is not None
-        edits = self.plan_edits(pod, index, plan, planned.plan_json)
-        edits += shield_edits(pod, to_shield(pod, plan, engine=engine))
         ops = edits_patch(pod, edits)
         return _patched(
             uid,
@@ -464,8 +425,9 @@ class Reviewer:
             audit={"plan-path": plan.path, "plan-binding": plan.bindingId or ""},
         )
 
-    def plan_edits(self, pod: dict[str, Any], index: int, plan: Plan, plan_json: str) -> list[Edit]:
-        """The fields the plan sets, with this install's scheduler and pull Secret."""
+    def plan_fields(self, index: int, plan: Plan, plan_json: str) -> PlanFields:
+        """The fields the plan sets, with this install's scheduler and pull Secret, kept for
+        the next Pod of the same plan."""
         key = (plan_json, index)
         fields = self._fields.get(key)
         if fields is None:
@@ -482,4 +444,4 @@ class Reviewer:
                 pull_secret=secret or None,
             )
             keep(self._fields, key, fields, _MAX_PLAN_FIELDS)
-        return plan_edits(pod, index, plan, fields)
+        return fields

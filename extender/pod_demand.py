@@ -22,7 +22,7 @@ from inference_policy.grant import check_placement
 from inference_policy.placement import Demand, demand_for
 from inference_policy.plan import Plan, PlanError
 from inference_policy.planner import PROFILE_PREFIX
-from inference_policy.signing import ProfileRefused, VerifiedProfile
+from inference_policy.signing import VerifiedProfile, usable_profile
 from inference_policy.verdict_codes import NodeVerdictCode
 from inference_policy.wire import PLAN_ANNOTATION
 from policy_io.snapshot import PolicySnapshot
@@ -93,22 +93,12 @@ def check_plan_is_granted(
 
 
 def current_profile(snapshot: PolicySnapshot, now: datetime) -> VerifiedProfile:
-    """The verified profile GPU plans are placed under, or Unplaceable with the refusal."""
-    profile, refusal = snapshot.profile, snapshot.profile_refusal
-    if profile is None or refusal is not None:
-        message = (
-            refusal.authorization_message
-            if refusal is not None
-            else "invalid inference profile authorization: no profile has been read"
-        )
-        raise Unplaceable(PROFILE_PREFIX + message, NodeVerdictCode.PROFILE_REFUSED)
-    try:
-        profile.check_window(now)
-    except ProfileRefused as exc:
-        raise Unplaceable(
-            PROFILE_PREFIX + exc.authorization_message, NodeVerdictCode.PROFILE_REFUSED
-        ) from None
-    return profile
+    """The verified profile GPU plans are placed under (`signing.usable_profile`, as the planner
+    asks it), or Unplaceable with the refusal."""
+    usable = usable_profile(snapshot.profile, snapshot.profile_refusal, now)
+    if isinstance(usable, str):
+        raise Unplaceable(PROFILE_PREFIX + usable, NodeVerdictCode.PROFILE_REFUSED)
+    return usable
 
 
 __all__ = [

@@ -34,7 +34,7 @@ from inference_policy.refusals import WIRE_NO_FIT
 from inference_policy.refusals import RefusalCode as C
 from inference_policy.request import RequestError, parse_request
 from inference_policy.request_rules import DERIVE_PREFIX, NO_GPU, PROFILE_PREFIX, RequestRules
-from inference_policy.signing import ProfileRefused, VerifiedProfile
+from inference_policy.signing import VerifiedProfile, usable_profile
 from inference_policy.sizing import cpu_memory_bytes
 
 EXTERNAL_BLOCK = "external endpoints allocate no local resources; omit inferenceResources"
@@ -114,24 +114,10 @@ class _Planner(RequestRules, GpuPath):
 
     def _profile(self) -> VerifiedProfile:
         ctx = self.ctx
-        if ctx.profile_refusal is not None or ctx.profile is None:
-            refusal = ctx.profile_refusal
-            message = (
-                refusal.authorization_message
-                if refusal
-                else (
-                    "invalid inference profile authorization: "
-                    "bundle did not arrive from the configured ConfigMap"
-                )
-            )
-            raise Refusal(503, PROFILE_PREFIX + message, C.PROFILE_REFUSED)
-        try:
-            ctx.profile.check_window(ctx.now)
-        except ProfileRefused as refusal:
-            raise Refusal(
-                503, PROFILE_PREFIX + refusal.authorization_message, C.PROFILE_REFUSED
-            ) from None
-        return ctx.profile
+        usable = usable_profile(ctx.profile, ctx.profile_refusal, ctx.now)
+        if isinstance(usable, str):
+            raise Refusal(503, PROFILE_PREFIX + usable, C.PROFILE_REFUSED)
+        return usable
 
     # -- CPU path -------------------------------------------------------------------------------
 

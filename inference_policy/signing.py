@@ -225,6 +225,11 @@ class VerifiedProfile:
                 f"issuedAt {self.envelope.issuedAt} is in the future (now {format_timestamp(now)})",
             )
 
+    def usable_window(self, skew: timedelta = DEFAULT_SKEW) -> tuple[datetime, datetime]:
+        """The instants `[start, end)` in which `check_window` passes: what a decision made under
+        this profile may be remembered for."""
+        return self.envelope.issued_at - skew, self.envelope.expires_at
+
     def seconds_until_expiry(self, now: datetime) -> float:
         return (self.envelope.expires_at - now).total_seconds()
 
@@ -437,3 +442,21 @@ def _verify_signatures(signatures: Any, payload: bytes, trusted: TrustedKeys) ->
     raise ProfileRefused(
         Reason.KEY, f"signed by {', '.join(sorted(seen))}; trusted: {', '.join(trusted.keys)}"
     )
+
+
+def usable_profile(
+    profile: VerifiedProfile | None, refusal: ProfileRefused | RefusalRecord | None, now: datetime
+) -> VerifiedProfile | str:
+    """The profile plans are made and placed under now, or the authorization message saying
+    why there is none: the one "is the profile usable now" the planner, the extender's demand
+    and the webhook's memo ask. A refusal of the current revision wins; no profile read is the
+    troubleshooting table's "did not arrive"; a verified one outside its window is refused."""
+    if refusal is not None:
+        return refusal.authorization_message
+    if profile is None:
+        return REFUSAL_PREFIX + Reason.ARRIVAL.value
+    try:
+        profile.check_window(now)
+    except ProfileRefused as exc:
+        return exc.authorization_message
+    return profile

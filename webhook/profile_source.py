@@ -41,7 +41,6 @@ from inference_policy.room import (
     live,
     parse_figures,
 )
-from inference_policy.signing import DEFAULT_SKEW
 from inference_policy.wire import ENGINE_LABEL
 from policy_io.feed import PolicyFeed
 from policy_io.state import PolicySettings, PolicyState
@@ -160,11 +159,7 @@ class PolicyStore:
         if self._window_generation != generation:
             self._window_generation = generation
             profile = self.feed.snapshot.profile
-            self._window = (
-                (profile.envelope.issued_at - DEFAULT_SKEW, profile.envelope.expires_at)
-                if profile is not None
-                else None
-            )
+            self._window = profile.usable_window() if profile is not None else None
         window = self._window
         if window is not None and not window[0] <= now < window[1]:
             return None

@@ -16,6 +16,7 @@ from inference_policy.signing import (
     BUNDLE_KEY,
     DIGEST_KEY,
     PAYLOAD_TYPE,
+    REFUSAL_PREFIX,
     KeyError_,
     ProfileRefused,
     Reason,
@@ -24,6 +25,7 @@ from inference_policy.signing import (
     key_id,
     load_public_key,
     pae,
+    usable_profile,
     verify_configmap,
 )
 from tests.profilekit import NOW, Owner, clone
@@ -411,3 +413,20 @@ def test_tampered_data_survives_no_mutation() -> None:
     before = clone(configmap)
     verify_configmap(configmap, OWNER.policy(), NOW)
     assert configmap == before
+
+
+def test_one_usable_profile_now_for_the_planner_the_extender_and_the_memo() -> None:
+    """`usable_profile`: a refusal wins, none read is "did not arrive", and a verified profile
+    is usable exactly inside `usable_window`, which is what a memoised decision may last."""
+    profile = verify_configmap(OWNER.sign(), OWNER.policy(), NOW)
+    assert usable_profile(profile, None, NOW) is profile
+    assert usable_profile(None, None, NOW) == REFUSAL_PREFIX + Reason.ARRIVAL.value
+    refused = ProfileRefused(Reason.KEY, "untrusted")
+    assert usable_profile(profile, refused, NOW) == REFUSAL_PREFIX + Reason.KEY.value
+    start, end = profile.usable_window()
+    assert usable_profile(profile, None, start) is profile
+    assert usable_profile(profile, None, end - timedelta(microseconds=1)) is profile
+    assert usable_profile(profile, None, end) == REFUSAL_PREFIX + Reason.WINDOW.value
+    assert usable_profile(profile, None, start - timedelta(seconds=1)) == (
+        REFUSAL_PREFIX + Reason.WINDOW.value
+    )

@@ -28,7 +28,6 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
-from extender.pod_demand import Unplaceable
 from extender.rollback_record import Requests
 from inference_policy.owner_rights import (
     CONTROLLER_RIGHTS,
@@ -40,6 +39,7 @@ from inference_policy.owner_rights import (
     review_allowed,
     subject_access_review,
 )
+from inference_policy.pod_demand import Unplaceable
 from inference_policy.verdict_codes import NodeVerdictCode
 from serving.kube import describe_error, not_permitted
 from serving.periodic import Periodic

@@ -29,8 +29,8 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from extender.owner_rights import Unconfirmed
-from extender.pod_demand import Unplaceable
 from inference_policy.ledger import HOLDING_PODS_FIELD_SELECTOR
+from inference_policy.pod_demand import Unplaceable
 from inference_policy.quota import Usage, combined, pod_usage
 from inference_policy.verdict_codes import NodeVerdictCode
 from serving.informer import Collection, Informer

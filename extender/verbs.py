@@ -15,12 +15,12 @@ import orjson
 
 from extender.args import Candidates, candidates, has_plan, pod_of
 from extender.owner_rights import Unconfirmed
-from extender.pod_demand import Unplaceable
 from extender.quota import QuotaBoard
 from extender.view import ClusterView, FilterOutcome, Outcome, PriorityOutcome
 from extender.wire import ExtenderArgs, ExtenderFilterResult, HostPriorityList
 from inference_policy.nodes import FITS, Verdict
 from inference_policy.placement import check_nodes, score_nodes, scores_from
+from inference_policy.pod_demand import Unplaceable
 from inference_policy.spread import deployment_of, spread_replicas
 from inference_policy.verdict_codes import NodeVerdictCode
 

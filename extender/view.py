@@ -48,7 +48,6 @@ from datetime import datetime
 from typing import Any, Generic, TypeVar
 
 from extender.owner_rights import RightsBoard
-from extender.pod_demand import Unplaceable, outside_every_tenant, pod_demand
 from extender.tenants import Tenant
 from extender.wire import ExtenderFilterResult, HostPriorityList
 from inference_policy.bounded import keep
@@ -60,6 +59,7 @@ from inference_policy.placement import (
     check_nodes,
     free_of,
 )
+from inference_policy.pod_demand import Unplaceable, outside_every_tenant, pod_demand
 from inference_policy.spread import ReplicaIndex
 from inference_policy.tenancy import Tenancy, crossing
 from inference_policy.verdict_codes import NodeVerdictCode
@@ -405,14 +405,16 @@ class ClusterView:
         uid = meta.get("uid") if isinstance(meta, Mapping) else None
         version = meta.get("resourceVersion") if isinstance(meta, Mapping) else None
         if not isinstance(uid, str) or not isinstance(version, str):
-            found: Demand | Refusal | None = pod_demand(pod, snapshot, now)
+            found: Demand | Refusal | None = pod_demand(
+                pod, snapshot.context(now), snapshot.revisions
+            )
         else:
             key = (uid, version, snapshot.generation, int(now.timestamp()))
             if key in self._demands:
                 found = self._demands[key]
             else:
                 try:
-                    found = pod_demand(pod, snapshot, now)
+                    found = pod_demand(pod, snapshot.context(now), snapshot.revisions)
                 except Unplaceable as refusal:
                     # The reason, not the exception: that would keep its traceback's frames.
                     found = Refusal(refusal.reason, refusal.code)

@@ -64,7 +64,7 @@ METADATA_ROWS: tuple[Row, ...] = (
         "the API server, from the request's path (RBAC holds the tenant to its namespace)",
         (
             "extender/view.py:ClusterView.demand",
-            "extender/pod_demand.py:outside_every_tenant",
+            "inference_policy/pod_demand.py:outside_every_tenant",
             "inference_policy/spread.py:deployment_of",
             APISERVER,
         ),
@@ -145,7 +145,7 @@ METADATA_ROWS: tuple[Row, ...] = (
             GATE,
             "inference_policy/stored_pod.py:read_plan",
             "extender/args.py:has_plan",
-            "extender/pod_demand.py:outside_every_tenant",
+            "inference_policy/pod_demand.py:outside_every_tenant",
             ON_POD,
             GUARD,
         ),

@@ -24,11 +24,11 @@ from pytest_aiohttp import AiohttpClient
 from extender.app import RUNTIME
 from extender.config import settings_from_args
 from extender.owner_rights import RightsBoard, Unconfirmed
-from extender.pod_demand import Unplaceable
 from extender.sources import KubernetesSource
 from extender.view import ClusterView
 from inference_policy.owner_rights import CONTROLLER_RIGHTS, Right, judge
 from inference_policy.placement import Demand
+from inference_policy.pod_demand import Unplaceable
 from inference_policy.verdict_codes import NodeVerdictCode
 from localcluster.nodes import FakeNode
 from serving.apiserver import from_kubeconfig

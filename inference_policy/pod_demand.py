@@ -1,5 +1,9 @@
 """What a Pod asks the extender to place, once the owner's side has checked it is its plan.
 
+A decision, so it is the core's: the extender parses the Pod, calls `pod_demand` with the
+decision's inputs (the plan context of its current snapshot and the followed revisions) and
+answers; the plan is read once, by the core's gate (`device_gate`, through `plan.parse_plan`).
+
 The tenant's webhook writes the plan, and the tenant can replace that webhook, so a plan on a
 Pod proves nothing by itself. Before any node is judged, the Pod is held to the signed profile
 exactly as the allocation controller holds a running one (`inference_policy.grant.check_grant`:
@@ -13,10 +17,10 @@ every node fails with the reason, which the scheduler writes into the Pod's even
 from __future__ import annotations
 
 from collections.abc import Mapping
-from datetime import datetime
 from typing import Any
 
 from inference_policy.access import reaches
+from inference_policy.decision import PlanContext
 from inference_policy.device_gate import device_gate
 from inference_policy.grant import check_placement
 from inference_policy.placement import Demand, demand_for
@@ -25,7 +29,6 @@ from inference_policy.planner import PROFILE_PREFIX
 from inference_policy.signing import VerifiedProfile, usable_profile
 from inference_policy.verdict_codes import NodeVerdictCode
 from inference_policy.wire import PLAN_ANNOTATION
-from policy_io.snapshot import PolicySnapshot
 
 
 class Unplaceable(Exception):
@@ -37,7 +40,9 @@ class Unplaceable(Exception):
         self.code = code
 
 
-def pod_demand(pod: Mapping[str, Any], snapshot: PolicySnapshot, now: datetime) -> Demand | None:
+def pod_demand(
+    pod: Mapping[str, Any], ctx: PlanContext, revisions: Mapping[str, object]
+) -> Demand | None:
     """The Pod's demand; None for a Pod that reaches for nothing and holds no local plan (none,
     or an external one). Raises Unplaceable, first for what the core's gate refuses
     (`inference_policy.device_gate`: a reach without a GPU plan, whatever the plan says)."""
@@ -47,7 +52,7 @@ def pod_demand(pod: Mapping[str, Any], snapshot: PolicySnapshot, now: datetime) 
     plan = gate.plan
     if plan is None:
         return None
-    profile = current_profile(snapshot, now) if plan.path == "gpu" else None
+    profile = current_profile(ctx) if plan.path == "gpu" else None
     meta = pod.get("metadata")
     # The tenant is the Pod's namespace: the rule keeping tenants apart is by namespace.
     tenant = str(meta.get("namespace") or "") if isinstance(meta, Mapping) else ""
@@ -60,7 +65,7 @@ def pod_demand(pod: Mapping[str, Any], snapshot: PolicySnapshot, now: datetime) 
             demand = demand_for(plan, binding, pod, profile.sha256, tenant)
     except PlanError as exc:
         raise Unplaceable(str(exc), NodeVerdictCode.PLAN_INVALID) from None
-    check_plan_is_granted(pod, plan, snapshot, now)
+    check_plan_is_granted(pod, plan, ctx, revisions)
     return demand
 
 
@@ -81,21 +86,19 @@ def outside_every_tenant(pod: Mapping[str, Any]) -> None:
 
 
 def check_plan_is_granted(
-    pod: Mapping[str, Any], plan: Plan, snapshot: PolicySnapshot, now: datetime
+    pod: Mapping[str, Any], plan: Plan, ctx: PlanContext, revisions: Mapping[str, object]
 ) -> None:
     """The Pod passes the core's placement check (`grant.check_placement`), or Unplaceable
     says how it does not."""
-    verdict = check_placement(
-        pod, plan, snapshot.revisions, snapshot.profile, snapshot.context(now), now
-    )
+    verdict = check_placement(pod, plan, revisions, ctx.profile, ctx, ctx.now)
     if not verdict.verified:
         raise Unplaceable(f"{verdict.reason}: {verdict.message}", NodeVerdictCode.GRANT_MISMATCH)
 
 
-def current_profile(snapshot: PolicySnapshot, now: datetime) -> VerifiedProfile:
+def current_profile(ctx: PlanContext) -> VerifiedProfile:
     """The verified profile GPU plans are placed under (`signing.usable_profile`, as the planner
     asks it), or Unplaceable with the refusal."""
-    usable = usable_profile(snapshot.profile, snapshot.profile_refusal, now)
+    usable = usable_profile(ctx.profile, ctx.profile_refusal, ctx.now)
     if isinstance(usable, str):
         raise Unplaceable(PROFILE_PREFIX + usable, NodeVerdictCode.PROFILE_REFUSED)
     return usable

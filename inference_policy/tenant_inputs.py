@@ -6,10 +6,11 @@ tenant's namespace admin (built-in `admin` there, `pods/status` patch, acting as
 ServiceAccount of its namespace) may write every one of them. Each such input is either checked
 against the signed grant, refused by a policy, never read, assigned by the API server, or open
 (said so, with the issue that closes it); none is trusted. `docs/threat-model.md` shows this
-inventory as its table, and the tests hold the two together (`tests/unit/test_tenant_inputs.py`)
-and hold the owner parts' Python to it: run over representative Pods wrapped so that every key
-they read is recorded, no part may read a Pod field this inventory does not list, nor one it
-says is never read (`tests/integration/test_tenant_inputs_read.py`).
+inventory as its table, and the tests hold the two together
+(`tests/unit/core/test_tenant_inputs.py`) and hold the owner parts' Python to it: run over
+representative Pods wrapped so that every key they read is recorded, no part may read a Pod
+field this inventory does not list, nor one it says is never read
+(`tests/integration/serving/test_tenant_inputs_read.py`).
 
 Paths name a Pod's fields as the recorder spells them: `.` between fields, `[]` for any element
 of a list, `[key]` for a map key (`metadata.annotations[kamiwaza.ai/plan]`), `[*]` for every key

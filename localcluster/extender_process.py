@@ -18,8 +18,8 @@ EXTENDER_IDENTITY = "tmi-extender"
 EXTENDER_DEPLOYMENT = "tmi-extender"
 # What the harness sets itself in place of a Pod's: where to listen and with which certificate.
 # The metrics and plan ports are dropped too: local processes share one host, and the harness
-# reads each server's /metrics and /v1/plan on its serving port (tests/integration/test_serving.py
-# covers the split).
+# reads each server's /metrics and /v1/plan on its serving port
+# (tests/integration/serving/test_serving.py covers the split).
 LOCAL_FLAGS = ("--cert", "--key", "--port", "--host", "--metrics-port", "--plan-port")
 
 

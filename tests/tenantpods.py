@@ -1,5 +1,5 @@
 """Representative Pods of a tenant namespace, for the guard that holds the owner parts to the
-tenant-input inventory (`tests/integration/test_tenant_inputs_read.py`).
+tenant-input inventory (`tests/integration/serving/test_tenant_inputs_read.py`).
 
 An engine Pod of every plan path (whole GPU, MIG slice, VRAM share, DRA claim, CPU), Pending
 and bound and verified; one changed after its plan in every way the checks look at; plans that

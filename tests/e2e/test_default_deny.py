@@ -359,7 +359,7 @@ def test_a_recipe_catalog_under_the_owners_name_is_exactly_the_owners(
     under a name carrying only a 64-bit prefix of the digest is refused by the one loader the
     owner's servers read it with; the owner's own ConfigMap loads."""
     from inference_policy.recipes import RecipeCatalogError, load_catalog, render_catalog
-    from tests.unit.test_cli import RECIPES
+    from tests.unit.cli.test_cli import RECIPES
 
     namespace = stack.settings.namespace
     owners = render_catalog(RECIPES, namespace, "gpu").configmap

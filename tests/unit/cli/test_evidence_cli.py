@@ -19,7 +19,7 @@ from tests.evidencekit import MIG, SHARED, STATUS, FakeEvidenceNvml, FakeSmi, lo
 from tmi_cli import evidence_command, main
 from tmi_cli.gpu_processes import NvidiaSmiReader, NvmlReader
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 KIT = ROOT / "manifests" / "acceptance"
 
 

@@ -18,7 +18,7 @@ from inference_policy.allocation_reasons import REASONS
 from inference_policy.refusals import RefusalCode
 from inference_policy.verdict_codes import DESCRIPTIONS, NodeVerdictCode
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 RUNBOOK = ROOT / "docs" / "operations.md"
 ALERTS = ROOT / "charts" / "tmi" / "files" / "alerts.yaml"
 

@@ -24,7 +24,7 @@ from allocation_controller.ports import ApiError
 from allocation_controller.rights import CONFIRMED, MISSING, RESTORED
 from inference_policy.owner_rights import CONTROLLER_RIGHTS
 from tests.controllerkit import RIGHT_OPERATIONS, MemoryKube
-from tests.integration.test_controller import (
+from tests.integration.controller.test_controller import (
     PROFILE_NAME,
     Running,
     add_pod,

@@ -20,6 +20,7 @@ from pytest_aiohttp import AiohttpClient
 from extender.view import ClusterView
 from inference_policy.placement import check_nodes, score_nodes
 from tests.fleetkit import FLEET, h100
+from tests.integration.extender.test_extender import post
 from tests.integration.extenderkit import (
     block,
     bound,
@@ -31,7 +32,6 @@ from tests.integration.extenderkit import (
     request,
 )
 from tests.integration.memory_sources import ExtenderMemorySource as MemorySource
-from tests.integration.test_extender import post
 from tests.profilekit import Owner
 
 KINDS = {"whole": "nvidia-whole", "mig": "nvidia-mig-3g40gb", "share": "nvidia-vram-share"}

@@ -23,7 +23,7 @@ from inference_policy.evidence import judge
 from tests.evidencekit import MIG, SHARED, nvml_observation, owners, pods
 from tmi_cli.main import build_parser
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 MONITORING = ROOT / "manifests" / "monitoring"
 DASHBOARD = ROOT / "charts" / "tmi" / "files" / "gpu-sharing-evidence-dashboard.json"
 _METRIC = re.compile(r"\btmi_evidence_[a-z_]+")

@@ -11,7 +11,7 @@ import yaml
 from localcluster.install import DELEGATION_ROLE, DELEGATION_RULES
 
 MANIFEST = (
-    Path(__file__).resolve().parents[2] / "manifests" / "installer" / "kamiwaza-installer.yaml"
+    Path(__file__).resolve().parents[3] / "manifests" / "installer" / "kamiwaza-installer.yaml"
 )
 
 

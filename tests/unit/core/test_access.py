@@ -23,7 +23,7 @@ from inference_policy.shield_cel import has_unshielded, not_an_engine_pod, shiel
 from tests.integration.webhookkit import plain_pod
 from tests.podcorpus import CORPUS, EPHEMERAL
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 CASES = {**CORPUS, **EPHEMERAL}
 
 

@@ -14,7 +14,7 @@ from localcluster.node_images import NodeImage, _file_layer, engine_image_map
 from localcluster.podnet import PodNetwork
 from policy_io.catalog import packaged_catalog
 
-FIXTURES = Path(__file__).resolve().parents[2] / "localcluster" / "data" / "fake-gpus"
+FIXTURES = Path(__file__).resolve().parents[3] / "localcluster" / "data" / "fake-gpus"
 
 
 @pytest.mark.parametrize("name", sorted(p.name for p in FIXTURES.glob("*.json")))

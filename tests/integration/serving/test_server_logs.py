@@ -23,7 +23,7 @@ from serving.logs import JsonFormatter
 from tests.controllerkit import MemoryKube, bind, planned_pod
 from tests.fleetkit import FLEET
 from tests.integration import extenderkit
-from tests.integration.test_extender import ALL
+from tests.integration.extender.test_extender import ALL
 from tests.integration.webhookkit import engine_pod, plain_pod, review, webhook_app
 from tests.profilekit import NAMESPACE, NOW, Owner, request
 from webhook.app import RUNTIME

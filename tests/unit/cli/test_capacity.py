@@ -16,7 +16,7 @@ from tests.e2e.stackkit import LARGE, whole_h100_profile
 from tests.profilekit import CLUSTER, NAMESPACE, NOW, NOW_TEXT, Owner, request, with_profiles
 from tmi_cli.main import main
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 EXAMPLES = ROOT / "examples"
 BENCH = ROOT / "bench"
 # The 70B on vLLM: two whole H100s on one node.

@@ -17,7 +17,7 @@ from inference_policy.placement import demand_for, has_accelerator, score_nodes
 from inference_policy.plan import parse_plan
 from localcluster.nodes import FakeNode
 from tests.fleetkit import l40s
-from tests.unit.test_placement import GI, cpu_plan, plan, vram, whole
+from tests.unit.core.test_placement import GI, cpu_plan, plan, vram, whole
 
 GPU = "nvidia.com/gpu"
 VRAM = "kamiwaza.ai/vram-gb-gpu-0"

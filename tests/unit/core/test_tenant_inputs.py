@@ -6,7 +6,8 @@ of it") is the inventory rendered (`tenant_inputs.table()`): every data row is i
 and every row of the document is data. Each reader it names is a function (or method) of that
 file, or a Kubernetes component; each test it names is an end-to-end test defined in that file;
 no row is trusted; an open row says so first; a refused row names what refuses it. What the owner
-parts read of a Pod is held to the inventory by `tests/integration/test_tenant_inputs_read.py`.
+parts read of a Pod is held to the inventory by
+`tests/integration/serving/test_tenant_inputs_read.py`.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from inference_policy.tenant_inputs import (
     table,
 )
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 DOC = ROOT / "docs" / "threat-model.md"
 SECTION = "## What the tenant can write, and what the owner's parts make of it"
 COMPONENTS = frozenset(("kube-apiserver", "kube-scheduler"))

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from allocation_controller.kubeapi import HttpKube
-from tests.unit.test_kube_auth import KUBECONFIG
+from tests.unit.servers.test_kube_auth import KUBECONFIG
 
 
 async def test_a_port_beside_shares_the_pool_and_credentials_but_not_the_namespace(

@@ -15,7 +15,7 @@ from pytest_aiohttp import AiohttpClient
 from inference_policy.quota import QUOTA_ANNOTATION, QUOTA_NAME
 from localcluster.metrics import metric, parse_metrics
 from serving.quota import TenantQuota, usage_part
-from tests.integration.test_webhook_admission import admit, denial
+from tests.integration.webhook.test_webhook_admission import admit, denial
 from tests.integration.webhookkit import apply_patch, engine_pod, patch_of, review, webhook_app
 from tests.profilekit import NAMESPACE, Owner, request
 from webhook.profile_source import PolicyStore

@@ -153,6 +153,20 @@ def withdrawn(plane: ControlPlane, namespace: str) -> bool:
     return not stored["spec"]["containers"][0].get("env")
 
 
+def _apply(kube: Kube, doc: JSON) -> JSON:
+    """Apply one object; a parameter again while the API server answers its path 404: a change
+    to a definition (another test's install labelled it otherwise, say) has the API server
+    rebuild the definitions' handlers, and for a moment it serves no path of their group."""
+    if doc["kind"] not in PARAMETER_KINDS or doc["kind"] == "CustomResourceDefinition":
+        return kube.apply(doc)
+    applied: JSON = wait_until(
+        lambda: kube.apply(doc),
+        timeout=30,
+        what=f"{doc['kind']} {doc['metadata']['name']} applied, its definition served",
+    )
+    return applied
+
+
 def install_policies(
     plane: ControlPlane,
     docs: Sequence[JSON],
@@ -164,7 +178,7 @@ def install_policies(
     """Apply the policy objects; with ``wait``, until they act in the opted-in ``namespace``.
     (Applying a parameter waits for its kind to be served, so the definition comes first.)"""
     kube = plane.kube("admin")
-    applied = [kube.apply(doc) for doc in docs]
+    applied = [_apply(kube, doc) for doc in docs]
     if wait and _acting(docs):
         wait_until(
             lambda: enforced(plane, namespace, docs) and status_enforced(plane, namespace, docs),

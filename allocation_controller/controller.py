@@ -74,7 +74,7 @@ from inference_policy.kept_pod import kept_pod
 from inference_policy.signing import VerifiedProfile
 from inference_policy.wire import ENGINE_LABEL, PLAN_ANNOTATION
 from policy_io.feed import FeedChange
-from serving.informer import Collection, Delta, Informer, ObjectStore
+from serving.informer import Collection, Delta, Informer, InformerFactory, ObjectStore
 from serving.kube import not_permitted
 from serving.revisions import feed_informers
 
@@ -145,16 +145,16 @@ class Controller:
         watch = settings.watch_timeout
         namespace = api.namespace
         self.namespace = namespace
-        self.pods = Informer(
-            api,
+        # Every informer of this tenant's controller lists and watches alike.
+        new = InformerFactory(api, watch_timeout=watch)
+        self.pods = new(
             Collection("pods", "Pod", namespace, label_selector=ENGINE_LABEL),
             self._on_pod,
+            self._pods_listed,
+            self._pods_failed,
             # The tenant decides how large its engine-labelled Pods are: one past the cap is
             # kept as a skeleton, and its verdict says so (`inference_policy.kept_pod`).
             transform=_kept,
-            watch_timeout=watch,
-            on_listed=self._pods_listed,
-            on_error=self._pods_failed,
         )
         # The API server refuses this replica the Pod list (its Role or binding is gone): the
         # Pods are as known as they can be, and `rights` reports the loss.
@@ -170,11 +170,7 @@ class Controller:
             )
         else:
             self.neighbours = Neighbours(
-                api,
-                settings.other_tenants,
-                self._neighbour_moved,
-                self._inputs_read,
-                watch_timeout=watch,
+                new, settings.other_tenants, self._neighbour_moved, self._inputs_read
             )
         lease_namespace = settings.lease_namespace or settings.namespace
         self.rights = RightsMonitor(
@@ -191,21 +187,6 @@ class Controller:
             interval=settings.rights_seconds,
             clock=clock,
         )
-
-        def new(
-            collection: Collection,
-            changed: Callable[[Delta], None],
-            listed: Callable[[Informer], None],
-            failed: Callable[[Exception], None],
-        ) -> Informer:
-            return Informer(
-                api,
-                collection,
-                changed,
-                watch_timeout=watch,
-                on_listed=listed,
-                on_error=failed,
-            )
 
         # The signed profile revisions and the configured recipe catalogs, into the feed.
         self.policy_informers = feed_informers(self.policy.feed, new, self._policy_changed)

@@ -42,7 +42,7 @@ from inference_policy.ledger import (
 )
 from inference_policy.tenancy import Shares
 from inference_policy.wire import ENGINE_LABEL
-from serving.informer import Collection, Delta, Informer, ListWatch
+from serving.informer import Collection, Delta, Informer, InformerFactory
 from serving.kube import not_permitted
 
 log = logging.getLogger(__name__)
@@ -66,20 +66,17 @@ class Neighbours:
 
     def __init__(
         self,
-        api: ListWatch,
+        new: InformerFactory,
         namespaces: Sequence[str],
         moved: Callable[[str], None],
         read: Callable[[], None],
-        *,
-        watch_timeout: int = 300,
     ) -> None:
         self.ledger = UsageLedger()
         self.moved = moved
         self.read = read
         self.refused: set[str] = set()
         self.informers = [
-            Informer(
-                api,
+            new(
                 Collection(
                     "pods",
                     "Pod",
@@ -88,9 +85,8 @@ class Neighbours:
                     field_selector=HOLDING_PODS_FIELD_SELECTOR,
                 ),
                 self._changed,
-                watch_timeout=watch_timeout,
-                on_listed=self._listed,
-                on_error=self._failed(namespace),
+                self._listed,
+                self._failed(namespace),
                 transform=holding_part,
             )
             for namespace in namespaces

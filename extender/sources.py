@@ -25,8 +25,8 @@ it (`extender.quota`).
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable
-from typing import Any, Protocol
+from collections.abc import Iterable
+from typing import Protocol
 
 from extender.config import ALL_NAMESPACES
 from extender.owner_rights import RightsReviewer
@@ -44,7 +44,7 @@ from inference_policy.nodes import NodeFacts, node_facts
 from inference_policy.spread import deployment_of
 from inference_policy.wire import ENGINE_LABEL as DEPLOYMENT_LABEL
 from policy_io.feed import FeedChange
-from serving.informer import Collection, Delta, Informer, Informers, ListWatch
+from serving.informer import Collection, Delta, Informer, InformerFactory, Informers, ListWatch
 from serving.revisions import feed_informers
 
 log = logging.getLogger(__name__)
@@ -108,26 +108,14 @@ class KubernetesSource:
     def lists(self) -> int:
         return self.informers.lists
 
-    def _informer(
-        self,
-        collection: Collection,
-        changed: Callable[[Delta], None],
-        listed: Callable[[Informer], None],
-        failed: Callable[[Exception], None] | None = None,
-        *,
-        transform: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
-    ) -> Informer:
-        return Informer(
+    @property
+    def _informer(self) -> InformerFactory:
+        return InformerFactory(
             self.api,
-            collection,
-            changed,
-            on_listed=listed,
-            on_error=failed,
             watch_timeout=self.watch_seconds,
             relist_seconds=self.resync_seconds,
             backoff=self.backoff_seconds,
             max_backoff=30.0 * self.backoff_seconds,
-            transform=transform,
         )
 
     def _nodes(self, view: ClusterView) -> Informer:

@@ -39,6 +39,7 @@ import logging
 import random
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 
 from serving.kube import Backoff, Gone, api_error, describe_error, not_permitted
 from serving.watched import (
@@ -371,6 +372,41 @@ def _trim(obj: JSON) -> None:
         metadata.pop("managedFields", None)
 
 
+@dataclass(frozen=True)
+class InformerFactory:
+    """How one server makes its informers: its API client and its timing, once, so that every
+    informer of the server (the policy feed's, the room's, the quota's, the nodes', the Pods')
+    lists, watches, resyncs and backs off alike. Called with a collection and its handlers."""
+
+    api: ListWatch
+    watch_timeout: int = 300
+    relist_seconds: float | None = None
+    backoff: float = 0.5
+    max_backoff: float = 30.0
+
+    def __call__(
+        self,
+        collection: Collection,
+        changed: Handler,
+        listed: Callable[[Informer], None] | None = None,
+        failed: Callable[[Exception], None] | None = None,
+        *,
+        transform: Callable[[JSON], JSON] | None = None,
+    ) -> Informer:
+        return Informer(
+            self.api,
+            collection,
+            changed,
+            on_listed=listed,
+            on_error=failed,
+            watch_timeout=self.watch_timeout,
+            relist_seconds=self.relist_seconds,
+            backoff=self.backoff,
+            max_backoff=self.max_backoff,
+            transform=transform,
+        )
+
+
 class Informers:
     """A server's informers over one client: started together, stopped together, and the client
     closed after them, so a stop leaves no watch open."""
@@ -409,6 +445,7 @@ __all__ = [
     "Delta",
     "Handler",
     "Informer",
+    "InformerFactory",
     "Informers",
     "ListWatch",
     "ObjectStore",

@@ -44,7 +44,7 @@ from inference_policy.room import (
 from inference_policy.wire import ENGINE_LABEL
 from policy_io.feed import PolicyFeed
 from policy_io.state import PolicySettings, PolicyState
-from serving.informer import Collection, Delta, Informer, Informers, ListWatch
+from serving.informer import Collection, Delta, Informer, InformerFactory, Informers, ListWatch
 from serving.kube import not_permitted
 from serving.quota import TenantQuota, quota_informers
 from serving.revisions import NewInformer, feed_informers
@@ -281,23 +281,13 @@ class KubernetesSource:
             raise ValueError("ConfigMaps to read, but no API server client")
         self.informers = Informers(api)
 
-        def new(
-            collection: Collection,
-            changed: Callable[[Delta], None],
-            listed: Callable[[Informer], None],
-            failed: Callable[[Exception], None],
-        ) -> Informer:
-            return Informer(
-                api,
-                collection,
-                changed,
-                on_listed=listed,
-                on_error=failed,
-                watch_timeout=self.resync_seconds,
-                relist_seconds=self.resync_seconds,
-                backoff=self.backoff_seconds,
-                max_backoff=30.0 * self.backoff_seconds,
-            )
+        new = InformerFactory(
+            api,
+            watch_timeout=self.resync_seconds,
+            relist_seconds=self.resync_seconds,
+            backoff=self.backoff_seconds,
+            max_backoff=30.0 * self.backoff_seconds,
+        )
 
         for informer in feed_informers(store.feed, new):
             self.informers.add(informer)

@@ -32,9 +32,9 @@ from serving.settings import (
     Given,
     Option,
     Parser,
+    add_follow_flag,
     add_options,
     new_parser,
-    parse_image_map,
     split_list,
 )
 
@@ -92,6 +92,7 @@ class ControllerSettings:
 
 _OPTIONS: tuple[Option, ...] = (
     options.NAMESPACE,
+    options.BUNDLE_CONFIGMAP,
     options.KUBECONFIG,
     *options.TRUST,
     *options.PLANNING,
@@ -175,6 +176,7 @@ def build_parser() -> Parser:
         help="elect a leader through a Lease [TMI_LEADER_ELECT] (default: on; off only for a "
         "single replica)",
     )
+    add_follow_flag(parser)
     add_options(parser, _OPTIONS)
     return parser
 
@@ -186,18 +188,6 @@ def settings_from_args(
     given = Given.parse(build_parser(), _OPTIONS, argv, environ)
     get, number = given.get, given.number
     enabled = given.switch("enabled", "TMI_ENABLED", default=True)
-    image_map = get("--engine-image-map")
-    shared = PolicySettings(
-        enabled=enabled,
-        engine_image_map=(
-            parse_image_map(image_map, expected="must be a JSON object of image references")
-            if image_map
-            else None
-        ),
-        image_registry_prefix=get("--image-registry-prefix"),
-        airgap_registry=get("--airgap-registry"),
-        **given.revision_caps(),
-    )
     tenants_text = get("--tenants")
     if tenants_text:
         flat = [flag for flag in _PER_TENANT if get(flag)]
@@ -206,11 +196,12 @@ def settings_from_args(
                 f"--tenants gives each tenant's settings; {', '.join(flat)} cannot be given "
                 "beside it (give the tenant's value in its --tenants entry)"
             )
+        shared = given.policy(enabled=enabled, trust_required=True, namespace_required=False)
         tenants = parse_tenants(tenants_text, shared)
         policy = tenants[0]
     else:
         tenants = ()
-        policy = _flat_tenant(given, shared)
+        policy = given.policy(enabled=enabled, trust_required=True)
     namespace = policy.namespace
     identity = (
         get("--identity")
@@ -274,6 +265,7 @@ def settings_from_args(
 # The flat settings that are one tenant's own: `--tenants` carries them per tenant instead.
 _PER_TENANT = (
     "--namespace",
+    "--bundle-configmap",
     "--owner-public-key",
     "--cluster-binding-id",
     "--minimum-bundle-version",
@@ -281,26 +273,3 @@ _PER_TENANT = (
     "--cpu-recipe-catalog-configmap",
     "--tenant-namespaces",
 )
-
-
-def _flat_tenant(given: Given, shared: PolicySettings) -> PolicySettings:
-    """The one tenant of the flat settings (no `--tenants`)."""
-    get = given.get
-    namespace = get("--namespace") or given.env.get("POD_NAMESPACE") or ""
-    if not namespace:
-        raise ConfigError("--namespace (or TMI_NAMESPACE, or POD_NAMESPACE) is required")
-    keys = split_list(get("--owner-public-key") or "")
-    if shared.enabled and not keys:
-        raise ConfigError("--owner-public-key (or TMI_OWNER_PUBLIC_KEY) is required")
-    binding = get("--cluster-binding-id") or ""
-    if shared.enabled and not binding:
-        raise ConfigError("--cluster-binding-id (or TMI_CLUSTER_BINDING_ID) is required")
-    return replace(
-        shared,
-        namespace=namespace,
-        owner_public_keys=keys,
-        cluster_binding_id=binding,
-        minimum_bundle_version=given.whole("--minimum-bundle-version", 1, 1, 2**53 - 1),
-        gpu_recipe_catalog_configmap=get("--gpu-recipe-catalog-configmap"),
-        cpu_recipe_catalog_configmap=get("--cpu-recipe-catalog-configmap"),
-    )

@@ -12,8 +12,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from extender.tenants import Tenant, parse_tenants
-from inference_policy.signing import DEFAULT_CONFIGMAP_NAME
-from policy_io.state import PolicySettings
 from serving import settings as options
 from serving.settings import (
     ConfigError,
@@ -24,7 +22,6 @@ from serving.settings import (
     add_follow_flag,
     add_options,
     new_parser,
-    parse_image_map,
     split_list,
 )
 
@@ -150,31 +147,7 @@ def settings_from_args(
     """Parse flags, fall back to the environment, and check every value once, here."""
     given = Given.parse(build_parser(), _OPTIONS, argv, environ)
     get = given.get
-    namespace = get("--namespace") or given.env.get("POD_NAMESPACE") or ""
-    if not namespace:
-        raise ConfigError("--namespace (or TMI_NAMESPACE) is required")
-    keys = split_list(get("--owner-public-key") or "")
-    if not keys:
-        raise ConfigError("--owner-public-key (or TMI_OWNER_PUBLIC_KEY) is required")
-    binding = get("--cluster-binding-id")
-    if not binding:
-        raise ConfigError("--cluster-binding-id (or TMI_CLUSTER_BINDING_ID) is required")
-    image_map = get("--engine-image-map")
-    policy = PolicySettings(
-        enabled=True,
-        namespace=namespace,
-        bundle_configmap=get("--bundle-configmap") or DEFAULT_CONFIGMAP_NAME,
-        follow_revisions=given.follow_revisions(),
-        owner_public_keys=keys,
-        cluster_binding_id=binding,
-        minimum_bundle_version=given.whole("--minimum-bundle-version", 1, 1, 2**53 - 1),
-        engine_image_map=parse_image_map(image_map) if image_map else None,
-        image_registry_prefix=get("--image-registry-prefix"),
-        airgap_registry=get("--airgap-registry"),
-        gpu_recipe_catalog_configmap=get("--gpu-recipe-catalog-configmap"),
-        cpu_recipe_catalog_configmap=get("--cpu-recipe-catalog-configmap"),
-        **given.revision_caps(),
-    )
+    policy = given.policy(enabled=True, trust_required=True)
     rollback = get("--rollback-record") or None
     tenants = parse_tenants(get("--tenants"), Tenant(policy, rollback))
     pod_namespaces = split_list(get("--pod-namespaces") or ",".join(t.namespace for t in tenants))

@@ -353,7 +353,7 @@ class Given:
 
     def switch(self, dest: str, variable: str, default: bool) -> bool:
         """An on/off flag (`--x`/`--no-x`), else its variable, else `default`."""
-        value = getattr(self.args, dest)
+        value = getattr(self.args, dest, None)
         if value is not None:
             return bool(value)
         text = self.env.get(variable, "")
@@ -395,6 +395,55 @@ class Given:
                 MAX_PROFILE_REVISION_BYTES.flag, caps.MAX_REVISION_BYTES, 4096, caps.CEILING_BYTES
             ),
         }
+
+    def optional(self, flag: str) -> str | None:
+        """`get` for an option this server may not offer (None when it does not)."""
+        return self.get(flag) if flag in self._variables else None
+
+    def policy(
+        self, *, enabled: bool, trust_required: bool, namespace_required: bool = True
+    ) -> PolicySettings:
+        """The policy settings every server reads from the same options, assembled and checked
+        here once: the tenant namespace (else the Pod's own, `POD_NAMESPACE`), the trust, the
+        profile and recipe ConfigMaps, the image relocation and the revision caps, each refused
+        with the flag and its variable named. `trust_required`: the owner's key and binding id
+        must be given while tenant mode is on; without `namespace_required` they are a
+        multi-tenant server's shared settings, each tenant's given elsewhere."""
+        optional = self.optional
+        namespace = optional(NAMESPACE.flag) or self.env.get("POD_NAMESPACE") or ""
+        if namespace_required and not namespace:
+            raise ConfigError("--namespace (or TMI_NAMESPACE, or POD_NAMESPACE) is required")
+        keys = split_list(optional(OWNER_PUBLIC_KEY.flag) or "")
+        binding = optional(CLUSTER_BINDING_ID.flag) or ""
+        required = enabled and trust_required and namespace_required
+        if required and not keys:
+            raise ConfigError("--owner-public-key (or TMI_OWNER_PUBLIC_KEY) is required")
+        if required and not binding:
+            raise ConfigError("--cluster-binding-id (or TMI_CLUSTER_BINDING_ID) is required")
+        image_map = optional(ENGINE_IMAGE_MAP.flag)
+        defaults = PolicySettings()
+        return PolicySettings(
+            enabled=enabled,
+            namespace=namespace,
+            bundle_configmap=optional(BUNDLE_CONFIGMAP.flag) or defaults.bundle_configmap,
+            follow_revisions=self.follow_revisions(),
+            owner_public_keys=keys,
+            cluster_binding_id=binding,
+            minimum_bundle_version=(
+                self.whole(MINIMUM_BUNDLE_VERSION.flag, 1, 1, 2**53 - 1)
+                if MINIMUM_BUNDLE_VERSION.flag in self._variables
+                else 1
+            ),
+            engine_image_map=parse_image_map(image_map) if image_map else None,
+            image_registry_prefix=optional(IMAGE_REGISTRY_PREFIX.flag),
+            airgap_registry=optional(AIRGAP_REGISTRY.flag),
+            gpu_recipe_catalog_configmap=optional(GPU_RECIPE_CATALOG_CONFIGMAP.flag),
+            cpu_recipe_catalog_configmap=optional(CPU_RECIPE_CATALOG_CONFIGMAP.flag),
+            gpu_registry_credentials_secret=optional("--gpu-registry-credentials-secret"),
+            cpu_registry_credentials_secret=optional("--cpu-registry-credentials-secret"),
+            scheduler_name=optional("--scheduler-name") or defaults.scheduler_name,
+            **self.revision_caps(),
+        )
 
     def follow_revisions(self) -> bool:
         """`add_follow_flag`'s switch, else TMI_FOLLOW_PROFILE_REVISIONS, else off."""

@@ -11,7 +11,6 @@ import argparse
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from inference_policy.signing import DEFAULT_CONFIGMAP_NAME
 from policy_io.state import PolicySettings
 from serving import settings as options
 from serving.settings import (
@@ -23,8 +22,6 @@ from serving.settings import (
     add_follow_flag,
     add_options,
     new_parser,
-    parse_image_map,
-    split_list,
 )
 
 DEFAULT_PORT = options.HTTPS_PORT
@@ -105,28 +102,7 @@ def settings_from_args(
     given = Given.parse(build_parser(), _OPTIONS, argv, environ)
     get = given.get
     enabled = given.switch("enabled", "TMI_ENABLED", default=False)
-    namespace = get("--namespace") or given.env.get("POD_NAMESPACE") or ""
-    if not namespace:
-        raise ConfigError("--namespace (or TMI_NAMESPACE, or POD_NAMESPACE) is required")
-    image_map = get("--engine-image-map")
-    policy = PolicySettings(
-        enabled=enabled,
-        namespace=namespace,
-        bundle_configmap=get("--bundle-configmap") or DEFAULT_CONFIGMAP_NAME,
-        follow_revisions=given.follow_revisions(),
-        owner_public_keys=split_list(get("--owner-public-key") or ""),
-        cluster_binding_id=get("--cluster-binding-id") or "",
-        minimum_bundle_version=given.whole("--minimum-bundle-version", 1, 1, 2**53 - 1),
-        engine_image_map=parse_image_map(image_map) if image_map else None,
-        image_registry_prefix=get("--image-registry-prefix"),
-        airgap_registry=get("--airgap-registry"),
-        gpu_recipe_catalog_configmap=get("--gpu-recipe-catalog-configmap"),
-        cpu_recipe_catalog_configmap=get("--cpu-recipe-catalog-configmap"),
-        gpu_registry_credentials_secret=get("--gpu-registry-credentials-secret"),
-        cpu_registry_credentials_secret=get("--cpu-registry-credentials-secret"),
-        scheduler_name=get("--scheduler-name") or DEFAULT_SCHEDULER,
-        **given.revision_caps(),
-    )
+    policy = given.policy(enabled=enabled, trust_required=False)
     cert, key = get("--cert"), get("--key")
     if not cert or not key:
         raise ConfigError("--cert and --key (or TMI_TLS_CERT and TMI_TLS_KEY) are required")

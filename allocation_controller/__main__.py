@@ -29,9 +29,6 @@ SHUTDOWN_TIMEOUT = 2.0
 async def serve(settings: ControllerSettings, api: HttpKube) -> None:
     ports = [api, *(api.beside(t.namespace) for t in settings.every_tenant()[1:])]
     fleet = Fleet(ports, settings, lease=api)
-    # Each informer holds a connection of the one pool for as long as its watch is open; the
-    # pool keeps its usual room for the reads and writes besides them.
-    api.connections += sum(len(controller.informers) for controller in fleet.controllers)
     for controller in fleet.controllers:
         state = controller.policy.state
         if state.trust_error:

@@ -73,6 +73,12 @@ class HttpKube(ApiClient):
             return self._pool.session
         return super().session
 
+    @property
+    def watch_session(self) -> aiohttp.ClientSession:
+        if self._pool is not None:
+            return self._pool.watch_session
+        return super().watch_session
+
     async def close(self) -> None:
         if self._pool is None:
             await super().close()

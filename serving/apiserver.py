@@ -55,6 +55,7 @@ class ApiClient:
         self.timeout = timeout
         self.connections = connections
         self._session: aiohttp.ClientSession | None = None
+        self._watch_session: aiohttp.ClientSession | None = None
 
     @staticmethod
     def options(kubeconfig: str | None) -> dict[str, Any]:
@@ -86,9 +87,24 @@ class ApiClient:
             )
         return self._session
 
+    @property
+    def watch_session(self) -> aiohttp.ClientSession:
+        """The watches' own pool, without a limit: each watch holds its connection for as long
+        as it runs, and a server watches one collection per tenant namespace and more, so in
+        the requests' pool (`connections`) enough tenants' watches would leave no connection
+        for a list, a write or a review, and the server would never get ready."""
+        if self._watch_session is None or self._watch_session.closed:
+            connector = aiohttp.TCPConnector(
+                ssl=self._ssl if self._ssl is not None else False, limit=0
+            )
+            self._watch_session = aiohttp.ClientSession(connector=connector)
+        return self._watch_session
+
     async def close(self) -> None:
         if self._session is not None:
             await self._session.close()
+        if self._watch_session is not None:
+            await self._watch_session.close()
 
     def _headers(self, content_type: str | None = None) -> dict[str, str]:
         headers = {"Accept": "application/json"}
@@ -164,7 +180,7 @@ class ApiClient:
         timeout = aiohttp.ClientTimeout(
             total=None, sock_connect=self.timeout, sock_read=timeout_seconds + WATCH_READ_GRACE
         )
-        async with self.session.get(
+        async with self.watch_session.get(
             self.server + collection.path,
             params=params,
             headers=self._headers(),

@@ -520,3 +520,32 @@ async def test_watch_lines_are_read_whatever_pieces_they_arrive_in(
                 pass
     finally:
         await api.close()
+
+
+async def test_watches_past_the_request_pool_leave_room_for_requests(
+    cluster: FakeCluster, tmp_path: Path
+) -> None:
+    """A server watches one collection per tenant namespace and more; with many tenants its
+    watches outnumbered the 32 connections of its request pool, and every list, write and
+    review waited until it timed out (the extender never got ready past six tenants). Watches
+    have their own pool: with 12 open on a client of 4 connections, a list is answered."""
+    options = apiserver.ApiClient.options(str(cluster.kubeconfig(tmp_path / "kubeconfig")))
+    api = ApiClient(options.pop("server"), connections=4, timeout=5.0, **options)
+    namespaces = [f"team-{i}" for i in range(12)]
+
+    async def hold(namespace: str) -> None:
+        async for _ in api.watch(
+            Collection("pods", "Pod", namespace), resource_version="", timeout_seconds=60
+        ):
+            pass
+
+    watches = [asyncio.get_running_loop().create_task(hold(ns)) for ns in namespaces]
+    try:
+        await eventually(lambda: len(cluster.watchers) == len(namespaces), what="every watch open")
+        page = await api.list_page(Collection("nodes", "Node"), limit=10)
+        assert page.items == []
+    finally:
+        for task in watches:
+            task.cancel()
+        await asyncio.gather(*watches, return_exceptions=True)
+        await api.close()

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field, replace
 from allocation_controller.leader import LeaderSettings
 from allocation_controller.tenants import parse_tenants
 from inference_policy.grant import DEFAULT_SCHEDULING_TIMEOUT
+from inference_policy.owner_rights import review_interval
 from policy_io.state import PolicySettings
 from serving import settings as options
 from serving.settings import (
@@ -86,8 +87,11 @@ class ControllerSettings:
         return self.tenants or (self.policy,)
 
     def for_tenant(self, policy: PolicySettings) -> ControllerSettings:
-        """These settings for one tenant's controller in the process's fleet."""
-        return replace(self, policy=policy, tenants=())
+        """These settings for one tenant's controller in the process's fleet, whose rights
+        reviews keep, all tenants together, to the owner servers' rate."""
+        tenants = len(self.every_tenant())
+        rights = review_interval(self.rights_seconds, tenants)
+        return replace(self, policy=policy, tenants=(), rights_seconds=rights)
 
 
 _OPTIONS: tuple[Option, ...] = (

@@ -37,6 +37,7 @@ from inference_policy.owner_rights import (
     judge,
     placement_refusal,
     review_allowed,
+    review_interval,
     subject_access_review,
 )
 from inference_policy.pod_demand import Unplaceable
@@ -81,9 +82,10 @@ class RightsBoard:
     ) -> None:
         self.identity = identity
         self.namespaces = tuple(namespaces)
-        # How often a round asks, and how long its answers are trusted.
-        self.interval = interval
-        self.ttl = interval * TRUSTED_ROUNDS
+        # How often a round asks (no more often than the review rate allows), and how long its
+        # answers are trusted.
+        self.interval = review_interval(interval, len(self.namespaces))
+        self.ttl = self.interval * TRUSTED_ROUNDS
         self.monotonic = monotonic
         self._known: dict[str, _Known] = {}
         # The refusal each namespace's Pods get now, made once per change of verdict.

@@ -177,9 +177,22 @@ def placement_refusal(verdict: RightsVerdict, identity: str) -> str:
     return f"the allocation controller {describe(verdict, identity)}, {consequence} until they are"
 
 
+# The reviews' rate an owner server keeps to, whatever the number of tenants: a round asks every
+# right in every tenant namespace, so with many tenants the rounds space out (one every 20 s at
+# 100 tenants) rather than the API server answering hundreds of reviews a second.
+MAX_REVIEWS_PER_SECOND = 20.0
+
+
+def review_interval(interval: float, namespaces: int) -> float:
+    """How often a server asks each right in each of `namespaces` tenant namespaces: every
+    `interval` seconds, or less often when that would pass `MAX_REVIEWS_PER_SECOND`."""
+    return max(interval, namespaces * len(CONTROLLER_RIGHTS) / MAX_REVIEWS_PER_SECOND)
+
+
 __all__ = [
     "CONTROLLER_BINDING",
     "CONTROLLER_RIGHTS",
+    "MAX_REVIEWS_PER_SECOND",
     "REVIEW_API_VERSION",
     "Right",
     "RightsVerdict",
@@ -188,6 +201,7 @@ __all__ = [
     "placement_refusal",
     "restore_hint",
     "review_allowed",
+    "review_interval",
     "self_access_review",
     "service_account_groups",
     "subject_access_review",

@@ -26,7 +26,7 @@ from extender.config import settings_from_args
 from extender.owner_rights import RightsBoard, Unconfirmed
 from extender.sources import KubernetesSource
 from extender.view import ClusterView
-from inference_policy.owner_rights import CONTROLLER_RIGHTS, Right, judge
+from inference_policy.owner_rights import CONTROLLER_RIGHTS, MAX_REVIEWS_PER_SECOND, Right, judge
 from inference_policy.placement import Demand
 from inference_policy.pod_demand import Unplaceable
 from inference_policy.verdict_codes import NodeVerdictCode
@@ -331,3 +331,15 @@ def test_the_controller_and_the_interval_are_settings() -> None:
     assert (checked.allocation_controller, checked.rights_seconds) == (CONTROLLER, 2.0)
     with pytest.raises(ConfigError, match="rights-seconds"):
         settings_from_args(["--rights-seconds", "0"], env)
+
+
+def test_the_reviews_keep_to_a_rate_whatever_the_number_of_tenants() -> None:
+    """A round asks every right in every tenant namespace: with 100 tenants at the 5 s default
+    that was 80 reviews a second against the API server. Rounds space out instead, and the
+    answers are trusted for as many rounds as before."""
+    one = RightsBoard(CONTROLLER, [NAMESPACE], interval=5.0)
+    assert (one.interval, one.ttl) == (5.0, 15.0)
+    many = RightsBoard(CONTROLLER, [f"team-{i}" for i in range(100)], interval=5.0)
+    rate = 100 * len(CONTROLLER_RIGHTS) / many.interval
+    assert rate <= MAX_REVIEWS_PER_SECOND and many.interval > 5.0
+    assert many.ttl == 3 * many.interval

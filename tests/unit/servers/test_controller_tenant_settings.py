@@ -11,6 +11,7 @@ import pytest
 
 from allocation_controller.__main__ import main
 from allocation_controller.config import settings_from_args
+from inference_policy.owner_rights import CONTROLLER_RIGHTS, MAX_REVIEWS_PER_SECOND
 from serving.settings import ConfigError
 
 KEY_A, KEY_B = "A" * 43 + "=", "B" * 43 + "="
@@ -181,3 +182,14 @@ def test_the_process_exits_2_on_a_bad_entry(capsys: pytest.CaptureFixture[str]) 
     code = main(["--tenants", json.dumps([_tenant("team-a", colour="blue")])])
     assert code == 2
     assert "--tenants[0] (team-a).colour" in capsys.readouterr().err
+
+
+def test_with_many_tenants_each_reviews_its_rights_less_often() -> None:
+    """Every tenant's controller reviews its rights in its namespace: the fleet's reviews
+    together keep to the owner servers' rate, so each tenant's round spaces out."""
+    one = _settings([_tenant("team-a")])
+    assert one.for_tenant(one.policy).rights_seconds == 15.0
+    many = _settings([_tenant(f"team-{i}") for i in range(100)])
+    paced = many.for_tenant(many.policy).rights_seconds
+    assert paced == 20.0
+    assert 100 * len(CONTROLLER_RIGHTS) / paced <= MAX_REVIEWS_PER_SECOND

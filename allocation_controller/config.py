@@ -24,7 +24,7 @@ from dataclasses import dataclass, field, replace
 
 from allocation_controller.leader import LeaderSettings
 from allocation_controller.tenants import parse_tenants
-from inference_policy.grant import DEFAULT_SCHEDULING_TIMEOUT
+from inference_policy.granting.grant import DEFAULT_SCHEDULING_TIMEOUT
 from policy_io.state import PolicySettings
 from serving import settings as options
 from serving.settings import (

@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from extender.tenants import Tenant, parse_tenants
-from inference_policy.signing import DEFAULT_CONFIGMAP_NAME
+from inference_policy.trust.signing import DEFAULT_CONFIGMAP_NAME
 from policy_io.state import PolicySettings
 from serving import settings as options
 from serving.settings import (
@@ -45,7 +45,7 @@ class ExtenderSettings(ServingSettings):
     watch_seconds: int = 300
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     # The cluster-scoped TenantAdmission holding the tenant's rollback floor
-    # (`inference_policy.rollback`); None: only the configured floor holds.
+    # (`inference_policy.trust.rollback`); None: only the configured floor holds.
     rollback_record: str | None = None
     # Every tenant (`extender.tenants`); empty: the one of `policy` and `rollback_record`.
     tenants: tuple[Tenant, ...] = ()

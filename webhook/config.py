@@ -11,7 +11,7 @@ import argparse
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from inference_policy.signing import DEFAULT_CONFIGMAP_NAME
+from inference_policy.trust.signing import DEFAULT_CONFIGMAP_NAME
 from policy_io.state import PolicySettings
 from serving import settings as options
 from serving.settings import (

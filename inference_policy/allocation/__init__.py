@@ -8,6 +8,14 @@ may span, how the request becomes a quantity), placement (the verdict code of a 
 too-small node) and the node checks (what GFD's labels must say) ask the binding's class, never
 a resource-name prefix or a binding's concrete type. A new class is one module here, registered
 in `CLASSES`, plus its binding model in `profile`.
+
+Beside the classes, the two accounts of hardware their checks and the profile read: the node
+labels NVIDIA's GPU Feature Discovery writes (`gfd`), and a DRA binding's device facts as the
+driver publishes them (`dra_facts`).
+
+May import: the base, and the profile's binding models (`inference_policy.trust`, the one layer
+the allocation classes share with it: the profile asks a binding's class, and the classes read
+the binding). Every part above trust imports it.
 """
 
 from __future__ import annotations

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from inference_policy.allocation.base import AllocationClass, Fit, ceil_hundredth
-from inference_policy.quantity import GI, gib_ceil
-from inference_policy.wire import VRAM_RESOURCE_PREFIX
+from inference_policy.base.quantity import GI, gib_ceil
+from inference_policy.base.wire import VRAM_RESOURCE_PREFIX
 
 if TYPE_CHECKING:
     from inference_policy.allocation.base import GpuBinding

@@ -16,12 +16,16 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple, TypeAlias
 
-from inference_policy.gfd import GFD_MEMORY, memory_verdict
-from inference_policy.quantity import GI, ceil_div, gib_ceil
-from inference_policy.verdict_codes import NodeVerdictCode, Verdict
+from inference_policy.allocation.gfd import GFD_MEMORY, memory_verdict
+from inference_policy.base.codes import NodeVerdictCode, Verdict
+from inference_policy.base.quantity import GI, ceil_div, gib_ceil
 
 if TYPE_CHECKING:
-    from inference_policy.profile import DraBinding, ExtendedResourceBinding, VramPluginBinding
+    from inference_policy.trust.profile import (
+        DraBinding,
+        ExtendedResourceBinding,
+        VramPluginBinding,
+    )
 
     GpuBinding: TypeAlias = ExtendedResourceBinding | VramPluginBinding | DraBinding
 

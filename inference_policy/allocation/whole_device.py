@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from inference_policy.allocation.base import AllocationClass, ceil_hundredth
-from inference_policy.gfd import (
+from inference_policy.allocation.gfd import (
     GFD_MEMORY,
     GFD_MIG_STRATEGY,
     GFD_PRODUCT,
@@ -22,8 +22,8 @@ from inference_policy.gfd import (
     memory_verdict,
     sharing,
 )
-from inference_policy.verdict_codes import NodeVerdictCode, Verdict, refuse
-from inference_policy.wire import WHOLE_GPU_RESOURCE
+from inference_policy.base.codes import NodeVerdictCode, Verdict, refuse
+from inference_policy.base.wire import WHOLE_GPU_RESOURCE
 
 if TYPE_CHECKING:
     from inference_policy.allocation.base import GpuBinding

@@ -14,7 +14,8 @@ contract in pyproject.toml):
     admission | placing   an engine Pod at admission and the owner's policies' CEL;
                           the node verdicts, ledgers, tenancy and quota
     planning              a request in, a plan or a refusal out; the one plan parser
-    trust : allocation    the signed profile and its verification; the allocation classes
+    trust                 the signed profile, its verification and its rollback floor
+    allocation            the allocation classes, GFD's labels, a DRA device's facts
     base                  wire names, quantities, strict JSON, access, the stable codes
 
 `data/` holds the engine catalog this release ships.

@@ -16,13 +16,13 @@ from inference_policy.base.quantity import GI, gib_ceil
 from inference_policy.base.wire import VRAM_RESOURCE_PREFIX
 
 if TYPE_CHECKING:
-    from inference_policy.allocation.base import GpuBinding
+    from inference_policy.allocation.binding_facts import BindingFacts
 
 
 @dataclass(frozen=True, slots=True)
 class AccountedShare(AllocationClass):
     def fit(
-        self, binding: GpuBinding, fraction: float | None, devices: int, need: int
+        self, binding: BindingFacts, fraction: float | None, devices: int, need: int
     ) -> Fit | None:
         usable = binding.usable_memory_bytes
         args: dict[str, Any] = {}

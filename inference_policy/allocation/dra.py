@@ -18,18 +18,18 @@ from inference_policy.allocation.whole_device import WholeDevice
 from inference_policy.base.codes import Verdict
 
 if TYPE_CHECKING:
-    from inference_policy.allocation.base import GpuBinding
+    from inference_policy.allocation.binding_facts import BindingFacts
 
 
 @dataclass(frozen=True, slots=True)
 class ClaimedGpu(WholeDevice):
-    def node_verdict(self, binding: GpuBinding, labels: Mapping[str, str]) -> Verdict | None:
+    def node_verdict(self, binding: BindingFacts, labels: Mapping[str, str]) -> Verdict | None:
         return None
 
 
 @dataclass(frozen=True, slots=True)
 class ClaimedMig(AllocationClass):
-    def node_verdict(self, binding: GpuBinding, labels: Mapping[str, str]) -> Verdict | None:
+    def node_verdict(self, binding: BindingFacts, labels: Mapping[str, str]) -> Verdict | None:
         return None
 
 

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 from inference_policy.base.codes import NodeVerdictCode, Verdict, refuse
 
 if TYPE_CHECKING:
-    from inference_policy.trust.profile import GpuBinding
+    from inference_policy.allocation.binding_facts import BindingFacts
 
 # GPU Feature Discovery label names (NVIDIA/k8s-device-plugin, docs/gpu-feature-discovery).
 GFD_CC_MAJOR = "nvidia.com/gpu.compute.major"
@@ -50,7 +50,7 @@ def sharing(labels: Mapping[str, str], strategy_key: str, replicas_key: str, pro
     return ""
 
 
-def memory_verdict(binding: GpuBinding, labels: Mapping[str, str], key: str) -> Verdict | None:
+def memory_verdict(binding: BindingFacts, labels: Mapping[str, str], key: str) -> Verdict | None:
     mib = int_label(labels, key)
     if mib is None or mib <= 0:
         # GFD omits the label when NVML reports no memory (unified-memory parts).

@@ -6,10 +6,10 @@ below which no revision is planned or placed under (`rollback`), the seed's rule
 holds a new profile to (`seed_rules`), and what a DRA binding becomes in the cluster: its
 DeviceClass, claim templates and the claim a plan gives the engine (`dra_claims`).
 
-A binding's allocation class (`inference_policy.allocation`) sits beside the profile, one
-layer with it: the profile asks the class which guarantee a binding gives, and the classes read
-the profile's binding models.
+A binding's allocation class (`inference_policy.allocation`) is the layer below: the profile
+asks it which guarantee a binding gives, and the classes read the binding only through the facts
+they declare (`allocation.binding_facts`), never the profile's models.
 
-May import: the base and `inference_policy.allocation`. Planning, placing, admission, granting
+May import: `inference_policy.allocation` and the base. Planning, placing, admission, granting
 and the owner tools import it, never the reverse.
 """

@@ -24,8 +24,8 @@ from dataclasses import dataclass, field, replace
 
 from allocation_controller.leader import LeaderSettings
 from allocation_controller.tenants import parse_tenants
-from inference_policy.grant import DEFAULT_SCHEDULING_TIMEOUT
-from inference_policy.owner_rights import review_interval
+from inference_policy.granting.grant import DEFAULT_SCHEDULING_TIMEOUT
+from inference_policy.granting.owner_rights import review_interval
 from policy_io.state import PolicySettings
 from serving import settings as options
 from serving.settings import (

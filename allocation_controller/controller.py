@@ -28,8 +28,8 @@ What wakes a Pod up:
 
 The engine Pods of the owner release's other tenant namespaces are followed too
 (`allocation_controller.neighbours`): a Pod of this tenant whose accounted share meets one of
-theirs on a GPU is reported (`inference_policy.grant_tenants`), and is checked again whenever a
-neighbour's Pod arrives on its node or leaves it.
+theirs on a GPU is reported (`inference_policy.granting.grant_tenants`), and is checked again
+whenever a neighbour's Pod arrives on its node or leaves it.
 
 In a process serving every tenant (`allocation_controller.fleet`) the tenants' controllers share
 one elector (`leadership`: the fleet starts and stops every tenant's workers together) and one
@@ -69,10 +69,10 @@ from allocation_controller.reconciler import (
 from allocation_controller.revisions import PolicyView
 from allocation_controller.rights import RightsMonitor, reporter_for
 from allocation_controller.workqueue import ShutDown, WorkQueue
-from inference_policy.grant import node_name, plan_revision
-from inference_policy.kept_pod import kept_pod
-from inference_policy.signing import VerifiedProfile
-from inference_policy.wire import ENGINE_LABEL, PLAN_ANNOTATION
+from inference_policy.base.wire import ENGINE_LABEL, PLAN_ANNOTATION
+from inference_policy.granting.grant import node_name, plan_revision
+from inference_policy.granting.kept_pod import kept_pod
+from inference_policy.trust.signing import VerifiedProfile
 from policy_io.feed import FeedChange
 from serving.informer import Collection, Delta, Informer, InformerFactory, ObjectStore
 from serving.kube import not_permitted
@@ -153,7 +153,7 @@ class Controller:
             self._pods_listed,
             self._pods_failed,
             # The tenant decides how large its engine-labelled Pods are: one past the cap is
-            # kept as a skeleton, and its verdict says so (`inference_policy.kept_pod`).
+            # kept as a skeleton, and its verdict says so (`inference_policy.granting.kept_pod`).
             transform=_kept,
         )
         # The API server refuses this replica the Pod list (its Role or binding is gone): the

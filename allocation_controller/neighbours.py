@@ -1,8 +1,8 @@
 """The other tenants' accounted shares, which this tenant's engine Pods are held apart from.
 
 Why: an accounted share does not isolate tenants, so a Pod of this tenant on a GPU where another
-tenant's share sits is reported (`inference_policy.grant_tenants`), and only the other tenants'
-bound Pods say where their shares sit. The owner release's controllers run under one
+tenant's share sits is reported (`inference_policy.granting.grant_tenants`), and only the other
+tenants' bound Pods say where their shares sit. The owner release's controllers run under one
 ServiceAccount whose Role in every tenant namespace already lets it list and watch Pods there
 (the chart's `tmi-allocation-controller` Role), so each controller reads the engine Pods of the
 release's other tenant namespaces (`TMI_TENANT_NAMESPACES`) as the extender does: bound and not
@@ -32,16 +32,16 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from inference_policy.kept_pod import Skeleton
-from inference_policy.ledger import (
+from inference_policy.base.wire import ENGINE_LABEL
+from inference_policy.granting.kept_pod import Skeleton
+from inference_policy.placing.ledger import (
     HOLDING_PODS_FIELD_SELECTOR,
     UsageLedger,
     accounted_pod,
     holding_part,
     pod_key,
 )
-from inference_policy.tenancy import Shares
-from inference_policy.wire import ENGINE_LABEL
+from inference_policy.placing.tenancy import Shares
 from serving.informer import Collection, Delta, Informer, InformerFactory
 from serving.kube import not_permitted
 

@@ -33,8 +33,8 @@ from typing import Any
 from allocation_controller.metrics import Metrics
 from allocation_controller.ports import JSON, ClaimReader, Conflict, NotFound, PodPort
 from allocation_controller.revisions import PolicyView
-from inference_policy.dra_allocation import allocation_verdict, claim_name_of, with_devices
-from inference_policy.grant import (
+from inference_policy.granting.dra_allocation import allocation_verdict, claim_name_of, with_devices
+from inference_policy.granting.grant import (
     CONDITION_TYPE,
     DEFAULT_SCHEDULING_TIMEOUT,
     Verdict,
@@ -44,9 +44,9 @@ from inference_policy.grant import (
     node_name,
     read_plan,
 )
-from inference_policy.grant_tenants import kept_apart
-from inference_policy.signing import VerifiedProfile
-from inference_policy.tenancy import Shares
+from inference_policy.granting.grant_tenants import kept_apart
+from inference_policy.placing.tenancy import Shares
+from inference_policy.trust.signing import VerifiedProfile
 
 log = logging.getLogger(__name__)
 

@@ -25,16 +25,16 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
-from inference_policy.grant import (
+from inference_policy.granting.grant import (
     PROFILES_UNREADABLE,
     Evaluation,
     Lapse,
     evaluate,
     refused_lapse,
 )
-from inference_policy.planner import PlanContext
-from inference_policy.recipe_inputs import Capability
-from inference_policy.signing import VerifiedProfile
+from inference_policy.planning.planner import PlanContext
+from inference_policy.planning.recipe_inputs import Capability
+from inference_policy.trust.signing import VerifiedProfile
 from policy_io.feed import PolicyFeed
 from policy_io.snapshot import PolicySnapshot
 from policy_io.state import PolicySettings, PolicyState, ProfileRevisions

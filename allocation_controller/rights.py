@@ -2,9 +2,9 @@
 
 The tenant's namespace admin may delete the RoleBinding (or edit the Role) the owner release
 gives this controller in the tenant namespace. The controller then cannot see a Pod change or
-write a verdict, and the last verdict stands (`inference_policy.owner_rights` says why and which
-rights count). The extender refuses to place engine Pods there meanwhile; this module makes the
-controller say so itself, where the owner looks:
+write a verdict, and the last verdict stands (`inference_policy.granting.owner_rights` says why and
+which rights count). The extender refuses to place engine Pods there meanwhile; this module makes
+the controller say so itself, where the owner looks:
 
 * `tmi_allocation_rights_missing{namespace,resource,verb}`: 1 for each right the API server
   says this controller lacks, 0 for each it holds (the `TmiControllerRightsMissing` alert);
@@ -33,7 +33,7 @@ from typing import Any
 
 from allocation_controller.metrics import Metrics
 from allocation_controller.ports import JSON, AccessPort
-from inference_policy.owner_rights import (
+from inference_policy.granting.owner_rights import (
     CONTROLLER_RIGHTS,
     Right,
     RightsVerdict,

@@ -22,8 +22,8 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from inference_policy import strictjson
-from inference_policy.signing import DEFAULT_CONFIGMAP_NAME
+from inference_policy.base import strictjson
+from inference_policy.trust.signing import DEFAULT_CONFIGMAP_NAME
 from policy_io.state import PolicySettings
 from serving.settings import ConfigError, split_list
 

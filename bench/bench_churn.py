@@ -112,7 +112,7 @@ from churn_trace import COMPRESSION, build_tasks, sample_fleet, trace_workload  
 from placement_policies import Chooser, extender, first_fit, spread, unquantised  # noqa: E402
 from trace_fleet import Demands, build_fleet  # noqa: E402
 
-from inference_policy.fragmentation import DEFAULT_HALF_LIFE, RequestMix, Workload  # noqa: E402
+from inference_policy.placing.fragmentation import DEFAULT_HALF_LIFE, RequestMix, Workload  # noqa: E402
 
 # (label, arrival-time compression, one node in how many): the same fleet under a moderate
 # load, where few requests wait, and a heavy one, where many are refused at the deadline.

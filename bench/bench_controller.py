@@ -50,8 +50,8 @@ from allocation_controller.config import ControllerSettings  # noqa: E402
 from allocation_controller.controller import Controller  # noqa: E402
 from allocation_controller.kubeapi import HttpKube  # noqa: E402
 from allocation_controller.leader import LeaderSettings  # noqa: E402
-from inference_policy.grant import CONDITION_TYPE  # noqa: E402
-from inference_policy.signing import DEFAULT_CONFIGMAP_NAME  # noqa: E402
+from inference_policy.granting.grant import CONDITION_TYPE  # noqa: E402
+from inference_policy.trust.signing import DEFAULT_CONFIGMAP_NAME  # noqa: E402
 from localcluster.metrics import parse_metrics  # noqa: E402
 from localcluster.process import python_module  # noqa: E402
 from serving.informer import Collection, list_all  # noqa: E402

@@ -17,7 +17,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.append(str(ROOT))  # the checkout, for a script run by path
 
-from inference_policy.signing import verify_configmap  # noqa: E402
+from inference_policy.trust.signing import verify_configmap  # noqa: E402
 from tests.profilekit import NOW, Owner, request  # noqa: E402
 
 

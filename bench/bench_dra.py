@@ -5,7 +5,7 @@ of the same size in devices: KWOK nodes whose GPUs a test identity publishes as 
 driver would (ResourceSlices of 8 devices a node, `localcluster.dra_driver`), and KWOK nodes
 advertising `nvidia.com/gpu` with GPU Feature Discovery's labels. The signed profile has a
 `dra` binding for the first and a device-plugin binding for the second; the owner's DeviceClass
-and claim templates are the core's (`inference_policy.dra_claims`). Three runs per size, in
+and claim templates are the core's (`inference_policy.trust.dra_claims`). Three runs per size, in
 rotating order, each creating its Pods before the scheduler starts (the window is first to
 last binding, as `bench_scheduling` measures it, whose run loop this uses):
 
@@ -50,14 +50,14 @@ from bench_scheduling import (  # noqa: E402
     _start_extender,
 )
 
-from inference_policy.dra_claims import (  # noqa: E402
+from inference_policy.base.wire import ENGINE_LABEL  # noqa: E402
+from inference_policy.placing.schedconfig import render_scheduler_config  # noqa: E402
+from inference_policy.trust.dra_claims import (  # noqa: E402
     device_class_object,
     published_templates,
     template_object,
 )
-from inference_policy.profile import DraBinding, parse_envelope  # noqa: E402
-from inference_policy.schedconfig import render_scheduler_config  # noqa: E402
-from inference_policy.wire import ENGINE_LABEL  # noqa: E402
+from inference_policy.trust.profile import DraBinding, parse_envelope  # noqa: E402
 from localcluster import ControlPlane, FakeNode, create_fake_nodes  # noqa: E402
 from localcluster.dra_driver import Driver, published_device  # noqa: E402
 from localcluster.process import free_port, wait_until  # noqa: E402

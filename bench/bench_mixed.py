@@ -47,8 +47,8 @@ task of identical (cpu_milli, memory_mib, num_gpu, gpu_milli) if it arrives at m
 The replica variants score as the extender does, on its 0..10 scale: best fit as the leftover
 (free GPUs plus the free CPU fraction) spread linearly over 0..10, FGD as `fragmentation_scores`
 grades the rise (the least rise 10 or 9, the rest 1..8), then with or without
-`inference_policy.spread.spread_replicas(scores, replicas_per_candidate)` applied last, highest
-score chosen, ties at random. Reported: the share of deployments with two or more admitted
+`inference_policy.placing.spread.spread_replicas(scores, replicas_per_candidate)` applied last,
+highest score chosen, ties at random. Reported: the share of deployments with two or more admitted
 replicas of which some replica was placed on a node (or a device) holding another running one.
 
 Run: `.venv/bin/python bench/bench_mixed.py` (about two minutes on 2 cores). Writes
@@ -86,7 +86,7 @@ from mixed_fleet import (  # noqa: E402
 )
 from mixed_replay import MAX_WAIT, Candidate, Chooser, best_fit_key, replay  # noqa: E402
 
-from inference_policy.spread import spread_replicas  # noqa: E402
+from inference_policy.placing.spread import spread_replicas  # noqa: E402
 
 # (label, arrival-time compression, one node in how many of each shape)
 LOADS = (("moderate", 50, 16), ("heavy", 100, 16))

@@ -77,9 +77,9 @@ from bench_scheduling import APISERVER_ARGS, _grant_extender, _start_extender  #
 from hami_peer import Card, DevicePluginStandIn, Hami  # noqa: E402
 from peer_measure import clear, memory_of, schedule_run, stranded, summary  # noqa: E402
 
-from inference_policy.schedconfig import render_scheduler_config  # noqa: E402
-from inference_policy.signing import DEFAULT_CONFIGMAP_NAME  # noqa: E402
-from inference_policy.wire import ENGINE_LABEL  # noqa: E402
+from inference_policy.base.wire import ENGINE_LABEL  # noqa: E402
+from inference_policy.placing.schedconfig import render_scheduler_config  # noqa: E402
+from inference_policy.trust.signing import DEFAULT_CONFIGMAP_NAME  # noqa: E402
 from localcluster import ControlPlane, create_fake_nodes, versions  # noqa: E402
 from localcluster.process import free_port  # noqa: E402
 from localcluster.webhook import WebhookSettings, deploy_webhook, is_planned  # noqa: E402

@@ -88,8 +88,8 @@ from trace_fleet import (  # noqa: E402
     share_bucket,
 )
 
-from inference_policy.nodes import NodeFacts, node_facts  # noqa: E402
-from inference_policy.placement import Demand, check_nodes  # noqa: E402
+from inference_policy.placing.nodes import NodeFacts, node_facts  # noqa: E402
+from inference_policy.placing.placement import Demand, check_nodes  # noqa: E402
 
 SEEDS = 5
 WINDOWS = 50

@@ -77,7 +77,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.append(str(ROOT))  # the checkout, for a script run by path
 
 
-from inference_policy.access import unshielded  # noqa: E402
+from inference_policy.base.access import unshielded  # noqa: E402
 from localcluster import ControlPlane, Kube, versions, wait_until  # noqa: E402
 from localcluster.controlplane import HOST  # noqa: E402
 from localcluster.metrics import metric, parse_metrics  # noqa: E402

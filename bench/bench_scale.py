@@ -87,7 +87,7 @@ def _serve(port: int, owner_key: bytes, size: int, per_node: int, out: Any, read
 
     from extender.app import create_app
     from extender.view import ClusterView
-    from inference_policy.ledger import holding_part
+    from inference_policy.placing.ledger import holding_part
     from tests.integration.memory_sources import ExtenderMemorySource as MemorySource
 
     key = load_pem_private_key(owner_key, None)

@@ -53,9 +53,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.append(str(ROOT))  # the checkout, for a script run by path
 
 
-from inference_policy.schedconfig import render_scheduler_config  # noqa: E402
-from inference_policy.signing import DEFAULT_CONFIGMAP_NAME  # noqa: E402
-from inference_policy.wire import ENGINE_LABEL as DEPLOYMENT_LABEL  # noqa: E402
+from inference_policy.base.wire import ENGINE_LABEL as DEPLOYMENT_LABEL  # noqa: E402
+from inference_policy.placing.schedconfig import render_scheduler_config  # noqa: E402
+from inference_policy.trust.signing import DEFAULT_CONFIGMAP_NAME  # noqa: E402
 from localcluster import ApiError, ControlPlane, FakeNode, create_fake_nodes  # noqa: E402
 from localcluster.metrics import parse_metrics  # noqa: E402
 from localcluster.process import free_port, wait_until  # noqa: E402

@@ -52,7 +52,7 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.append(str(ROOT))  # the checkout, for a script run by path
 
-from inference_policy.signing import BUNDLE_KEY, DIGEST_KEY, PAYLOAD_TYPE  # noqa: E402
+from inference_policy.trust.signing import BUNDLE_KEY, DIGEST_KEY, PAYLOAD_TYPE  # noqa: E402
 from localcluster import (  # noqa: E402
     ControlPlane,
     FakeNode,

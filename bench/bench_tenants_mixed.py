@@ -1,8 +1,8 @@
 """What keeping tenants apart on shared GPUs costs: the mixed-class replay (`bench_mixed.py`'s
 fleet, trace, loads and queueing) with every task given a tenant, run with shares of different
 tenants mixing freely on a device, and with one tenant per shared device
-(`inference_policy.tenancy`'s rule, modelled in `mixed_fleet.py`: a share goes only on a device
-no other tenant's share holds; whole-GPU and CPU tasks are unaffected).
+(`inference_policy.placing.tenancy`'s rule, modelled in `mixed_fleet.py`: a share goes only on a
+device no other tenant's share holds; whole-GPU and CPU tasks are unaffected).
 
 Tenants, stated and seeded: the trace names none, so each deployment (a replica group,
 `mixed_fleet.group_replicas` with `bench_mixed.REPLICA_WINDOW`; a task outside any group is its

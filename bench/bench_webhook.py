@@ -76,7 +76,7 @@ def _review_body(index: int | None = None, distinct: bool = False) -> bytes:
 
 
 def _our_app() -> web.Application:
-    from inference_policy.signing import DEFAULT_CONFIGMAP_NAME
+    from inference_policy.trust.signing import DEFAULT_CONFIGMAP_NAME
     from tests.integration.memory_sources import WebhookMemorySource as MemorySource
     from tests.integration.webhookkit import published
     from tests.profilekit import NOW, Owner
@@ -92,7 +92,7 @@ def _our_app() -> web.Application:
 
 def _constant_app() -> web.Application:
     # Exactly the bytes our webhook answers the benchmark review with, computed once.
-    from inference_policy.signing import DEFAULT_CONFIGMAP_NAME
+    from inference_policy.trust.signing import DEFAULT_CONFIGMAP_NAME
     from tests.integration.webhookkit import published
     from tests.profilekit import NOW, Owner
     from webhook.admission import Reviewer, envelope

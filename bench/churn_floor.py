@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from churn_trace import gpu_units
 from packing import ffd_feasible, l2_bins
 
-from inference_policy.nodes import NodeFacts
+from inference_policy.placing.nodes import NodeFacts
 
 Counts = dict[tuple[str, int], int]  # a class's running requests: (resource, size) -> how many
 

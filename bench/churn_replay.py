@@ -20,9 +20,9 @@ from churn_trace import Task, class_distributions, gpu_units, stranded
 from placement_policies import Chooser
 from trace_fleet import Demands, Fleet, Item
 
-from inference_policy.fragmentation import RequestMix
-from inference_policy.nodes import NodeFacts, node_facts
-from inference_policy.placement import check_nodes
+from inference_policy.placing.fragmentation import RequestMix
+from inference_policy.placing.nodes import NodeFacts, node_facts
+from inference_policy.placing.placement import check_nodes
 
 MAX_WAIT = 300.0
 

@@ -17,8 +17,8 @@ from typing import Any
 from churn_trace import FLEET_EVERY, Task
 from trace_fleet import DATA, Demands
 
-from inference_policy.nodes import NodeFacts, node_facts
-from inference_policy.placement import (
+from inference_policy.placing.nodes import NodeFacts, node_facts
+from inference_policy.placing.placement import (
     Demand,
     best_fit_scales,
     check,
@@ -28,7 +28,7 @@ from inference_policy.placement import (
     score,
     score_nodes,
 )
-from inference_policy.plan import parse_plan
+from inference_policy.planning.plan import parse_plan
 from localcluster.nodes import FakeNode
 
 CPU_NODES = 40

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from trace_fleet import DATA, MIG_SHAPES, SHARE_CARD_GIB, VRAM, Fleet, Item, asks_mig
 
-from inference_policy.fragmentation import Workload
+from inference_policy.placing.fragmentation import Workload
 
 COMPRESSION = 100
 FLEET_EVERY = 8

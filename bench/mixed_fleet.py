@@ -27,8 +27,8 @@ The mapping, every figure in trace units:
   device policy), a whole-GPU task to the lowest-numbered free devices (all alike).
 
 Tenants (`bench_tenants_mixed.py`): each task may carry a tenant, and a node built with
-`tenants` > 0 keeps one tenant per shared device (`inference_policy.tenancy`'s rule: a share does
-not isolate tenants, so a share goes only on a device with no other tenant's share); whole-GPU
+`tenants` > 0 keeps one tenant per shared device (`inference_policy.placing.tenancy`'s rule: a share
+does not isolate tenants, so a share goes only on a device with no other tenant's share); whole-GPU
 and CPU tasks are unaffected (a whole device isolates). With `tenants` 0 shares mix freely, as
 above. Under the rule the stranded measure counts a device another tenant's share holds as
 usable by a share type with the chance the type's task is that tenant's, 1 / `tenants` (the
@@ -306,8 +306,8 @@ class Fragmentation:
 
 class DecayedMix:
     """The task types seen so far, each weighing half as much `half_life` GPU tasks later (the
-    idea of `inference_policy.fragmentation.RequestMix`, over whole task types instead of one
-    resource's sizes). `measure` is re-taken every `refresh` observations, so its memo of node
+    idea of `inference_policy.placing.fragmentation.RequestMix`, over whole task types instead of
+    one resource's sizes). `measure` is re-taken every `refresh` observations, so its memo of node
     states lasts that long: a lag of at most `refresh` tasks behind the histogram."""
 
     def __init__(self, half_life: int = 500, refresh: int = 50) -> None:

@@ -15,9 +15,9 @@ import random
 from collections.abc import Callable
 from typing import Any
 
-from inference_policy.fragmentation import RequestMix, Workload, fragment_delta
-from inference_policy.nodes import NodeFacts
-from inference_policy.placement import Demand, score_nodes
+from inference_policy.placing.fragmentation import RequestMix, Workload, fragment_delta
+from inference_policy.placing.nodes import NodeFacts
+from inference_policy.placing.placement import Demand, score_nodes
 
 Chooser = Callable[[Demand, list[NodeFacts], list[int], Callable[[str], dict[str, int]]], int]
 

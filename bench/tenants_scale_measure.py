@@ -20,7 +20,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from inference_policy.wire import ENGINE_LABEL
+from inference_policy.base.wire import ENGINE_LABEL
 from localcluster import Kube
 from localcluster.engine_pods import CONDITION, condition, engine_pod
 from localcluster.install import Rendered

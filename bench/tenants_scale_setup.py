@@ -39,8 +39,8 @@ from typing import Any
 
 import jsonpatch
 
-from inference_policy.room import ROOM_CONFIGMAP
-from inference_policy.wire import ENGINE_LABEL, PLAN_ANNOTATION
+from inference_policy.base.wire import ENGINE_LABEL, PLAN_ANNOTATION
+from inference_policy.planning.room import ROOM_CONFIGMAP
 from localcluster import Kube, wait_until
 from localcluster.admission_policies import policy_docs
 from localcluster.controlplane import HOST

@@ -16,9 +16,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from inference_policy.placement import Demand, demand_for
-from inference_policy.plan import parse_plan
-from inference_policy.profile import ExtendedResourceBinding, VramPluginBinding
+from inference_policy.placing.placement import Demand, demand_for
+from inference_policy.planning.plan import parse_plan
+from inference_policy.trust.profile import ExtendedResourceBinding, VramPluginBinding
 from localcluster.nodes import FakeNode
 from tests.profilekit import gpu_binding
 

@@ -3,7 +3,7 @@
 The app is built by a factory from settings and a cluster source, so tests run it through
 aiohttp's test client with a source that feeds it from dicts, and the process runs the very
 same app behind TLS with a `KubernetesSource`. Handlers only translate; the decisions are in
-`extender.view` and the placement rules in `inference_policy.placement`.
+`extender.view` and the placement rules in `inference_policy.placing.placement`.
 
 Status codes, on purpose. kube-scheduler treats any status other than 200 as a failed call, and
 a filter answer whose `Error` is set as a failed scheduling cycle. So: a body that is not JSON or

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 from extender.wire import ExtenderArgs
-from inference_policy.nodes import NodeFacts, node_facts
-from inference_policy.wire import PLAN_ANNOTATION
+from inference_policy.base.wire import PLAN_ANNOTATION
+from inference_policy.placing.nodes import NodeFacts, node_facts
 
 
 class ArgsError(ValueError):

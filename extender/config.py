@@ -42,7 +42,7 @@ class ExtenderSettings(ServingSettings):
     watch_seconds: int = 300
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     # The cluster-scoped TenantAdmission holding the tenant's rollback floor
-    # (`inference_policy.rollback`); None: only the configured floor holds.
+    # (`inference_policy.trust.rollback`); None: only the configured floor holds.
     rollback_record: str | None = None
     # Every tenant (`extender.tenants`); empty: the one of `policy` and `rollback_record`.
     tenants: tuple[Tenant, ...] = ()

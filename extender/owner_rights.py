@@ -1,10 +1,10 @@
 """Whether the allocation controller may still do its work in each tenant namespace, as the
 extender places by it: asked of the API server off the request path, read on it.
 
-`inference_policy.owner_rights` says why a namespace where the controller lost its rights gets no
-new engine Pod, and which rights count. Here `RightsReviewer` asks, every `interval` seconds, one
-SubjectAccessReview per right and tenant namespace (the extender's ClusterRole grants the
-create, cluster-scoped, out of any tenant's reach), and `RightsBoard` keeps the last verdict of
+`inference_policy.granting.owner_rights` says why a namespace where the controller lost its rights
+gets no new engine Pod, and which rights count. Here `RightsReviewer` asks, every `interval`
+seconds, one SubjectAccessReview per right and tenant namespace (the extender's ClusterRole grants
+the create, cluster-scoped, out of any tenant's reach), and `RightsBoard` keeps the last verdict of
 each namespace with the moment it was confirmed. The filter reads the board and makes no call.
 A Pod holding a plan that places it is placed only while its namespace's rights are confirmed
 by an answer younger than `ttl` (three rounds):
@@ -29,7 +29,8 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
 from extender.rollback_record import Requests
-from inference_policy.owner_rights import (
+from inference_policy.base.codes import NodeVerdictCode
+from inference_policy.granting.owner_rights import (
     CONTROLLER_RIGHTS,
     Right,
     RightsVerdict,
@@ -40,8 +41,7 @@ from inference_policy.owner_rights import (
     review_interval,
     subject_access_review,
 )
-from inference_policy.pod_demand import Unplaceable
-from inference_policy.verdict_codes import NodeVerdictCode
+from inference_policy.granting.pod_demand import Unplaceable
 from serving.kube import describe_error, not_permitted
 from serving.periodic import Periodic
 

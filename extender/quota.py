@@ -1,5 +1,5 @@
 """The owner's quota, held by the owner's extender: no engine Pod is placed that would take its
-tenant past the quota the owner set (`inference_policy.quota`).
+tenant past the quota the owner set (`inference_policy.placing.quota`).
 
 The tenant's webhook and plan API refuse such a deployment first, with `quota-exceeded`, but
 they are the tenant's software; and the native ResourceQuota the owner renders counts devices
@@ -29,10 +29,10 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from extender.owner_rights import Unconfirmed
-from inference_policy.ledger import HOLDING_PODS_FIELD_SELECTOR
-from inference_policy.pod_demand import Unplaceable
-from inference_policy.quota import Usage, combined, pod_usage
-from inference_policy.verdict_codes import NodeVerdictCode
+from inference_policy.base.codes import NodeVerdictCode
+from inference_policy.granting.pod_demand import Unplaceable
+from inference_policy.placing.ledger import HOLDING_PODS_FIELD_SELECTOR
+from inference_policy.placing.quota import Usage, combined, pod_usage
 from serving.informer import Collection, Informer
 from serving.quota import NewInformer, TenantQuota, quota_informers
 

@@ -1,8 +1,8 @@
 """The owner's record of the highest profile version the extender has verified for its tenant.
 
-`inference_policy.rollback` says why the floor exists and what it is; this keeps it: an informer
-on the one cluster-scoped TenantAdmission named in the settings hands every read to the view's
-feed (which uses no profile until the first read, and none while it cannot be read), and each
+`inference_policy.trust.rollback` says why the floor exists and what it is; this keeps it: an
+informer on the one cluster-scoped TenantAdmission named in the settings hands every read to the
+view's feed (which uses no profile until the first read, and none while it cannot be read), and each
 time the feed's profile is a version above the record the status is written, with the object's
 resourceVersion as the precondition so that of two extender replicas the later writer re-reads
 instead of overwriting. A write that fails is logged and tried again at the next change: the
@@ -17,7 +17,7 @@ from collections.abc import Callable
 from typing import Any, Protocol
 from urllib.parse import quote
 
-from inference_policy.rollback import API_VERSION, KIND, PLURAL
+from inference_policy.trust.rollback import API_VERSION, KIND, PLURAL
 from policy_io.feed import FeedChange, PolicyFeed
 from serving.informer import Collection, Delta, Informer
 from serving.kube import describe_error, not_permitted

@@ -1,8 +1,8 @@
 """The owner's room figures, published into each tenant namespace for its webhook to plan with.
 
-`inference_policy.room` says what the figures are and how the webhook chooses with them; this
-writes them. The extender is the one `tmi` server that sees Nodes and every tenant's bound Pods,
-so it is the one that can say how much of each device-plugin binding's resource is free. Every
+`inference_policy.planning.room` says what the figures are and how the webhook chooses with them;
+this writes them. The extender is the one `tmi` server that sees Nodes and every tenant's bound
+Pods, so it is the one that can say how much of each device-plugin binding's resource is free. Every
 `interval` seconds, once its view is ready, it computes each tenant's figures from the profile
 that tenant's feed verified (none without one) and writes the `tmi-binding-room` ConfigMap into
 the tenant's namespace when the figures differ from those last written there, or when those
@@ -26,15 +26,10 @@ from urllib.parse import quote
 
 from extender.rollback_record import Requests
 from extender.view import ClusterView
-from inference_policy.placement import Demand
-from inference_policy.profile import format_timestamp
-from inference_policy.room import (
-    ROOM_CONFIGMAP,
-    BindingRoom,
-    RoomFigures,
-    configmap,
-    figures_with,
-)
+from inference_policy.placing.placement import Demand
+from inference_policy.placing.room_figures import figures_with
+from inference_policy.planning.room import ROOM_CONFIGMAP, BindingRoom, RoomFigures, configmap
+from inference_policy.trust.profile import format_timestamp
 from serving.kube import NotFound, describe_error
 from serving.periodic import Periodic
 

@@ -34,15 +34,15 @@ from extender.quota import QuotaBoard
 from extender.rollback_record import Requests, RollbackRecord
 from extender.room_publisher import DEFAULT_INTERVAL, RoomPublisher
 from extender.view import ClusterView
-from inference_policy.ledger import (
+from inference_policy.base.wire import ENGINE_LABEL as DEPLOYMENT_LABEL
+from inference_policy.placing.ledger import (
     HOLDING_PODS_FIELD_SELECTOR,
     accounted_pod,
     holding_part,
     pod_key,
 )
-from inference_policy.nodes import NodeFacts, node_facts
-from inference_policy.spread import deployment_of
-from inference_policy.wire import ENGINE_LABEL as DEPLOYMENT_LABEL
+from inference_policy.placing.nodes import NodeFacts, node_facts
+from inference_policy.placing.spread import deployment_of
 from policy_io.feed import FeedChange
 from serving.informer import Collection, Delta, Informer, InformerFactory, Informers, ListWatch
 from serving.revisions import feed_informers

@@ -19,7 +19,7 @@ from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from inference_policy import strictjson
+from inference_policy.base import strictjson
 from policy_io.state import PolicySettings
 from serving.settings import ConfigError
 

@@ -1,9 +1,9 @@
 """The extender's two verbs, filter and prioritize, answered from the `ClusterView`.
 
 Each takes the scheduler's ExtenderArgs and returns the body with the outcome its metrics and
-logs count. The decisions are the core's (`inference_policy.placement` for fit and best fit,
-`inference_policy.spread` for keeping one deployment's replicas apart); this module picks the
-candidates, the remembered figures (node-cache mode) and the order they are applied in.
+logs count. The decisions are the core's (`inference_policy.placing.placement` for fit and best fit,
+`inference_policy.placing.spread` for keeping one deployment's replicas apart); this module picks
+the candidates, the remembered figures (node-cache mode) and the order they are applied in.
 """
 
 from __future__ import annotations
@@ -18,11 +18,11 @@ from extender.owner_rights import Unconfirmed
 from extender.quota import QuotaBoard
 from extender.view import ClusterView, FilterOutcome, Outcome, PriorityOutcome
 from extender.wire import ExtenderArgs, ExtenderFilterResult, HostPriorityList
-from inference_policy.nodes import FITS, Verdict
-from inference_policy.placement import check_nodes, score_nodes, scores_from
-from inference_policy.pod_demand import Unplaceable
-from inference_policy.spread import deployment_of, spread_replicas
-from inference_policy.verdict_codes import NodeVerdictCode
+from inference_policy.base.codes import NodeVerdictCode
+from inference_policy.granting.pod_demand import Unplaceable
+from inference_policy.placing.nodes import FITS, Verdict
+from inference_policy.placing.placement import check_nodes, score_nodes, scores_from
+from inference_policy.placing.spread import deployment_of, spread_replicas
 
 
 def _unknown(name: str) -> Verdict:

@@ -11,8 +11,8 @@ values, so there is no lock to wedge and a request never waits on the API server
   verified once per ConfigMap revision, whose snapshot gives the binding a Pod's plan names and
   the accelerator it attests; the ledger is one for every tenant, so tenants sharing a node are
   accounted together, and it keeps each node's accounted shares by tenant, so a share is kept
-  off a GPU where another tenant's share sits (`inference_policy.tenancy`; each tenant's current
-  profile says whether its shares may meet others');
+  off a GPU where another tenant's share sits (`inference_policy.placing.tenancy`; each tenant's
+  current profile says whether its shares may meet others');
 - a decayed histogram of the GPU requests it has been asked to place (`RequestMix`, each Pod
   counted once, by UID), the workload distribution the fragmentation-aware score is taken
   against. It starts empty after a restart, and the score is plain best fit until the first
@@ -30,8 +30,8 @@ plugin stops advertising a resource the scheduler would otherwise have to trust.
 Answers, on purpose: a Pod without a plan that asks for no accelerator passes every node
 untouched. A Pod that asks for one without a plan, a plan that cannot be read, or names a
 binding the profile no longer grants, a refused profile, or a Pod that is not what its verified
-revision plans for it (`inference_policy.grant.check_grant`, the controller's own check: the
-tenant's webhook is the tenant's software, so the owner's extender checks the grant itself, not
+revision plans for it (`inference_policy.granting.grant.check_grant`, the controller's own check:
+the tenant's webhook is the tenant's software, so the owner's extender checks the grant itself, not
 only the fit), or a Pod with a demand in a namespace where the allocation controller's rights
 are denied (`extender.owner_rights`: its verdict there could not follow the Pod) puts every node
 in `FailedAndUnresolvableNodes` with the reason (fail closed, visible in the Pod's events);
@@ -50,19 +50,15 @@ from typing import Any, Generic, TypeVar
 from extender.owner_rights import RightsBoard
 from extender.tenants import Tenant
 from extender.wire import ExtenderFilterResult, HostPriorityList
-from inference_policy.bounded import keep
-from inference_policy.fragmentation import RequestMix
-from inference_policy.ledger import UsageLedger
-from inference_policy.nodes import NodeFacts, Verdict
-from inference_policy.placement import (
-    Demand,
-    check_nodes,
-    free_of,
-)
-from inference_policy.pod_demand import Unplaceable, outside_every_tenant, pod_demand
-from inference_policy.spread import ReplicaIndex
-from inference_policy.tenancy import Tenancy, crossing
-from inference_policy.verdict_codes import NodeVerdictCode
+from inference_policy.base.bounded import keep
+from inference_policy.base.codes import NodeVerdictCode
+from inference_policy.granting.pod_demand import Unplaceable, outside_every_tenant, pod_demand
+from inference_policy.placing.fragmentation import RequestMix
+from inference_policy.placing.ledger import UsageLedger
+from inference_policy.placing.nodes import NodeFacts, Verdict
+from inference_policy.placing.placement import Demand, check_nodes, free_of
+from inference_policy.placing.spread import ReplicaIndex
+from inference_policy.placing.tenancy import Tenancy, crossing
 from policy_io.feed import PolicyFeed
 from policy_io.state import PolicySettings, PolicyState
 

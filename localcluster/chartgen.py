@@ -3,9 +3,11 @@
 Two things must not be edited by hand, because a hand edit is exactly how they would drift:
 
 * the CEL in the chart: the owner's admission policies (charts/tmi/files/admission-policies.yaml,
-  the core's ``inference_policy.policy_cel.policy_parts()``) and the fallback guard webhook's
-  ``reaches-for-an-accelerator`` matchCondition (charts/tmi/files/reaches-for-an-accelerator.cel,
-  ``inference_policy.access_cel.cel_condition()``), both the predicate the webhook checks;
+  the core's ``inference_policy.admission.policy_cel.policy_parts()``) and the fallback guard
+  webhook's ``reaches-for-an-accelerator`` matchCondition
+  (charts/tmi/files/reaches-for-an-accelerator.cel,
+  ``inference_policy.admission.access_cel.cel_condition()``), both the predicate the webhook
+  checks;
 * the kustomize bases under manifests/ (webhook/, controller/, owner/, scheduler/, tenant/),
   which are the chart rendered with charts/tmi/ci/kustomize-base-values.yaml, one file per
   chart template, so `kubectl apply -k` installs the same objects `helm install` does.
@@ -24,8 +26,8 @@ from typing import Any
 
 import yaml
 
-from inference_policy.access_cel import cel_condition
-from inference_policy.policy_cel import policy_parts
+from inference_policy.admission.access_cel import cel_condition
+from inference_policy.admission.policy_cel import policy_parts
 from localcluster.chart import CHART, OWNER, TENANT, by_source, part_values, template_text
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -81,7 +83,8 @@ _BlockDumper.add_representer(str, _block)
 
 def _policy_text() -> str:
     header = (
-        "# Generated from inference_policy.access_cel by `python -m localcluster.chartgen`;\n"
+        "# Generated from inference_policy.admission.access_cel by "
+        "`python -m localcluster.chartgen`;\n"
         "# templates/owner/admission-policies.yaml reads it. Edit the core, not this file.\n"
     )
     body = yaml.dump(policy_parts(), Dumper=_BlockDumper, sort_keys=False, width=100)

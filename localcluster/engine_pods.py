@@ -12,8 +12,8 @@ import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from inference_policy.access import is_accelerator_resource
-from inference_policy.wire import ALLOCATION_VERIFIED, ENGINE_LABEL, REQUEST_ANNOTATION
+from inference_policy.base.access import is_accelerator_resource
+from inference_policy.base.wire import ALLOCATION_VERIFIED, ENGINE_LABEL, REQUEST_ANNOTATION
 from localcluster.kube import JSON
 
 CONDITION = ALLOCATION_VERIFIED

@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from inference_policy.doctor import EXEC_GUARD, POD_GUARD, privileged_probe
+from inference_policy.tools.doctor import EXEC_GUARD, POD_GUARD, privileged_probe
 from localcluster.controlplane import ControlPlane
 from localcluster.kube import JSON, ApiError, Kube
 from localcluster.process import wait_until

@@ -27,7 +27,7 @@ from typing import Any
 
 import yaml
 
-from inference_policy.signing import VerifiedProfile
+from inference_policy.trust.signing import VerifiedProfile
 from localcluster.admission_policies import (
     install_policies,
     is_policy_object,

@@ -15,7 +15,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from inference_policy.wire import VRAM_RESOURCE_PREFIX as VRAM_BUCKET_PREFIX
+from inference_policy.base.wire import VRAM_RESOURCE_PREFIX as VRAM_BUCKET_PREFIX
 from localcluster.controlplane import KWOK_NODE_ANNOTATION, KWOK_NODE_ANNOTATION_VALUE
 from localcluster.kube import JSON, ApiError, Kube
 from localcluster.process import wait_until

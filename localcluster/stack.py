@@ -13,7 +13,7 @@ arguments and settings of its Deployment:
 * the extender (``python -m extender``) over HTTPS with a certificate from the plane's CA;
 * the owner's second scheduler ``kamiwaza-inference-scheduler``, started by
   ``plane.start_scheduler`` with the configuration the chart installed: the one
-  ``inference_policy.schedconfig`` renders from the verified profile (the renderer behind
+  ``inference_policy.placing.schedconfig`` renders from the verified profile (the renderer behind
   ``tmi render-scheduler-config``) for the local extender, passed as owner.scheduler.config;
 * the allocation controller (``python -m allocation_controller``), two replicas electing a leader
   through their Lease.
@@ -34,12 +34,10 @@ from typing import Any
 
 import yaml
 
-from inference_policy.dra_claims import owner_objects
-from inference_policy.profile import DraBinding
-from inference_policy.schedconfig import (
-    render_scheduler_config,
-)
-from inference_policy.signing import VerifiedProfile
+from inference_policy.placing.schedconfig import render_scheduler_config
+from inference_policy.trust.dra_claims import owner_objects
+from inference_policy.trust.profile import DraBinding
+from inference_policy.trust.signing import VerifiedProfile
 from localcluster.admission_policies import is_policy_object, policy_docs
 from localcluster.controller_process import (
     CONTROLLER_DEPLOYMENT,

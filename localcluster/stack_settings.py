@@ -9,8 +9,13 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from inference_policy.schedconfig import DEFAULT_SCHEDULER_NAME, DEFAULT_SCHEDULER_NAMESPACE
-from inference_policy.signing import TrustedKeys, VerifiedProfile, VerifyPolicy, verify_configmap
+from inference_policy.placing.schedconfig import DEFAULT_SCHEDULER_NAME, DEFAULT_SCHEDULER_NAMESPACE
+from inference_policy.trust.signing import (
+    TrustedKeys,
+    VerifiedProfile,
+    VerifyPolicy,
+    verify_configmap,
+)
 from localcluster.install import chart_values
 from localcluster.webhook import DEFAULT_BUNDLE_CONFIGMAP, WebhookSettings
 

@@ -28,8 +28,8 @@ from typing import Any
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from inference_policy.access_cel import FORGERY_PREFIX
-from inference_policy.signing import DEFAULT_CONFIGMAP_NAME, public_identity, sign_envelope
+from inference_policy.admission.access_cel import FORGERY_PREFIX
+from inference_policy.trust.signing import DEFAULT_CONFIGMAP_NAME, public_identity, sign_envelope
 from localcluster.admission_policies import denied_by_guard, policy_docs
 from localcluster.controlplane import ControlPlane
 from localcluster.demo import DEMO_FLEET

@@ -16,13 +16,13 @@ from typing import Any
 
 from cryptography import x509
 
-from inference_policy.schedconfig import DEFAULT_SCHEDULER_NAME
-from inference_policy.wire import (
+from inference_policy.base.wire import (
     ENGINE_LABEL,
     OPT_IN_LABEL,
     PLAN_ANNOTATION,
     REQUEST_ANNOTATION,
 )
+from inference_policy.placing.schedconfig import DEFAULT_SCHEDULER_NAME
 from localcluster.controlplane import HOST, ControlPlane
 from localcluster.install import chart_values, render_owner_admission, render_tenant, wait_allowed
 from localcluster.kube import JSON

@@ -36,8 +36,8 @@ import re
 from collections.abc import Mapping
 from typing import Any, Final
 
-from inference_policy.room import MAX_ROOM_BINDINGS, MAX_ROOM_BYTES
-from inference_policy.signing import BUNDLE_KEY, DIGEST_KEY
+from inference_policy.planning.room import MAX_ROOM_BINDINGS, MAX_ROOM_BYTES
+from inference_policy.trust.signing import BUNDLE_KEY, DIGEST_KEY
 
 MAX_PROFILE_REVISIONS: Final = 32
 MAX_REVISION_BYTES: Final = 256 * 1024

@@ -5,8 +5,8 @@ from __future__ import annotations
 from functools import cache
 from importlib.resources import files
 
-from inference_policy import strictjson
-from inference_policy.catalog import EngineCatalog
+from inference_policy.base import strictjson
+from inference_policy.planning.catalog import EngineCatalog
 
 CATALOG_RESOURCE = "engine-catalog.json"
 

@@ -27,11 +27,16 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from inference_policy.catalog import EngineCatalog
-from inference_policy.recipe_inputs import Capability, CatalogUnavailable, Cause, RecipeInput
-from inference_policy.recipes import RecipeCatalogError, load_catalog
-from inference_policy.rollback import Floor, FloorUnreadable, floor_of
-from inference_policy.signing import (
+from inference_policy.planning.catalog import EngineCatalog
+from inference_policy.planning.recipe_inputs import (
+    Capability,
+    CatalogUnavailable,
+    Cause,
+    RecipeInput,
+)
+from inference_policy.planning.recipes import RecipeCatalogError, load_catalog
+from inference_policy.trust.rollback import Floor, FloorUnreadable, floor_of
+from inference_policy.trust.signing import (
     ProfileRefused,
     Reason,
     RefusalRecord,
@@ -52,7 +57,7 @@ from policy_io.state import (
 log = logging.getLogger(__name__)
 # The input that following revisions reads, beside the ConfigMaps read by name.
 REVISIONS = "profile revisions"
-# The owner's record of the highest version verified (`inference_policy.rollback`).
+# The owner's record of the highest version verified (`inference_policy.trust.rollback`).
 FLOOR = "rollback floor"
 
 
@@ -339,7 +344,7 @@ class PolicyFeed:
         self,
     ) -> tuple[VerifiedProfile | None, ProfileRefused | None, Mapping[str, Revision]]:
         """The profile, its refusal and the revisions by digest, each verified revision below
-        the rollback floor refused (`inference_policy.rollback`)."""
+        the rollback floor refused (`inference_policy.trust.rollback`)."""
         state, floor = self.state, self._floor
         if floor is None:
             return state.profile, state.profile_refusal, self._revisions

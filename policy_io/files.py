@@ -18,10 +18,10 @@ from typing import Any
 
 import yaml
 
-from inference_policy import strictjson
+from inference_policy.base import strictjson
 
 MAX_FILE_BYTES = 4 * 1024 * 1024
-# As deep as strict JSON reads (`inference_policy.strictjson`).
+# As deep as strict JSON reads (`inference_policy.base.strictjson`).
 MAX_DEPTH = strictjson.MAX_DEPTH
 
 

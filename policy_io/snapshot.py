@@ -15,11 +15,11 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from inference_policy.catalog import EngineCatalog
-from inference_policy.planner import Decision, GpuOptions, PlanContext, decide
-from inference_policy.recipe_inputs import Capability, RecipeInput
-from inference_policy.room import Room
-from inference_policy.signing import ProfileRefused, RefusalRecord, VerifiedProfile
+from inference_policy.planning.catalog import EngineCatalog
+from inference_policy.planning.planner import Decision, GpuOptions, PlanContext, decide
+from inference_policy.planning.recipe_inputs import Capability, RecipeInput
+from inference_policy.planning.room import Room
+from inference_policy.trust.signing import ProfileRefused, RefusalRecord, VerifiedProfile
 
 
 @dataclass(frozen=True, slots=True)

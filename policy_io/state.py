@@ -15,10 +15,15 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
-from inference_policy.catalog import CatalogError, EngineCatalog, ImageMapError, ImageSource
-from inference_policy.planner import Decision, GpuOptions, PlanContext, decide
-from inference_policy.recipe_inputs import CAPABILITIES, Capability, RecipeInput
-from inference_policy.signing import (
+from inference_policy.planning.catalog import (
+    CatalogError,
+    EngineCatalog,
+    ImageMapError,
+    ImageSource,
+)
+from inference_policy.planning.planner import Decision, GpuOptions, PlanContext, decide
+from inference_policy.planning.recipe_inputs import CAPABILITIES, Capability, RecipeInput
+from inference_policy.trust.signing import (
     DEFAULT_CONFIGMAP_NAME,
     DIGEST_KEY,
     ProfileRefused,

@@ -1,9 +1,9 @@
 """One tenant namespace's quota and what its Pods hold, kept current by two informers: the same
 in the tenant's webhook (the early refusal) and the owner's extender (the guarantee).
 
-The quota is the owner's ResourceQuota `tmi-quota` (`inference_policy.quota`), read by name, so
-a Role can name it (`resourceNames`); absent, the tenant has no quota. What the namespace's Pods
-hold is `inference_policy.quota.pod_usage` of each Pod the server's collection selects (the
+The quota is the owner's ResourceQuota `tmi-quota` (`inference_policy.placing.quota`), read by name,
+so a Role can name it (`resourceNames`); absent, the tenant has no quota. What the namespace's Pods
+hold is `inference_policy.placing.quota.pod_usage` of each Pod the server's collection selects (the
 webhook: its engine Pods that have not terminated, Pending ones included, as the native quota
 counts them; the extender: every Pod bound there and not terminated, whatever its labels, since
 a Pod whose engine label was removed still holds its devices). An informer keeps of each Pod
@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from inference_policy.quota import (
+from inference_policy.placing.quota import (
     QUOTA_NAME,
     Quota,
     QuotaError,

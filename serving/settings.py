@@ -19,7 +19,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple, NoReturn, TypedDict
 
-from inference_policy import strictjson
+from inference_policy.base import strictjson
 from policy_io import caps
 from policy_io.files import InputError, read_json
 from policy_io.state import PolicySettings

@@ -34,8 +34,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 from allocation_controller.ports import JSON, ApiError, Conflict, Gone, NotFound
-from inference_policy.engine_pod import planned_pod as _planned
-from inference_policy.plan import parse_plan
+from inference_policy.admission.engine_pod import planned_pod as _planned
+from inference_policy.planning.plan import parse_plan
 from serving.informer import Collection, Page, WatchEvent
 
 _KINDS: dict[str, str] = {
@@ -47,7 +47,8 @@ _KINDS: dict[str, str] = {
 }
 
 
-# The fake's operations each right of `inference_policy.owner_rights.CONTROLLER_RIGHTS` covers.
+# The fake's operations each right of `inference_policy.granting.owner_rights.CONTROLLER_RIGHTS`
+# covers.
 RIGHT_OPERATIONS = {
     ("list", "pods"): "list_pods",
     ("watch", "pods"): "watch_pods",
@@ -468,7 +469,7 @@ def planned_pod(
     sidecar: bool = True,
 ) -> JSON:
     """An engine Pod with the plan applied as the admission webhook applies it (the core's own
-    rewrite, `inference_policy.engine_pod.planned_pod`). Unbound."""
+    rewrite, `inference_policy.admission.engine_pod.planned_pod`). Unbound."""
     parsed = parse_plan(plan)
     containers: list[JSON] = [
         {"name": "engine", "image": "placeholder.invalid/engine:latest", "resources": {}}

@@ -15,7 +15,7 @@ from typing import Any
 
 import pynvml
 
-from inference_policy.detection import GpuFacts
+from inference_policy.tools.detection import GpuFacts
 from tmi_cli.host_probe import sections as capture_sections
 from tmi_cli.nvidia_smi import CommandResult
 

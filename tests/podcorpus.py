@@ -1,6 +1,6 @@
 """A shared corpus of non-engine Pods, each with whether it reaches for an accelerator.
 
-The unit tests hold `inference_policy.access.reaches` to these expectations, and the end-to-end
+The unit tests hold `inference_policy.base.access.reaches` to these expectations, and the end-to-end
 tests send every Pod through the real API server, whose CEL (the owner's guard policy, and the
 fallback guard webhook's matchConditions, both generated from the same predicate) must refuse,
 or send to the webhook, exactly the reaching ones. Every way of reaching the predicate knows is
@@ -162,7 +162,7 @@ EPHEMERAL: dict[str, tuple[dict[str, Any], bool]] = {
 
 def shielded(pod: dict[str, Any]) -> dict[str, Any]:
     """The Pod with NVIDIA_VISIBLE_DEVICES=void on every container that sets no value itself."""
-    from inference_policy.access import shielded as sets_it
+    from inference_policy.base.access import shielded as sets_it
 
     pod = copy.deepcopy(pod)
     for kind in ("containers", "initContainers", "ephemeralContainers"):

@@ -16,7 +16,7 @@ from typing import Any
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from inference_policy.signing import (
+from inference_policy.trust.signing import (
     DEFAULT_CONFIGMAP_NAME,
     TrustedKeys,
     VerifyPolicy,

@@ -1,5 +1,5 @@
 """Pods that record every key path read of them, for the guard that holds the owner parts to the
-tenant-input inventory (`inference_policy.tenant_inputs`).
+tenant-input inventory (`inference_policy.tools.tenant_inputs`).
 
 `recorded(pod, reads)` wraps a decoded Pod: each mapping becomes a `RecordingDict` and each list
 a `RecordingList`, at construction, so whatever a reader holds on to keeps recording. A read is
@@ -31,7 +31,8 @@ from typing import Any
 
 import pytest
 
-from inference_policy import access, stored_pod
+from inference_policy.base import access
+from inference_policy.granting import stored_pod
 
 IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 Kind = str

@@ -17,8 +17,8 @@ import uuid
 from datetime import timedelta
 from typing import Any
 
-from inference_policy.dra_claims import CLAIM_NAME
-from inference_policy.wire import ALLOCATION_VERIFIED, ENGINE_LABEL, PLAN_ANNOTATION
+from inference_policy.base.wire import ALLOCATION_VERIFIED, ENGINE_LABEL, PLAN_ANNOTATION
+from inference_policy.trust.dra_claims import CLAIM_NAME
 from tests.integration.extenderkit import NAMESPACE, block, bound, plan_for, planned_pod, request
 from tests.profilekit import NOW, NOW_TEXT, Owner
 

@@ -5,13 +5,13 @@ The owner gives the signed profile and its trust (the flags of `tmi plan`), the 
 JSON list of `{"name", "request"}`, engine Pods as `kubectl get pods -o json` prints them, read by
 their request annotation, or a namespace's engine Pods read through the API server) and the
 fleet (`kubectl get nodes -o json`, a list of Nodes, or the cluster's Nodes read through the API
-server: GFD labels and allocatable are what count). The replay is `inference_policy.capacity`'s:
-the servers' own planning and placement, in order, tenants kept apart on accounted shares as the
-extender keeps them: a Pod's tenant is its namespace, a `{"name", "request"}` item's its
-`tenant` (by default the profile's namespace). Given each tenant's quota (`--quota`, or the
-profile namespace's read from the API), each tenant's quota admits first, as its webhook would at
-create (`inference_policy.quota_replay`), and each tenant's headroom is shown. Prints a table, or
-with `-o json` the report, with which tenant holds each physical GPU.
+server: GFD labels and allocatable are what count). The replay is
+`inference_policy.tools.capacity`'s: the servers' own planning and placement, in order, tenants kept
+apart on accounted shares as the extender keeps them: a Pod's tenant is its namespace, a `{"name",
+"request"}` item's its `tenant` (by default the profile's namespace). Given each tenant's quota
+(`--quota`, or the profile namespace's read from the API), each tenant's quota admits first, as its
+webhook would at create (`inference_policy.tools.quota_replay`), and each tenant's headroom is
+shown. Prints a table, or with `-o json` the report, with which tenant holds each physical GPU.
 """
 
 from __future__ import annotations
@@ -22,10 +22,10 @@ from typing import Any
 
 import orjson
 
-from inference_policy.capacity import Deployment, Report, replay
-from inference_policy.quota import QUOTA_NAME, Quota, QuotaError, parse_quota
-from inference_policy.quota_replay import QuotaPass, TenantHeadroom, within_quotas
-from inference_policy.wire import ENGINE_LABEL, REQUEST_ANNOTATION
+from inference_policy.base.wire import ENGINE_LABEL, REQUEST_ANNOTATION
+from inference_policy.placing.quota import QUOTA_NAME, Quota, QuotaError, parse_quota
+from inference_policy.tools.capacity import Deployment, Report, replay
+from inference_policy.tools.quota_replay import QuotaPass, TenantHeadroom, within_quotas
 from policy_io.files import read_json
 from tmi_cli.kubeconfig import kubeconfig_for
 from tmi_cli.policy_args import (
@@ -254,7 +254,8 @@ def cmd_capacity(args: argparse.Namespace) -> int:
     state = policy_state(args, now)
     ctx = state.context(now)
     quotas = _quotas(args)
-    # Each tenant's quota admits first, as its webhook would at create (inference_policy.quota).
+    # Each tenant's quota admits first, as its webhook would at create
+    # (inference_policy.placing.quota).
     passed = within_quotas(deployments, ctx, quotas) if quotas else QuotaPass(list(deployments))
     report = replay(passed.admitted, nodes, ctx)
     report.refused.extend(passed.refused)

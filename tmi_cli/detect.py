@@ -6,7 +6,7 @@ picks images and admits tensor parallelism from these claims alone, so they must
 host rather than from what an owner believes the host to be. The detector runs on the GPU node
 and reads the facts through NVML when the library is present (`tmi_cli.nvml`) and through
 nvidia-smi otherwise (`tmi_cli.nvidia_smi`); one pure function in the core
-(`inference_policy.detection`) derives the block from either, so the two paths cannot disagree
+(`inference_policy.tools.detection`) derives the block from either, so the two paths cannot disagree
 about the rules.
 """
 
@@ -16,7 +16,7 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
-from inference_policy.detection import (
+from inference_policy.tools.detection import (
     AcceleratorBlock,
     DetectionError,
     ToolkitReport,

@@ -1,6 +1,6 @@
 """`tmi doctor`: the install's preflight, as the owner (or the installer) would run it by hand.
 
-Each check is read here and judged in the core (`inference_policy.doctor`): a line per check
+Each check is read here and judged in the core (`inference_policy.tools.doctor`): a line per check
 with pass / fail / skip, what was found and the fix, or `-o json`; exit 0 when nothing failed,
 1 otherwise. As the owner (the default) it reviews the installer's rights with
 SubjectAccessReviews and dry-runs the seed's privileged probe impersonating the installer; with
@@ -17,7 +17,14 @@ from typing import Any
 
 import orjson
 
-from inference_policy.doctor import (
+from inference_policy.granting.owner_rights import (
+    CONTROLLER_RIGHTS,
+    SERVICE_ACCOUNT_PREFIX,
+    Right,
+    review_allowed,
+    subject_access_review,
+)
+from inference_policy.tools.doctor import (
     EXEC_GUARD,
     INSTALLER_RIGHTS,
     POD_GUARD,
@@ -32,14 +39,7 @@ from inference_policy.doctor import (
     runtime_class_check,
     serves,
 )
-from inference_policy.owner_rights import (
-    CONTROLLER_RIGHTS,
-    SERVICE_ACCOUNT_PREFIX,
-    Right,
-    review_allowed,
-    subject_access_review,
-)
-from inference_policy.rollback import API_VERSION, PLURAL
+from inference_policy.trust.rollback import API_VERSION, PLURAL
 from tmi_cli.kubeconfig import kubeconfig_for
 from tmi_cli.output import emit
 from tmi_cli.policy_args import EXIT_FAILED, EXIT_OK, CommandError

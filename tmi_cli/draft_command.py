@@ -1,6 +1,6 @@
 """`tmi draft`: a profile envelope drafted from `tmi detect --host` outputs, one per GPU node,
-or from the Nodes' GPU Feature Discovery labels, by the seed's rules (`inference_policy.draft`),
-for the owner to review and sign.
+or from the Nodes' GPU Feature Discovery labels, by the seed's rules
+(`inference_policy.tools.draft`), for the owner to review and sign.
 
 The draft is checked against the profile schema before it is printed, so what the owner signs
 is only what they change; the notes (stderr) name the nodes and models it drew on and what it
@@ -13,9 +13,9 @@ import argparse
 import sys
 from typing import Any
 
-from inference_policy.draft import DraftError, draft_envelope, observed, observed_node
-from inference_policy.profile import ProfileSchemaError, parse_envelope
-from inference_policy.signing import public_identity
+from inference_policy.tools.draft import DraftError, draft_envelope, observed, observed_node
+from inference_policy.trust.profile import ProfileSchemaError, parse_envelope
+from inference_policy.trust.signing import public_identity
 from policy_io.catalog import packaged_catalog
 from policy_io.files import read_json
 from tmi_cli.capacity_command import list_from_api

@@ -18,7 +18,6 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from inference_policy.detection import DetectionError
 from inference_policy.evidence import (
     EvidenceError,
     Observation,
@@ -26,6 +25,7 @@ from inference_policy.evidence import (
     classify_job_pod,
     judge,
 )
+from inference_policy.tools.detection import DetectionError
 from tmi_cli.cgroups import read_owners
 from tmi_cli.gpu_processes import GpuReader
 from tmi_cli.kubeconfig import kubeconfig_for

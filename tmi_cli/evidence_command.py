@@ -17,8 +17,8 @@ from typing import Any
 
 import orjson
 
-from inference_policy.detection import DetectionError
 from inference_policy.evidence import EvidenceError
+from inference_policy.tools.detection import DetectionError
 from policy_io.files import read_bytes, read_json
 from tmi_cli.evidence import (
     EvidenceRequest,

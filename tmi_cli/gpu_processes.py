@@ -16,8 +16,8 @@ from contextlib import suppress
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from inference_policy.detection import DetectionError
 from inference_policy.evidence import GpuDevice, GpuProcess, MigInstance, Sample
+from inference_policy.tools.detection import DetectionError
 from tmi_cli.nvidia_smi import (
     CommandResult,
     NvidiaSmiUnavailable,

@@ -3,7 +3,7 @@
 `tools/gpu-capture.sh DIR` records a GPU host's raw tool output; `tmi detect --from DIR`
 answers every nvidia-smi question the detector asks from that recording (`Capture`), so an
 owner without the GPU at hand (or a test) gets what the host would have said. The facts become
-documents in the core (`inference_policy.host_facts`); this only runs and reads the tool.
+documents in the core (`inference_policy.tools.host_facts`); this only runs and reads the tool.
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ import socket
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from inference_policy.detection import DetectionError
-from inference_policy.host_facts import HostGpu
+from inference_policy.tools.detection import DetectionError
+from inference_policy.tools.host_facts import HostGpu
 from tmi_cli.nvidia_smi import CommandResult, parse_cuda_version, present
 
 HOST_FIELDS = (

@@ -15,20 +15,17 @@ from collections.abc import Sequence
 from importlib import metadata
 from typing import Any, NoReturn
 
-from inference_policy.catalog import CatalogError
-from inference_policy.detection import accelerator_block
-from inference_policy.host_facts import dra_devices, host_report
-from inference_policy.recipes import RecipeCatalogError, render_catalog
-from inference_policy.schedconfig import (
+from inference_policy.placing.schedconfig import (
     DEFAULT_SCHEDULER_NAME,
     DEFAULT_SCHEDULER_NAMESPACE,
     SchedulerConfigError,
     render_scheduler_config,
 )
-from inference_policy.signing import (
-    ProfileRefused,
-    verify_configmap,
-)
+from inference_policy.planning.catalog import CatalogError
+from inference_policy.planning.recipes import RecipeCatalogError, render_catalog
+from inference_policy.tools.detection import accelerator_block
+from inference_policy.tools.host_facts import dra_devices, host_report
+from inference_policy.trust.signing import ProfileRefused, verify_configmap
 from policy_io.catalog import packaged_catalog
 from policy_io.files import InputError, read_bytes, read_json
 from tmi_cli.capacity_command import add_capacity_parser

@@ -3,7 +3,7 @@
 nvidia-smi's own manual says its text output may change between drivers, so every parser here
 finds columns by name, treats what it cannot read as absent, and refuses rather than guesses a
 fact the accelerator block cannot do without. This module runs the commands and parses their
-output; what the facts attest is decided in `inference_policy.detection`. Commands go through
+output; what the facts attest is decided in `inference_policy.tools.detection`. Commands go through
 an injectable runner, so tests replay recorded output without a GPU.
 """
 
@@ -17,7 +17,7 @@ import xml.etree.ElementTree as ET
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
-from inference_policy.detection import DetectionError, GpuFacts, HostFacts
+from inference_policy.tools.detection import DetectionError, GpuFacts, HostFacts
 
 __all__ = [
     "ABSENT_VALUES",

@@ -2,7 +2,7 @@
 
 NVML is the detector's first source: its answers are typed and versioned, where nvidia-smi's
 text is not guaranteed to stay the same across drivers. This module only reads; what the facts
-attest is decided in `inference_policy.detection`. `probe_nvml` takes the `pynvml` module of
+attest is decided in `inference_policy.tools.detection`. `probe_nvml` takes the `pynvml` module of
 nvidia-ml-py or any object with its functions, so tests replay a recorded host without a GPU.
 """
 
@@ -12,7 +12,7 @@ from collections.abc import Callable
 from contextlib import suppress
 from typing import Any
 
-from inference_policy.detection import DetectionError, GpuFacts, HostFacts
+from inference_policy.tools.detection import DetectionError, GpuFacts, HostFacts
 
 __all__ = [
     "NVML_DEVICE_MIG_ENABLE",

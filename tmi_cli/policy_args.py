@@ -12,9 +12,14 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from inference_policy.profile import parse_timestamp
-from inference_policy.recipes import RecipeCatalogError, load_catalog
-from inference_policy.signing import DEFAULT_CONFIGMAP_NAME, KeyError_, TrustedKeys, VerifyPolicy
+from inference_policy.planning.recipes import RecipeCatalogError, load_catalog
+from inference_policy.trust.profile import parse_timestamp
+from inference_policy.trust.signing import (
+    DEFAULT_CONFIGMAP_NAME,
+    KeyError_,
+    TrustedKeys,
+    VerifyPolicy,
+)
 from policy_io.catalog import packaged_catalog
 from policy_io.files import read_json
 from policy_io.state import PolicySettings, PolicyState

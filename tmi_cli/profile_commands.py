@@ -1,7 +1,7 @@
 """`tmi keygen`, `pubkey`, `sign` and `verify`: the owner's key and the signed profile.
 
 Signing refuses what the servers' verifier would refuse and what the seed tells an owner not to
-write (`inference_policy.seed_rules`), so a ConfigMap `tmi sign` prints is one every server
+write (`inference_policy.trust.seed_rules`), so a ConfigMap `tmi sign` prints is one every server
 accepts. Verifying checks the ConfigMap's name too, as the servers do (a profile arrives only
 from the ConfigMap they are configured with): against the name given, else against the name it
 carries, and says which.
@@ -17,9 +17,9 @@ from typing import Any
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from inference_policy.profile import ProfileSchemaError, parse_envelope
-from inference_policy.seed_rules import signing_violations
-from inference_policy.signing import (
+from inference_policy.trust.profile import ProfileSchemaError, parse_envelope
+from inference_policy.trust.seed_rules import signing_violations
+from inference_policy.trust.signing import (
     DEFAULT_CONFIGMAP_NAME,
     REFUSAL_PREFIX,
     ProfileRefused,
@@ -29,7 +29,7 @@ from inference_policy.signing import (
     public_identity,
     verify_configmap,
 )
-from inference_policy.signing import sign_envelope as sign_document
+from inference_policy.trust.signing import sign_envelope as sign_document
 from policy_io.files import read_bytes, read_json
 from tmi_cli.output import add_output_arguments, emit
 from tmi_cli.policy_args import (

@@ -1,7 +1,7 @@
 """`tmi render-dra`: the owner's DRA objects for a tenant, from its verified profile.
 
 The DeviceClasses and claim templates of a profile's `dra` bindings are derived from the signed
-facts (`inference_policy.dra_claims`), so the owner renders them from the very bundle the
+facts (`inference_policy.trust.dra_claims`), so the owner renders them from the very bundle the
 tenant's servers verify, never by hand. The default output is the chart's values
 (`owner.dra.<namespace>`, pass it to the owner release with `-f`); `--objects` prints the
 Kubernetes objects themselves for an install without the chart.
@@ -16,17 +16,14 @@ from typing import Any
 import orjson
 import yaml
 
-from inference_policy.dra_claims import (
+from inference_policy.trust.dra_claims import (
     device_class_object,
     owner_objects,
     published_templates,
     template_object,
 )
-from inference_policy.profile import DraBinding
-from inference_policy.signing import (
-    ProfileRefused,
-    verify_configmap,
-)
+from inference_policy.trust.profile import DraBinding
+from inference_policy.trust.signing import ProfileRefused, verify_configmap
 from policy_io.files import read_json
 from tmi_cli.policy_args import (
     EXIT_FAILED,

@@ -5,7 +5,7 @@ the servers would refuse is refused here, naming which), lists the bindings the 
 removes or changes, and, with `--requests`, whose plan changes. `tmi test --suite FILE` plans
 each case's request against the profile and checks what it must get, with a report and an exit
 status that say which cases failed. Both decide through the core
-(`inference_policy.revisions_compare`) with the state `tmi plan` uses.
+(`inference_policy.tools.revisions_compare`) with the state `tmi plan` uses.
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from inference_policy.errors import describe
-from inference_policy.revisions_compare import binding_changes, plan_changes, run_case
+from inference_policy.base.errors import describe
+from inference_policy.tools.revisions_compare import binding_changes, plan_changes, run_case
 from policy_io.files import read_json
 from policy_io.state import PolicyState
 from tmi_cli.output import add_output_arguments, emit

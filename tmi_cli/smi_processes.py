@@ -14,8 +14,8 @@ import xml.etree.ElementTree as ET
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from inference_policy.detection import DetectionError
 from inference_policy.evidence import GpuDevice, GpuProcess, MigInstance
+from inference_policy.tools.detection import DetectionError
 from tmi_cli.nvidia_smi import present
 
 MIB = 1024 * 1024

@@ -322,7 +322,7 @@ if command -v tmi >/dev/null 2>&1; then
   detect=(tmi detect)
 else
   detect=("$python" -c 'import sys
-from inference_policy.detection import format_block
+from inference_policy.tools.detection import format_block
 from tmi_cli.detect import DetectionError, detect_accelerator
 try:
     sys.stdout.write(format_block(detect_accelerator()))

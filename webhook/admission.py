@@ -11,9 +11,9 @@ Two kinds of Pod reach this code, through two entries of one MutatingWebhookConf
   Secrets; the container's own cpu and memory asks stay. `spec.nodeName` is refused, since it
   would bypass the scheduler that checks the grant.
 * Every other Pod in the namespace (the guard entry): it may not reach for an accelerator on
-  its own, as `inference_policy.access` defines it; such a Pod is refused with 403 naming each
+  its own, as `inference_policy.base.access` defines it; such a Pod is refused with 403 naming each
   field. On UPDATE the plan annotation is frozen, the planned image stays, and no reach may be
-  added or changed (`inference_policy.engine_pod`).
+  added or changed (`inference_policy.admission.engine_pod`).
 
 The decisions themselves (what a planned Pod looks like, what counts as reaching for an
 accelerator, what an UPDATE may change) live in the core; this module reads the review, applies
@@ -34,11 +34,8 @@ from typing import Any, TypeGuard, cast
 
 import orjson
 
-from inference_policy.access import CONTAINER_LISTS
-from inference_policy.bounded import keep
-from inference_policy.decision import Decision
-from inference_policy.engine_admission import admitted, engine_subject
-from inference_policy.engine_pod import (
+from inference_policy.admission.engine_admission import admitted, engine_subject
+from inference_policy.admission.engine_pod import (
     PlanFields,
     PodRefusal,
     admission_refusal,
@@ -47,13 +44,16 @@ from inference_policy.engine_pod import (
     to_shield,
     update_refusal,
 )
-from inference_policy.plan import Plan
-from inference_policy.refusals import RefusalCode
-from inference_policy.wire import (
+from inference_policy.base.access import CONTAINER_LISTS
+from inference_policy.base.bounded import keep
+from inference_policy.base.codes import RefusalCode
+from inference_policy.base.wire import (
     ENGINE_LABEL,
     MAX_REQUEST_ANNOTATION_BYTES,
     REQUEST_ANNOTATION,
 )
+from inference_policy.planning.decision import Decision
+from inference_policy.planning.plan import Plan
 from webhook.jsonpatch import edits_patch
 from webhook.profile_source import Memo, PolicyStore
 from webhook.review import API_VERSION, AdmissionRequest, AdmissionResponse, AdmissionReview

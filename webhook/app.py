@@ -25,8 +25,8 @@ from typing import Any
 
 from aiohttp import web
 
-from inference_policy.quota import refusal_body
-from inference_policy.refusals import RefusalCode
+from inference_policy.base.codes import RefusalCode
+from inference_policy.placing.quota import refusal_body
 from policy_io.state import PolicySettings
 from serving.app import READ_TIMEOUT, read_limited, running
 from serving.probes import add_probes, json_response, problem

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from inference_policy.bounded import keep
+from inference_policy.base.bounded import keep
 
 Operation = dict[str, Any]
 

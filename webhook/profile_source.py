@@ -13,9 +13,9 @@ feed's snapshot (any change is a new generation and clears the memo) and, throug
 validity window, the clock, so a memoised decision is used only while the clock is inside the
 window it was made in. Replicas of one deployment carry the same request, so a scale-up plans
 once. A recipe catalog that is configured but missing or unusable refuses local deployments
-with 503, which the core decides from what the feed hands it (`inference_policy.recipe_inputs`).
-The owner's quota (`serving.quota`) is never part of a memoised decision: it is judged on each
-planned Pod afresh (`quota_refusal`).
+with 503, which the core decides from what the feed hands it
+(`inference_policy.planning.recipe_inputs`). The owner's quota (`serving.quota`) is never part of a
+memoised decision: it is judged on each planned Pod afresh (`quota_refusal`).
 """
 
 from __future__ import annotations
@@ -26,13 +26,14 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Generic, Protocol, TypeVar
 
-from inference_policy import strictjson
-from inference_policy.bounded import keep
-from inference_policy.catalog import EngineCatalog
-from inference_policy.plan import Plan
-from inference_policy.planner import Decision
-from inference_policy.quota import Refusal, plan_usage
-from inference_policy.room import (
+from inference_policy.base import strictjson
+from inference_policy.base.bounded import keep
+from inference_policy.base.wire import ENGINE_LABEL
+from inference_policy.placing.quota import Refusal, plan_usage
+from inference_policy.planning.catalog import EngineCatalog
+from inference_policy.planning.plan import Plan
+from inference_policy.planning.planner import Decision
+from inference_policy.planning.room import (
     ROOM_CONFIGMAP,
     ROOM_KEY,
     Room,
@@ -41,7 +42,6 @@ from inference_policy.room import (
     live,
     parse_figures,
 )
-from inference_policy.wire import ENGINE_LABEL
 from policy_io.feed import PolicyFeed
 from policy_io.state import PolicySettings, PolicyState
 from serving.informer import Collection, Delta, Informer, InformerFactory, Informers, ListWatch
@@ -86,8 +86,8 @@ class PolicyStore:
         )
         self._window_generation = -1
         self._window: tuple[datetime, datetime] | None = None
-        # The owner's room figures as last read (`inference_policy.room`): None, and why, when
-        # none could be; `room_generation` moves only when what a choice reads of them does.
+        # The owner's room figures as last read (`inference_policy.planning.room`): None, and why,
+        # when none could be; `room_generation` moves only when what a choice reads of them does.
         self.room_figures: RoomFigures | None = None
         self.room_unreadable: str | None = None
         self.room_generation = 0
@@ -138,8 +138,8 @@ class PolicyStore:
         self.room_figures, self.room_unreadable = figures, unreadable
 
     def room(self, now: datetime) -> Room | None:
-        """The room this instant's decisions choose with (`inference_policy.room.live`); None
-        while no figures are published at all, so plans record no choice, as without spill."""
+        """The room this instant's decisions choose with (`inference_policy.planning.room.live`);
+        None while no figures are published at all, so plans record no choice, as without spill."""
         if self.room_figures is None and self.room_unreadable is None:
             return None
         profile = self.feed.snapshot.profile
@@ -183,10 +183,11 @@ class PolicyStore:
         return planned
 
     def quota_refusal(self, plan: Plan) -> Refusal | None:
-        """The owner's quota refusing one more Pod planned with `plan` (`inference_policy.quota`),
-        or None. Decided afresh each time, never memoised: what the namespace holds moves with
-        every Pod. A quota not known, or unreadable, refuses nothing here: the owner's native
-        quota and extender hold the tenant to it whatever this webhook answers."""
+        """The owner's quota refusing one more Pod planned with `plan`
+        (`inference_policy.placing.quota`), or None. Decided afresh each time, never memoised: what
+        the namespace holds moves with every Pod. A quota not known, or unreadable, refuses nothing
+        here: the owner's native quota and extender hold the tenant to it whatever this webhook
+        answers."""
         quota = self.quota
         if quota is None or not quota.ready or quota.unreadable is not None:
             return None

@@ -7,7 +7,18 @@ gives), the planner (which classes a request may use, in which order, how many d
 may span, how the request becomes a quantity), placement (the verdict code of a full or
 too-small node) and the node checks (what GFD's labels must say) ask the binding's class, never
 a resource-name prefix or a binding's concrete type. A new class is one module here, registered
-in `CLASSES`, plus its binding model in `profile`.
+in `CLASSES`, plus its binding model in `profile`
+(tests/unit/core/test_allocation_seam.py lists the files a new class touches).
+
+Beside the classes, the two accounts of hardware their checks and the profile read: the node
+labels NVIDIA's GPU Feature Discovery writes (`gfd`), and a DRA binding's device facts as the
+driver publishes them (`dra_facts`).
+
+A class reads a binding through `binding_facts.BindingFacts`, a Protocol the profile's binding
+models satisfy, never the models themselves: the profile asks a binding's class, so the classes
+importing the profile back would knot the two together.
+
+May import: the base only. Trust (the profile) and every part above it import it.
 """
 
 from __future__ import annotations

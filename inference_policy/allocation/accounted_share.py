@@ -12,17 +12,17 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from inference_policy.allocation.base import AllocationClass, Fit, ceil_hundredth
-from inference_policy.quantity import GI, gib_ceil
-from inference_policy.wire import VRAM_RESOURCE_PREFIX
+from inference_policy.base.quantity import GI, gib_ceil
+from inference_policy.base.wire import VRAM_RESOURCE_PREFIX
 
 if TYPE_CHECKING:
-    from inference_policy.allocation.base import GpuBinding
+    from inference_policy.allocation.binding_facts import BindingFacts
 
 
 @dataclass(frozen=True, slots=True)
 class AccountedShare(AllocationClass):
     def fit(
-        self, binding: GpuBinding, fraction: float | None, devices: int, need: int
+        self, binding: BindingFacts, fraction: float | None, devices: int, need: int
     ) -> Fit | None:
         usable = binding.usable_memory_bytes
         args: dict[str, Any] = {}

@@ -6,7 +6,8 @@ how many devices one plan may span, how a request's memory becomes a quantity of
 (the fit), what the node's GPU Feature Discovery labels must say for the node to be the
 hardware the binding attests, and whether Pods on one physical device are kept from each other
 (`isolates`; `tenancy` keeps tenants apart on the devices of a class that does not). Each class
-is one module in this package; `__init__` registers it.
+is one module in this package; `__init__` registers it. A class reads a binding only through
+`BindingFacts` (`binding_facts`), never the profile's models.
 """
 
 from __future__ import annotations
@@ -14,16 +15,12 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal, NamedTuple, TypeAlias
+from typing import Any, Literal, NamedTuple
 
-from inference_policy.gfd import GFD_MEMORY, memory_verdict
-from inference_policy.quantity import GI, ceil_div, gib_ceil
-from inference_policy.verdict_codes import NodeVerdictCode, Verdict
-
-if TYPE_CHECKING:
-    from inference_policy.profile import DraBinding, ExtendedResourceBinding, VramPluginBinding
-
-    GpuBinding: TypeAlias = ExtendedResourceBinding | VramPluginBinding | DraBinding
+from inference_policy.allocation.binding_facts import BindingFacts
+from inference_policy.allocation.gfd import GFD_MEMORY, memory_verdict
+from inference_policy.base.codes import NodeVerdictCode, Verdict
+from inference_policy.base.quantity import GI, ceil_div, gib_ceil
 
 Guarantee = Literal["whole-device", "mig", "accounted-share"]
 
@@ -86,13 +83,13 @@ class AllocationClass:
             for name in self.resources
         )
 
-    def node_verdict(self, binding: GpuBinding, labels: Mapping[str, str]) -> Verdict | None:
+    def node_verdict(self, binding: BindingFacts, labels: Mapping[str, str]) -> Verdict | None:
         """What GFD's labels contradict in the binding beyond the card and driver checks every
         class shares; None when nothing does. By default: the card's memory."""
         return memory_verdict(binding, labels, GFD_MEMORY)
 
     def fit(
-        self, binding: GpuBinding, fraction: float | None, devices: int, need: int
+        self, binding: BindingFacts, fraction: float | None, devices: int, need: int
     ) -> Fit | None:
         """The request on this binding, or None when `need` bytes per device do not fit. By
         default a device holds the request: whole GiB of it, the engine budgeting `fraction` of
@@ -111,7 +108,7 @@ class AllocationClass:
 
     def budget_fits(
         self,
-        binding: GpuBinding,
+        binding: BindingFacts,
         fraction: float,
         need: int,
         request: int,

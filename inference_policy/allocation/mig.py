@@ -12,17 +12,17 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from inference_policy.allocation.base import AllocationClass
-from inference_policy.gfd import GFD_MIG_STRATEGY, memory_verdict, sharing
-from inference_policy.verdict_codes import NodeVerdictCode, Verdict, refuse
-from inference_policy.wire import MIG_RESOURCE_PREFIX
+from inference_policy.allocation.gfd import GFD_MIG_STRATEGY, memory_verdict, sharing
+from inference_policy.base.codes import NodeVerdictCode, Verdict, refuse
+from inference_policy.base.wire import MIG_RESOURCE_PREFIX
 
 if TYPE_CHECKING:
-    from inference_policy.allocation.base import GpuBinding
+    from inference_policy.allocation.binding_facts import BindingFacts
 
 
 @dataclass(frozen=True, slots=True)
 class Mig(AllocationClass):
-    def node_verdict(self, binding: GpuBinding, labels: Mapping[str, str]) -> Verdict | None:
+    def node_verdict(self, binding: BindingFacts, labels: Mapping[str, str]) -> Verdict | None:
         resource = binding.allocation_key
         shape = resource.removeprefix(MIG_RESOURCE_PREFIX)
         who = f"binding {binding.id}"

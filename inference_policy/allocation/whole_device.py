@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from inference_policy.allocation.base import AllocationClass, ceil_hundredth
-from inference_policy.gfd import (
+from inference_policy.allocation.gfd import (
     GFD_MEMORY,
     GFD_MIG_STRATEGY,
     GFD_PRODUCT,
@@ -22,11 +22,11 @@ from inference_policy.gfd import (
     memory_verdict,
     sharing,
 )
-from inference_policy.verdict_codes import NodeVerdictCode, Verdict, refuse
-from inference_policy.wire import WHOLE_GPU_RESOURCE
+from inference_policy.base.codes import NodeVerdictCode, Verdict, refuse
+from inference_policy.base.wire import WHOLE_GPU_RESOURCE
 
 if TYPE_CHECKING:
-    from inference_policy.allocation.base import GpuBinding
+    from inference_policy.allocation.binding_facts import BindingFacts
 
 # NVIDIA GB10: its memory is the host's, so an engine budgets exactly the request against the
 # attested usable memory rather than a fraction of a device.
@@ -35,7 +35,7 @@ GB10 = (12, 1)
 
 @dataclass(frozen=True, slots=True)
 class WholeDevice(AllocationClass):
-    def node_verdict(self, binding: GpuBinding, labels: Mapping[str, str]) -> Verdict | None:
+    def node_verdict(self, binding: BindingFacts, labels: Mapping[str, str]) -> Verdict | None:
         who = f"binding {binding.id}"
         product = labels.get(GFD_PRODUCT, "")
         # Under the single strategy a MIG slice is advertised as nvidia.com/gpu; GFD then names
@@ -58,7 +58,7 @@ class WholeDevice(AllocationClass):
 
     def budget_fits(
         self,
-        binding: GpuBinding,
+        binding: BindingFacts,
         fraction: float,
         need: int,
         request: int,

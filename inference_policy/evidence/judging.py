@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 from itertools import combinations
 from typing import Any
 
+from inference_policy.base.quantity import GI
+from inference_policy.base.wire import MIG_RESOURCE_PREFIX
 from inference_policy.evidence.observations import (
     GpuDevice,
     GpuProcess,
@@ -30,8 +32,6 @@ from inference_policy.evidence.observations import (
     pod_info,
 )
 from inference_policy.evidence.report import Presence, render_report
-from inference_policy.quantity import GI
-from inference_policy.wire import MIG_RESOURCE_PREFIX
 
 __all__ = [
     "BYPASS_NOT_IN_POD",

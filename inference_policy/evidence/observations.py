@@ -14,17 +14,17 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from inference_policy.engine_pod import engine_container_name
-from inference_policy.evidence.fields import as_map, as_text
-from inference_policy.plan import Plan, PlanError, parse_plan
-from inference_policy.quantity import QuantityError, resource_units
-from inference_policy.wire import (
+from inference_policy.admission.engine_pod import engine_container_name
+from inference_policy.base.quantity import QuantityError, resource_units
+from inference_policy.base.wire import (
     ENGINE_LABEL,
     MIG_RESOURCE_PREFIX,
     PLAN_ANNOTATION,
     VRAM_RESOURCE_PREFIX,
     WHOLE_GPU_RESOURCE,
 )
+from inference_policy.evidence.fields import as_map, as_text
+from inference_policy.planning.plan import Plan, PlanError, parse_plan
 
 __all__ = [
     "EvidenceError",

@@ -113,7 +113,7 @@ def _gpus(
                 ],
                 "pods": pods,
                 # Which tenants (namespaces) held the card: one, unless the owner let tenants
-                # share it (`inference_policy.tenancy`) or something went around the rule.
+                # share it (`inference_policy.placing.tenancy`) or something went around the rule.
                 "tenants": sorted({str(p["namespace"]) for p in pods}),
                 "unaccountedProcesses": len(mine),
                 "unaccountedBytes": sum(b["usedBytes"] or 0 for b in mine),

@@ -20,12 +20,12 @@ import yaml
 
 from allocation_controller.config import settings_from_args as controller_settings
 from extender.config import settings_from_args
-from inference_policy.access_cel import cel_condition
-from inference_policy.owner_objects_cel import OWNER_LABEL
-from inference_policy.policy_cel import policy_parts
-from inference_policy.room import ROOM_CONFIGMAP
-from inference_policy.schedconfig import DEFAULT_SCHEDULER_NAME, render_scheduler_config
-from inference_policy.signing import DEFAULT_CONFIGMAP_NAME
+from inference_policy.admission.access_cel import cel_condition
+from inference_policy.admission.owner_objects_cel import OWNER_LABEL
+from inference_policy.admission.policy_cel import policy_parts
+from inference_policy.placing.schedconfig import DEFAULT_SCHEDULER_NAME, render_scheduler_config
+from inference_policy.planning.room import ROOM_CONFIGMAP
+from inference_policy.trust.signing import DEFAULT_CONFIGMAP_NAME
 from localcluster import chartgen
 from localcluster.chart import (
     CHART,

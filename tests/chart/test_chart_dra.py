@@ -14,9 +14,9 @@ from typing import Any
 
 import yaml
 
-from inference_policy.dra_cel import claim_policy_parts
-from inference_policy.dra_claims import owner_objects, published_templates
-from inference_policy.profile import parse_envelope
+from inference_policy.admission.dra_cel import claim_policy_parts
+from inference_policy.trust.dra_claims import owner_objects, published_templates
+from inference_policy.trust.profile import parse_envelope
 from localcluster import chartgen
 from localcluster.chart import OWNER, find, part_values, render
 from tests.profilekit import Owner, dra_binding, gpu_profile, with_profiles

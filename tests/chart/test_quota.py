@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from inference_policy.quota import QUOTA_NAME, Quota, parse_quota
+from inference_policy.placing.quota import QUOTA_NAME, Quota, parse_quota
 from localcluster import chartgen
 from localcluster.chart import OWNER, TENANT, ChartError, find, part_values, render
 from localcluster.kube import JSON

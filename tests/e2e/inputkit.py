@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
-from inference_policy.allocation_reasons import VERIFIED
-from inference_policy.wire import PLAN_ANNOTATION
+from inference_policy.base.codes import VERIFIED
+from inference_policy.base.wire import PLAN_ANNOTATION
 from localcluster import ApiError, ControlPlane, Kube, pod_condition, wait_until
 from localcluster.stack import CONDITION, TenantStack, condition, engine_pod
 from localcluster.webhook_objects import CONFIGURATION_NAME

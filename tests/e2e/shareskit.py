@@ -11,7 +11,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from inference_policy.room import ROOM_CONFIGMAP, ROOM_KEY, parse_figures
+from inference_policy.planning.room import ROOM_CONFIGMAP, ROOM_KEY, parse_figures
 from localcluster import ApiError, ControlPlane, Kube
 from localcluster.process import wait_until
 from localcluster.stack import CONDITION, condition, engine_pod

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from inference_policy.access_cel import FORGERY_PREFIX
+from inference_policy.admission.access_cel import FORGERY_PREFIX
 from localcluster import ApiError, ControlPlane, FakeNode, Kube, create_fake_nodes, wait_until
 from localcluster.install import (
     CLEANUP_HOOK,

@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from inference_policy.access_cel import FORGERY_PREFIX
-from inference_policy.engine_pod import admission_refusal
+from inference_policy.admission.access_cel import FORGERY_PREFIX
+from inference_policy.admission.engine_pod import admission_refusal
 from localcluster import ApiError, ControlPlane, Kube, wait_until
 from localcluster.admission_policies import denied_by_guard
 from localcluster.webhook import (

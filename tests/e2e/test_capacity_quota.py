@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from inference_policy.quota import QUOTA_ANNOTATION, QUOTA_NAME
+from inference_policy.placing.quota import QUOTA_ANNOTATION, QUOTA_NAME
 from localcluster import ControlPlane, FakeNode
 from tests.e2e.stackkit import LARGE, whole_h100_envelope
 from tests.profilekit import CLUSTER, Owner

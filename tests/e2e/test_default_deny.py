@@ -17,8 +17,8 @@ from typing import Any
 
 import pytest
 
-from inference_policy.owner_objects_cel import OWNER_LABEL
-from inference_policy.wire import ENGINE_CONTAINER_ANNOTATION
+from inference_policy.admission.owner_objects_cel import OWNER_LABEL
+from inference_policy.base.wire import ENGINE_CONTAINER_ANNOTATION
 from localcluster import ApiError, ControlPlane, Kube, pod_condition
 from localcluster.stack import CONDITION, TenantStack, condition, engine_pod
 from tests.e2e.stackkit import LARGE, h100_stack, pod_names
@@ -358,7 +358,7 @@ def test_a_recipe_catalog_under_the_owners_name_is_exactly_the_owners(
     API server, another catalog under the owner's name, the owner's catalog edited, or one
     under a name carrying only a 64-bit prefix of the digest is refused by the one loader the
     owner's servers read it with; the owner's own ConfigMap loads."""
-    from inference_policy.recipes import RecipeCatalogError, load_catalog, render_catalog
+    from inference_policy.planning.recipes import RecipeCatalogError, load_catalog, render_catalog
     from tests.unit.cli.test_cli import RECIPES
 
     namespace = stack.settings.namespace
@@ -406,11 +406,11 @@ def test_an_engine_pod_larger_than_the_controller_keeps_is_not_verified(
     kube: Kube, stack: TenantStack, installer: Kube, pods: Callable[..., str]
 ) -> None:
     """The tenant decides how large its engine-labelled Pods are; the controller keeps at most
-    128 KiB of one (`inference_policy.kept_pod`), so a Pod padded past it with an annotation
-    is kept as a skeleton and reported `PodTooLarge`, never verified. (Ready here is KWOK's
-    stage, not a kubelet's, and was seen True once beside the False verdict; the verdict is
+    128 KiB of one (`inference_policy.granting.kept_pod`), so a Pod padded past it with an
+    annotation is kept as a skeleton and reported `PodTooLarge`, never verified. (Ready here is
+    KWOK's stage, not a kubelet's, and was seen True once beside the False verdict; the verdict is
     what is asserted.)"""
-    from inference_policy.kept_pod import MAX_KEPT_POD_BYTES
+    from inference_policy.granting.kept_pod import MAX_KEPT_POD_BYTES
 
     namespace = stack.settings.namespace
     name = pods("padded")

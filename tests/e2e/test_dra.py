@@ -31,8 +31,8 @@ from typing import Any
 
 import pytest
 
-from inference_policy.dra_claims import CLAIM_NAME, device_class_name, published_templates
-from inference_policy.profile import DraBinding
+from inference_policy.trust.dra_claims import CLAIM_NAME, device_class_name, published_templates
+from inference_policy.trust.profile import DraBinding
 from localcluster import ApiError, ControlPlane, Kube
 from localcluster.dra_driver import DRIVER, Driver, published_device
 from localcluster.nodes import FakeNode, create_fake_nodes, delete_fake_nodes

@@ -38,10 +38,10 @@ import pytest
 
 from allocation_controller.config import FAULT_PAUSE_VARIABLE
 from allocation_controller.reconciler import CONTROLLER_NAME
-from inference_policy.plan import PlanChoice
-from inference_policy.planner import PROFILE_PREFIX, decide
-from inference_policy.room import replaying
-from inference_policy.signing import REFUSAL_PREFIX, Reason
+from inference_policy.planning.plan import PlanChoice
+from inference_policy.planning.planner import PROFILE_PREFIX, decide
+from inference_policy.planning.room import replaying
+from inference_policy.trust.signing import REFUSAL_PREFIX, Reason
 from localcluster import ApiError, ControlPlane, FakeNode, Kube, create_fake_nodes, wait_until
 from localcluster.faults import (
     RoundRobinProxy,

@@ -31,9 +31,9 @@ import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-from inference_policy.engine_pod import admission_refusal
-from inference_policy.status_cel import STATUS_REFUSAL
-from inference_policy.wire import ALLOCATION_VERIFIED
+from inference_policy.admission.engine_pod import admission_refusal
+from inference_policy.admission.status_cel import STATUS_REFUSAL
+from inference_policy.base.wire import ALLOCATION_VERIFIED
 from localcluster import ApiError, ControlPlane, Kube
 from localcluster.admission_policies import (
     denied_by_guard,

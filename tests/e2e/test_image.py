@@ -93,7 +93,7 @@ def test_the_image_holds_the_lock_file_and_its_sbom_and_no_harness(built: Built)
 
 
 def test_the_image_runs_the_packages_source(built: Built) -> None:
-    modules = ["inference_policy.planner", "webhook.admission", "extender.view"]
+    modules = ["inference_policy.planning.planner", "webhook.admission", "extender.view"]
     probe = (
         "import importlib, sys; print(*(importlib.import_module(m).__file__ for m in sys.argv[1:]))"
     )

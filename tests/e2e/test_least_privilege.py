@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from inference_policy.schedconfig import DEFAULT_SCHEDULER_NAME, DEFAULT_SCHEDULER_NAMESPACE
+from inference_policy.placing.schedconfig import DEFAULT_SCHEDULER_NAME, DEFAULT_SCHEDULER_NAMESPACE
 from localcluster import ApiError, ControlPlane, FakeNode, create_fake_nodes
 from localcluster.controller_process import CONTROLLER_LEASE
 from localcluster.install import CLEANUP_HOOK, run_uninstall_hook

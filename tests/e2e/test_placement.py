@@ -489,8 +489,8 @@ def test_a_plan_that_says_it_places_nothing_gets_no_device(
     hold two GPUs, or two Neuron cores no profile vouches for, scheduled by the owner's
     scheduler as the guard asks. The guard sees a plan on a grant-holding engine Pod; the
     owner's extender holds every Pod that reaches for anything to a GPU plan the signed profile
-    grants (`inference_policy.device_gate`), so no node passes and nothing is bound, with an
-    8-GPU node free throughout."""
+    grants (`inference_policy.admission.device_gate`), so no node passes and nothing is bound, with
+    an 8-GPU node free throughout."""
     # The node advertises what the Pod asks for from its creation, so kube-scheduler's own fit
     # passes it and only the extender stands between the Pod and the device.
     nodes(replace(h100("h100-free", gpus=8), extra_resources={name: "8" for name in asks}))

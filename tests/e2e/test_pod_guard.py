@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from inference_policy.doctor import EXEC_GUARD, POD_GUARD
+from inference_policy.tools.doctor import EXEC_GUARD, POD_GUARD
 from localcluster import ApiError, ControlPlane, Kube
 from localcluster.guard import (
     apply_guard,

@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from inference_policy.dra_claims import CLAIM_NAME
+from inference_policy.trust.dra_claims import CLAIM_NAME
 from localcluster import ControlPlane
 from localcluster.engine_pods import CONDITION, condition
 from localcluster.process import wait_until

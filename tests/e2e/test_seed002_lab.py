@@ -30,6 +30,7 @@ from typing import Any
 
 import pytest
 
+from inference_policy.base.quantity import GI
 from inference_policy.evidence import judge
 from inference_policy.evidence.observations import (
     GpuDevice,
@@ -38,7 +39,6 @@ from inference_policy.evidence.observations import (
     ProcessOwner,
     Sample,
 )
-from inference_policy.quantity import GI
 from localcluster import ApiError, ControlPlane, FakeNode, Kube, create_fake_nodes
 from localcluster.chart import find
 from localcluster.install import render_owner

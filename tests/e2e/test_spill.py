@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from inference_policy.room import ROOM_CONFIGMAP, ROOM_KEY, WITH_ROOM, parse_figures
+from inference_policy.planning.room import ROOM_CONFIGMAP, ROOM_KEY, WITH_ROOM, parse_figures
 from localcluster import ApiError, ControlPlane, Kube, create_fake_nodes
 from localcluster.nodes import delete_fake_nodes
 from localcluster.stack import CONDITION, TenantStack, condition, engine_pod

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from inference_policy.dra_claims import CLAIM_NAME
+from inference_policy.trust.dra_claims import CLAIM_NAME
 from localcluster import ControlPlane, Kube
 from localcluster.dra_driver import Driver, published_device
 from localcluster.nodes import FakeNode, create_fake_nodes, delete_fake_nodes

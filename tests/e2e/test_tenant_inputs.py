@@ -1,8 +1,8 @@
 """The tenant-input inventory's rows that no other end-to-end test proved, acting as the tenant's
 namespace admin (`tmi-installer`) through the real API server against the chart's owner part.
 
-Each test is named by its rows in `inference_policy.tenant_inputs` (the threat model's table "What
-the tenant can write, and what the owner's parts make of it"): the engine label removed, an
+Each test is named by its rows in `inference_policy.tools.tenant_inputs` (the threat model's table
+"What the tenant can write, and what the owner's parts make of it"): the engine label removed, an
 engine Pod that is not its plan, the planned image frozen, what no owner part reads, the API
 server's own refusals (an overhead of the tenant's, annotations past 256 KiB, a Binding, its
 Namespace's labels) and a ServiceAccount of the namespace acting as the admin. The open rows'
@@ -20,14 +20,14 @@ from typing import Any
 
 import pytest
 
-from inference_policy.allocation_reasons import (
+from inference_policy.admission.owner_objects_cel import OWNER_LABEL
+from inference_policy.base.codes import (
     ENGINE_LABEL_REMOVED,
     IMAGE_MISMATCH,
     NODE_SELECTOR_MISMATCH,
     RUNTIME_CLASS_MISMATCH,
 )
-from inference_policy.owner_objects_cel import OWNER_LABEL
-from inference_policy.wire import ENGINE_LABEL, OPT_IN_LABEL
+from inference_policy.base.wire import ENGINE_LABEL, OPT_IN_LABEL
 from localcluster import ApiError, ControlPlane, Kube, pod_condition, wait_until
 from localcluster.stack import CONDITION, TenantStack, condition, engine_pod
 from tests.e2e.inputkit import (

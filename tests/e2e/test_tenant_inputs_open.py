@@ -15,8 +15,8 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from inference_policy.allocation_reasons import ENGINE_LABEL_REMOVED
-from inference_policy.wire import ENGINE_LABEL
+from inference_policy.base.codes import ENGINE_LABEL_REMOVED
+from inference_policy.base.wire import ENGINE_LABEL
 from localcluster import ControlPlane, Kube
 from localcluster.stack import CONDITION, TenantStack, condition, engine_pod
 from tests.e2e.inputkit import (

@@ -1,5 +1,5 @@
 """Two tenants' accounted shares on one node's GPUs, through the real scheduler: kept apart by
-default, shared once the owner's signed profiles say so (`inference_policy.tenancy`).
+default, shared once the owner's signed profiles say so (`inference_policy.placing.tenancy`).
 
 One owner release serves two tenant namespaces (`owner.tenants`), each with its own owner key and
 a profile of two share bindings, one per GPU of the node's VRAM plugin
@@ -19,7 +19,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from inference_policy.room import SMALLEST, WITH_ROOM
+from inference_policy.planning.room import SMALLEST, WITH_ROOM
 from localcluster import ControlPlane, FakeNode, create_fake_nodes
 from localcluster.nodes import delete_fake_nodes
 from localcluster.stack import CONDITION, condition, deploy_stack

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from inference_policy.access import is_accelerator_resource
+from inference_policy.base.access import is_accelerator_resource
 from localcluster import ApiError, ControlPlane, FakeNode, Kube, pod_condition, wait_until
 from localcluster.admission_policies import verdict_writer
 from localcluster.webhook import (
@@ -461,7 +461,7 @@ def test_without_admission_policies_the_guard_entry_is_sent_exactly_what_the_pre
     webhook: Deployed, installer: Kube
 ) -> None:
     """The fallback for clusters older than 1.36: every Pod of the shared corpus through the real
-    API server's CEL matchConditions (generated from `inference_policy.access`), as sent and
+    API server's CEL matchConditions (generated from `inference_policy.base.access`), as sent and
     again with every container shielded. A Pod that reaches for an accelerator is sent to the
     webhook and refused; one with a container to shield is sent and stored shielded; any other
     is not sent at all."""
@@ -470,8 +470,8 @@ def test_without_admission_policies_the_guard_entry_is_sent_exactly_what_the_pre
 
 
 def _the_guard_entry_agrees_with_the_predicate(webhook: Deployed, installer: Kube) -> None:
-    from inference_policy.access import reaches as reaching
-    from inference_policy.engine_pod import to_shield
+    from inference_policy.admission.engine_pod import to_shield
+    from inference_policy.base.access import reaches as reaching
     from tests.podcorpus import CORPUS, shielded
 
     disagreements = []

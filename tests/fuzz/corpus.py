@@ -12,7 +12,7 @@ import json
 from functools import cache
 from typing import Any
 
-from inference_policy.plan import Plan
+from inference_policy.planning.plan import Plan
 from policy_io.state import PolicyState
 from tests.integration.extenderkit import block, fleet_envelope
 from tests.integration.webhookkit import CPU_SECRET, GPU_SECRET, SCHEDULER

@@ -1,7 +1,7 @@
 """Device variables, `envFrom` prefixes and CDI annotation keys in and near the namespaces the
 access rule refuses, and that rule restated from its text for the fuzz oracles.
 
-Why it exists: the access rule (`inference_policy.access`) refuses a whole namespace of
+Why it exists: the access rule (`inference_policy.base.access`) refuses a whole namespace of
 variables per vendor, every `envFrom` that could land in one, and the CDI annotation keys, on
 every container of every Pod. The fuzz targets must try names inside those namespaces, on their
 edges (`NVIDIA` without the underscore, `nvidia_`, `XNVIDIA_`, the in-process

@@ -4,8 +4,8 @@ rule restated from its text for the oracles.
 Why it exists: the namespace admin holds `pods/status` patch, and every owner part believes
 some of what a Pod's status says (a phase of `Succeeded` frees a GPU in every accounting, a
 nominated node reserves room, the AllocationVerified condition is the verdict). The owner's
-status policy (`inference_policy.status_cel`) is CEL inside the API server; no CEL evaluator is
-installed here, so the fuzz target holds what it generates to the policy's own lists
+status policy (`inference_policy.admission.status_cel`) is CEL inside the API server; no CEL
+evaluator is installed here, so the fuzz target holds what it generates to the policy's own lists
 (`STATUS_FIELDS`, `tenant_condition_type`) and the end-to-end sample
 (`tests/e2e/test_generated_admission.py`) sends generated patches through the real API server.
 
@@ -26,7 +26,7 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from inference_policy.status_cel import STATUS_FIELDS
+from inference_policy.admission.status_cel import STATUS_FIELDS
 
 # Written from the rule's text: the owner's condition-type domains.
 OWNER_DOMAIN = "kamiwaza.ai"

@@ -44,16 +44,16 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from inference_policy import strictjson
-from inference_policy.access import is_accelerator_resource, new_reaches, reaches
-from inference_policy.engine_pod import engine_container_name, planned_pod
-from inference_policy.signing import DEFAULT_CONFIGMAP_NAME
-from inference_policy.wire import (
+from inference_policy.admission.engine_pod import engine_container_name, planned_pod
+from inference_policy.base import strictjson
+from inference_policy.base.access import is_accelerator_resource, new_reaches, reaches
+from inference_policy.base.wire import (
     ENGINE_CONTAINER_ANNOTATION,
     ENGINE_LABEL,
     PLAN_ANNOTATION,
     REQUEST_ANNOTATION,
 )
+from inference_policy.trust.signing import DEFAULT_CONFIGMAP_NAME
 from tests.fuzz import corpus
 from tests.fuzz.devicekit import (
     add_device_surfaces,

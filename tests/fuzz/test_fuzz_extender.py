@@ -42,16 +42,16 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from inference_policy.access import reaches
-from inference_policy.device_gate import device_gate
-from inference_policy.grant import evaluate
-from inference_policy.ledger import UsageLedger, accounted_pod, pod_key
-from inference_policy.nodes import node_facts
-from inference_policy.placement import check, demand_for
-from inference_policy.plan import PlanError, parse_plan
-from inference_policy.signing import verify_configmap
-from inference_policy.verdict_codes import NodeVerdictCode
-from inference_policy.wire import PLAN_ANNOTATION
+from inference_policy.admission.device_gate import device_gate
+from inference_policy.base.access import reaches
+from inference_policy.base.codes import NodeVerdictCode
+from inference_policy.base.wire import PLAN_ANNOTATION
+from inference_policy.granting.grant import evaluate
+from inference_policy.placing.ledger import UsageLedger, accounted_pod, pod_key
+from inference_policy.placing.nodes import node_facts
+from inference_policy.placing.placement import check, demand_for
+from inference_policy.planning.plan import PlanError, parse_plan
+from inference_policy.trust.signing import verify_configmap
 from tests.fleetkit import FLEET
 from tests.fuzz import corpus
 from tests.fuzz.devicekit import add_device_surfaces, device_findings

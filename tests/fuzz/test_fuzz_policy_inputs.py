@@ -41,10 +41,10 @@ from hypothesis import strategies as st
 
 from allocation_controller.config import settings_from_args as controller_settings
 from extender.config import settings_from_args as extender_settings
-from inference_policy import strictjson
-from inference_policy.plan import Plan, PlanError, parse_plan
-from inference_policy.profile import ExtendedResourceBinding, VramPluginBinding
-from inference_policy.signing import (
+from inference_policy.base import strictjson
+from inference_policy.planning.plan import Plan, PlanError, parse_plan
+from inference_policy.trust.profile import ExtendedResourceBinding, VramPluginBinding
+from inference_policy.trust.signing import (
     BUNDLE_KEY,
     DIGEST_KEY,
     PAYLOAD_TYPE,

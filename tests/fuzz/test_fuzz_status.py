@@ -27,7 +27,7 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
-from inference_policy.status_cel import STATUS_FIELDS, tenant_condition_type
+from inference_policy.admission.status_cel import STATUS_FIELDS, tenant_condition_type
 from tests.fuzz.fuzzkit import Stats, fuzz_settings, recorded
 from tests.fuzz.statuskit import (
     CONDITION_TYPES,

@@ -17,10 +17,10 @@ from typing import Any
 from aiohttp import web
 
 from extender.app import create_app
-from inference_policy.engine_pod import planned_pod as core_planned_pod
-from inference_policy.plan import parse_plan
-from inference_policy.wire import ENGINE_LABEL as DEPLOYMENT_LABEL
-from inference_policy.wire import PLAN_ANNOTATION, REQUEST_ANNOTATION
+from inference_policy.admission.engine_pod import planned_pod as core_planned_pod
+from inference_policy.base.wire import ENGINE_LABEL as DEPLOYMENT_LABEL
+from inference_policy.base.wire import PLAN_ANNOTATION, REQUEST_ANNOTATION
+from inference_policy.planning.plan import parse_plan
 from localcluster.nodes import FakeNode
 from tests.integration.memory_sources import ExtenderMemorySource as MemorySource
 from tests.profilekit import NAMESPACE, NOW, Owner, gpu_binding, gpu_profile, request, with_profiles

@@ -12,10 +12,10 @@ from typing import Any
 
 from extender.config import ALL_NAMESPACES
 from extender.view import ClusterView
-from inference_policy.ledger import accounted_pod, pod_key
-from inference_policy.nodes import node_facts
-from inference_policy.spread import deployment_of
-from inference_policy.wire import ENGINE_LABEL as DEPLOYMENT_LABEL
+from inference_policy.base.wire import ENGINE_LABEL as DEPLOYMENT_LABEL
+from inference_policy.placing.ledger import accounted_pod, pod_key
+from inference_policy.placing.nodes import node_facts
+from inference_policy.placing.spread import deployment_of
 from policy_io.state import PROFILE_LABEL
 from webhook.profile_source import PolicyStore
 

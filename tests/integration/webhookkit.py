@@ -19,7 +19,7 @@ from typing import Any
 import jsonpatch
 from aiohttp import web
 
-from inference_policy.signing import DEFAULT_CONFIGMAP_NAME
+from inference_policy.trust.signing import DEFAULT_CONFIGMAP_NAME
 from tests.integration.memory_sources import WebhookMemorySource as MemorySource
 from tests.profilekit import NAMESPACE, NOW, Owner
 from webhook.app import create_app

@@ -191,7 +191,7 @@ certificate Secret, mounted at this path (scheduler-deployment.yaml). */}}
 
 {{/* The owner scheduler's KubeSchedulerConfiguration: owner.scheduler.config when the owner
 passes one (its scheduler and lock names must be schedulerName), else rendered here from the
-values, exactly as the core's inference_policy.schedconfig.render_scheduler_config renders it
+values, exactly as the core's inference_policy.placing.schedconfig.render_scheduler_config renders it
 for these inputs (tests/chart/test_chart.py holds the two equal). */}}
 {{- define "tmi.schedulerConfig" -}}
 {{- $name := .Values.core.inferenceResources.schedulerName -}}

@@ -34,8 +34,8 @@ from allocation_controller.leader import LeaderElector, LeaderSettings
 from allocation_controller.ports import ApiError, Conflict
 from allocation_controller.reconciler import NotLeader, Reconciler, ReconcileSettings
 from allocation_controller.revisions import PolicyView
-from inference_policy.grant import CONDITION_TYPE
-from inference_policy.recipes import render_catalog
+from inference_policy.granting.grant import CONDITION_TYPE
+from inference_policy.planning.recipes import render_catalog
 from policy_io.state import PROFILE_SELECTOR, PolicySettings
 from serving.informer import Collection, Page
 from serving.settings import ConfigError
@@ -957,7 +957,7 @@ async def test_pods_as_the_webhook_plans_them_are_verified(
     owner: Owner, document: dict[str, Any]
 ) -> None:
     """The Pod the real admission webhook stores, bound, is what the controller verifies."""
-    from inference_policy.signing import DEFAULT_CONFIGMAP_NAME
+    from inference_policy.trust.signing import DEFAULT_CONFIGMAP_NAME
     from tests.integration.webhookkit import apply_patch, engine_pod, patch_of, published, review
     from webhook.admission import Reviewer, envelope
     from webhook.profile_source import PolicyStore

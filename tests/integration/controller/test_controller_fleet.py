@@ -20,8 +20,8 @@ from allocation_controller.app import create_app
 from allocation_controller.config import ControllerSettings
 from allocation_controller.fleet import Fleet
 from allocation_controller.leader import LeaderSettings
-from inference_policy.grant import CONDITION_TYPE
-from inference_policy.kept_pod import MAX_KEPT_POD_BYTES
+from inference_policy.granting.grant import CONDITION_TYPE
+from inference_policy.granting.kept_pod import MAX_KEPT_POD_BYTES
 from tests import polling
 from tests.controllerkit import MemoryKube, bind, planned_pod
 from tests.profilekit import NOW, Owner, gpu_binding, gpu_profile, request, with_profiles

@@ -3,7 +3,7 @@ server (`tests.controllerkit.MemoryKube`, whose `forbidden` operations RBAC refu
 SelfSubjectAccessReviews answer accordingly).
 
 A controller that may no longer list, watch or get the namespace's Pods, or patch their status,
-cannot keep its verdicts (`inference_policy.owner_rights`). It says so (the
+cannot keep its verdicts (`inference_policy.granting.owner_rights`). It says so (the
 `tmi_allocation_rights_missing` gauge, a log line, an Event in the owner's namespace regarding
 its own Pod), stays ready, keeps retrying, and clears all of it, then catches up on the Pods,
 once the rights are back.
@@ -22,7 +22,7 @@ from allocation_controller.app import create_app
 from allocation_controller.config import settings_from_args
 from allocation_controller.ports import ApiError
 from allocation_controller.rights import CONFIRMED, MISSING, RESTORED
-from inference_policy.owner_rights import CONTROLLER_RIGHTS
+from inference_policy.granting.owner_rights import CONTROLLER_RIGHTS
 from tests.controllerkit import RIGHT_OPERATIONS, MemoryKube
 from tests.integration.controller.test_controller import (
     PROFILE_NAME,

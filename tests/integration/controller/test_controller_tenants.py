@@ -1,6 +1,6 @@
 """The allocation controller reports a Pod whose accounted share sits on a GPU beside another
-tenant's (`allocation_controller.neighbours`, `inference_policy.grant_tenants`), against the
-in-memory API server: team-b's controller follows team-a's bound engine Pods, and each move of
+tenant's (`allocation_controller.neighbours`, `inference_policy.granting.grant_tenants`), against
+the in-memory API server: team-b's controller follows team-a's bound engine Pods, and each move of
 theirs on a node re-checks team-b's Pods there.
 """
 
@@ -16,7 +16,7 @@ import pytest
 from allocation_controller.config import ControllerSettings, settings_from_args
 from allocation_controller.controller import Controller
 from allocation_controller.leader import LeaderSettings
-from inference_policy.grant import CONDITION_TYPE
+from inference_policy.granting.grant import CONDITION_TYPE
 from tests import polling
 from tests.controllerkit import MemoryKube, bind, planned_pod
 from tests.profilekit import NOW, Owner, gpu_binding, gpu_profile, request, with_profiles

@@ -142,7 +142,7 @@ async def test_the_cli_client_posts_to_the_collector() -> None:
         loop = asyncio.get_running_loop()
         await loop.run_in_executor(None, post_report, url, TOKEN, report(SHARED, "gpu-h200-0"))
         assert [view.node for view, _ in board.current()] == ["gpu-h200-0"]
-        from inference_policy.detection import DetectionError
+        from inference_policy.tools.detection import DetectionError
 
         with pytest.raises(DetectionError, match="cannot post"):
             await loop.run_in_executor(None, post_report, url, "wrong", report(MIG, "n"))

@@ -18,7 +18,7 @@ import pytest
 from aiohttp.test_utils import TestClient
 from pytest_aiohttp import AiohttpClient
 
-from inference_policy.wire import ENGINE_LABEL, PLAN_ANNOTATION
+from inference_policy.base.wire import ENGINE_LABEL, PLAN_ANNOTATION
 from tests.fleetkit import (
     FLEET,
     H100_2,

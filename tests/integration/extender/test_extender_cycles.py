@@ -18,7 +18,7 @@ from typing import Any
 from pytest_aiohttp import AiohttpClient
 
 from extender.view import ClusterView
-from inference_policy.placement import check_nodes, score_nodes
+from inference_policy.placing.placement import check_nodes, score_nodes
 from tests.fleetkit import FLEET, h100
 from tests.integration.extender.test_extender import post
 from tests.integration.extenderkit import (

@@ -3,8 +3,8 @@
 With `allocation_controller` set (the chart's TMI_ALLOCATION_CONTROLLER), an engine Pod is placed
 only while the API server confirms, in a recent SubjectAccessReview, that the controller may
 list, watch and get Pods and patch their status in the Pod's namespace
-(`inference_policy.owner_rights`, `extender.owner_rights`); otherwise every node is refused with
-the reason and the stable code `owner-rights`. Pods without a plan are untouched. First through
+(`inference_policy.granting.owner_rights`, `extender.owner_rights`); otherwise every node is refused
+with the reason and the stable code `owner-rights`. Pods without a plan are untouched. First through
 the HTTP app fed from memory (the test records the answers), then with the real reviewer against
 a fake API server answering reviews. Last, what happens when the extender itself may not read the
 profile: GPU plans are refused, CPU plans asking for no device are placed.
@@ -26,10 +26,15 @@ from extender.config import settings_from_args
 from extender.owner_rights import RightsBoard, Unconfirmed
 from extender.sources import KubernetesSource
 from extender.view import ClusterView
-from inference_policy.owner_rights import CONTROLLER_RIGHTS, MAX_REVIEWS_PER_SECOND, Right, judge
-from inference_policy.placement import Demand
-from inference_policy.pod_demand import Unplaceable
-from inference_policy.verdict_codes import NodeVerdictCode
+from inference_policy.base.codes import NodeVerdictCode
+from inference_policy.granting.owner_rights import (
+    CONTROLLER_RIGHTS,
+    MAX_REVIEWS_PER_SECOND,
+    Right,
+    judge,
+)
+from inference_policy.granting.pod_demand import Unplaceable
+from inference_policy.placing.placement import Demand
 from localcluster.nodes import FakeNode
 from serving.apiserver import from_kubeconfig
 from serving.settings import ConfigError

@@ -22,8 +22,8 @@ from extender.app import create_app
 from extender.quota import QuotaBoard
 from extender.sources import KubernetesSource
 from extender.tenants import Tenant
-from inference_policy.ledger import HOLDING_PODS_FIELD_SELECTOR
-from inference_policy.quota import QUOTA_ANNOTATION, QUOTA_NAME, Usage
+from inference_policy.placing.ledger import HOLDING_PODS_FIELD_SELECTOR
+from inference_policy.placing.quota import QUOTA_ANNOTATION, QUOTA_NAME, Usage
 from localcluster.metrics import metric, parse_metrics
 from serving.apiserver import from_kubeconfig
 from serving.quota import usage_part

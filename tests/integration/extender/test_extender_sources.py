@@ -16,8 +16,8 @@ import pytest
 
 from extender.sources import KubernetesSource
 from extender.view import ClusterView
-from inference_policy.ledger import HOLDING_PODS_FIELD_SELECTOR, holding_part
-from inference_policy.wire import ENGINE_LABEL as DEPLOYMENT_LABEL
+from inference_policy.base.wire import ENGINE_LABEL as DEPLOYMENT_LABEL
+from inference_policy.placing.ledger import HOLDING_PODS_FIELD_SELECTOR, holding_part
 from localcluster.nodes import FakeNode
 from serving.apiserver import from_kubeconfig
 from tests import polling

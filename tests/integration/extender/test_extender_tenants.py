@@ -19,8 +19,8 @@ from pytest_aiohttp import AiohttpClient
 
 from extender.app import create_app
 from extender.tenants import Tenant
-from inference_policy.nodes import NodeFacts
-from inference_policy.room import figures_with
+from inference_policy.placing.nodes import NodeFacts
+from inference_policy.placing.room_figures import figures_with
 from tests.fleetkit import h100, l40s
 from tests.integration.extenderkit import (
     SCHEDULER,
@@ -145,7 +145,8 @@ async def test_the_extender_is_ready_only_once_every_tenants_profile_is_read(
     assert (await client.get("/readyz")).status == 200
 
 
-# -- one tenant per accounted-share GPU (inference_policy.tenancy) ------------------------------
+# -- one tenant per accounted-share GPU (inference_policy.placing.tenancy)
+# ------------------------------
 
 SHARE_NODE = l40s("shared-l40s")
 

@@ -18,10 +18,16 @@ import pytest
 
 from extender.sources import KubernetesSource as ExtenderSource
 from extender.view import ClusterView
-from inference_policy.grant import _rederive
-from inference_policy.plan import parse_plan
-from inference_policy.room import ROOM_CONFIGMAP, ROOM_KEY, SMALLEST, WITH_ROOM, parse_figures
-from inference_policy.wire import REQUEST_ANNOTATION
+from inference_policy.base.wire import REQUEST_ANNOTATION
+from inference_policy.granting.grant import _rederive
+from inference_policy.planning.plan import parse_plan
+from inference_policy.planning.room import (
+    ROOM_CONFIGMAP,
+    ROOM_KEY,
+    SMALLEST,
+    WITH_ROOM,
+    parse_figures,
+)
 from localcluster.nodes import FakeNode
 from serving.apiserver import from_kubeconfig
 from tests import polling

@@ -20,8 +20,8 @@ from prometheus_client import generate_latest
 from allocation_controller.capped import EVENT_REASON
 from allocation_controller.config import ControllerSettings
 from allocation_controller.controller import Controller
-from inference_policy.grant import CONDITION_TYPE
-from inference_policy.signing import BUNDLE_KEY, DIGEST_KEY
+from inference_policy.granting.grant import CONDITION_TYPE
+from inference_policy.trust.signing import BUNDLE_KEY, DIGEST_KEY
 from policy_io import caps
 from policy_io.state import PROFILE_LABEL, PolicyState
 from serving.metrics import profile_gauges

@@ -12,7 +12,7 @@ modes and its Pod informer callbacks (the ledger's accounting, the replica sprea
 allocation controller's watch handler, reconcile (the grant check, the DRA allocation, the
 scheduling deadline) and departed-Pod reconcile, and the evidence readers. The admission
 policies' CEL is read for every `object.` path it names. Every path read must be listed by the
-inventory (`inference_policy.tenant_inputs.listed`), and none may fall only under rows that
+inventory (`inference_policy.tools.tenant_inputs.listed`), and none may fall only under rows that
 say "never read".
 """
 
@@ -35,13 +35,13 @@ from allocation_controller.revisions import PolicyView
 from extender.verbs import filter_nodes, prioritize_nodes
 from extender.view import ClusterView
 from extender.wire import ExtenderArgs
-from inference_policy import tenant_inputs
-from inference_policy.dra_claims import CLAIM_NAME
+from inference_policy.admission.policy_cel import policy_parts
 from inference_policy.evidence.observations import pod_info
 from inference_policy.evidence.pressure import classify_job_pod
-from inference_policy.ledger import UsageLedger, accounted_pod, holding_part, pod_key
-from inference_policy.policy_cel import policy_parts
-from inference_policy.spread import deployment_of
+from inference_policy.placing.ledger import UsageLedger, accounted_pod, holding_part, pod_key
+from inference_policy.placing.spread import deployment_of
+from inference_policy.tools import tenant_inputs
+from inference_policy.trust.dra_claims import CLAIM_NAME
 from localcluster.dra_driver import resource_slice
 from serving.watched import Delta
 from tests.controllerkit import MemoryKube, merge_status_patch

@@ -15,7 +15,7 @@ import pytest
 from aiohttp.test_utils import TestClient
 from pytest_aiohttp import AiohttpClient
 
-from inference_policy.signing import DEFAULT_CONFIGMAP_NAME
+from inference_policy.trust.signing import DEFAULT_CONFIGMAP_NAME
 from localcluster.metrics import metric, parse_metrics
 from tests.integration.webhookkit import (
     CPU_SECRET,
@@ -776,7 +776,7 @@ async def test_memoised_plans_respect_the_profile_window(
 ) -> None:
     from datetime import timedelta
 
-    from inference_policy.signing import DEFAULT_CONFIGMAP_NAME as NAME
+    from inference_policy.trust.signing import DEFAULT_CONFIGMAP_NAME as NAME
     from tests.integration.memory_sources import WebhookMemorySource as MemorySource
     from tests.profilekit import NOW
     from webhook.app import create_app

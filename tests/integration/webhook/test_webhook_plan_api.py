@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from pytest_aiohttp import AiohttpClient
 
-from inference_policy.signing import DEFAULT_CONFIGMAP_NAME
+from inference_policy.trust.signing import DEFAULT_CONFIGMAP_NAME
 from tests.integration.webhookkit import published, webhook_app
 from tests.profilekit import CLUSTER, EXAMPLES, NAMESPACE, NOW_TEXT, Owner, catalog_image, request
 from tmi_cli.main import main as tmi_main

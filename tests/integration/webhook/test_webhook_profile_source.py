@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from inference_policy.recipe_inputs import CatalogUnavailable
-from inference_policy.signing import DEFAULT_CONFIGMAP_NAME, Reason
+from inference_policy.planning.recipe_inputs import CatalogUnavailable
+from inference_policy.trust.signing import DEFAULT_CONFIGMAP_NAME, Reason
 from serving.apiserver import from_kubeconfig
 from serving.kube import ClientConfigError
 from tests import polling
@@ -141,7 +141,7 @@ async def test_watch_expiry_410_relists(api: FakeApiServer, tmp_path: Path) -> N
 
 
 async def test_recipe_catalogs_are_watched_too(api: FakeApiServer, tmp_path: Path) -> None:
-    from inference_policy.recipes import render_catalog
+    from inference_policy.planning.recipes import render_catalog
 
     owner = Owner()
     api.put(owner.sign())

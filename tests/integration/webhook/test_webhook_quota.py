@@ -12,7 +12,7 @@ import pytest
 from aiohttp.test_utils import TestClient
 from pytest_aiohttp import AiohttpClient
 
-from inference_policy.quota import QUOTA_ANNOTATION, QUOTA_NAME
+from inference_policy.placing.quota import QUOTA_ANNOTATION, QUOTA_NAME
 from localcluster.metrics import metric, parse_metrics
 from serving.quota import TenantQuota, usage_part
 from tests.integration.webhook.test_webhook_admission import admit, denial

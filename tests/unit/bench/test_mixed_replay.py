@@ -133,7 +133,7 @@ def test_fgd_counts_free_share_a_task_type_cannot_use() -> None:
 
 
 def test_one_tenant_per_shared_device_when_the_fleet_keeps_tenants_apart() -> None:
-    """`bench_tenants_mixed.py`'s model of `inference_policy.tenancy`: on a node built with
+    """`bench_tenants_mixed.py`'s model of `inference_policy.placing.tenancy`: on a node built with
     tenants, a share goes only on a device no other tenant's share holds; the device is free
     to anyone once its shares leave. Without tenants, shares mix as before."""
     apart, free = Node.of("n0", 16000, 64 * GIB, 1, tenants=2), Node.of("n1", 16000, 64 * GIB, 1)

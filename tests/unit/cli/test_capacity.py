@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from inference_policy.capacity import Deployment, Fill, replay
-from inference_policy.nodes import node_facts
+from inference_policy.placing.nodes import node_facts
+from inference_policy.tools.capacity import Deployment, Fill, replay
 from localcluster.nodes import FakeNode
 from tests.e2e.stackkit import LARGE, whole_h100_profile
 from tests.profilekit import CLUSTER, NAMESPACE, NOW, NOW_TEXT, Owner, request, with_profiles

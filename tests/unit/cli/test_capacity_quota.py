@@ -1,6 +1,6 @@
 """`tmi capacity` with each tenant's quota: deployments past a tenant's quota are refused as its
 webhook refuses them (403 quota-exceeded), in order, before placement, and each tenant's
-headroom is shown (`inference_policy.quota_replay`)."""
+headroom is shown (`inference_policy.tools.quota_replay`)."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from inference_policy.capacity import Deployment, replay
-from inference_policy.quota import QUOTA_ANNOTATION, QUOTA_NAME, Quota
-from inference_policy.quota_replay import within_quotas
+from inference_policy.placing.quota import QUOTA_ANNOTATION, QUOTA_NAME, Quota
+from inference_policy.tools.capacity import Deployment, replay
+from inference_policy.tools.quota_replay import within_quotas
 from localcluster.nodes import FakeNode
 from tests.e2e.stackkit import LARGE, whole_h100_profile
 from tests.profilekit import CLUSTER, NAMESPACE, NOW, NOW_TEXT, Owner, with_profiles

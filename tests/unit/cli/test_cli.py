@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from inference_policy.recipes import load_catalog
+from inference_policy.planning.recipes import load_catalog
 from localcluster.process import python_module
 from tests.profilekit import NOW_TEXT, Owner, catalog_image, request
 from tmi_cli.detect import DetectionError

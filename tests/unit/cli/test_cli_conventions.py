@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import yaml
 
-from inference_policy.signing import DEFAULT_CONFIGMAP_NAME
+from inference_policy.trust.signing import DEFAULT_CONFIGMAP_NAME
 from tests.profilekit import CLUSTER, NAMESPACE, NOW_TEXT, Owner, request
 from tmi_cli.main import main
 

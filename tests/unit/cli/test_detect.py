@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 import pytest
 
-from inference_policy.detection import DetectionError, GpuFacts, accelerator_block
+from inference_policy.tools.detection import DetectionError, GpuFacts, accelerator_block
 from tests.gpukit import (
     FIXTURE,
     H200_BLOCK,

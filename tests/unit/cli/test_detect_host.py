@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from inference_policy.dra import DraDevice
-from inference_policy.host_facts import architecture_of, semver
+from inference_policy.allocation.dra_facts import DraDevice
+from inference_policy.tools.host_facts import architecture_of, semver
 from tests.gpukit import FIXTURE, H200_BLOCK
 from tmi_cli.main import main
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from inference_policy.detection import DetectionError, GpuFacts, accelerator_block
+from inference_policy.tools.detection import DetectionError, GpuFacts, accelerator_block
 from tests.gpukit import FakeNvml, FakeSmi, features, h200_smi, ok, sections
 from tmi_cli.detect import detect_accelerator
 from tmi_cli.nvidia_smi import (

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from inference_policy.detection import DetectionError, accelerator_block
+from inference_policy.tools.detection import DetectionError, accelerator_block
 from tests.gpukit import FakeNvml, device, features, host_dump, nvml_dump
 from tmi_cli.detect import detect_accelerator
 from tmi_cli.nvml import probe_nvml

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from inference_policy.draft import (
+from inference_policy.tools.draft import (
     DraftError,
     draft_envelope,
     observed,

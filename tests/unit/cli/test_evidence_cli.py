@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 import yaml
 
+from inference_policy.base.wire import ENGINE_LABEL, PLAN_ANNOTATION, REQUEST_ANNOTATION
 from inference_policy.evidence import CUDA_OOM_EXIT_CODE, classify_job_pod
-from inference_policy.wire import ENGINE_LABEL, PLAN_ANNOTATION, REQUEST_ANNOTATION
 from tests.evidencekit import MIG, SHARED, STATUS, FakeEvidenceNvml, FakeSmi, load
 from tmi_cli import evidence_command, main
 from tmi_cli.gpu_processes import NvidiaSmiReader, NvmlReader

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pynvml
 import pytest
 
-from inference_policy.detection import DetectionError
+from inference_policy.tools.detection import DetectionError
 from tests.evidencekit import (
     GPU,
     H200_UUID,

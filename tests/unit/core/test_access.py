@@ -1,4 +1,4 @@
-"""What reaches for an accelerator (inference_policy.access) and what an UPDATE may change.
+"""What reaches for an accelerator (inference_policy.base.access) and what an UPDATE may change.
 
 One predicate serves the webhook, the controller and the API server's CEL matchConditions; these
 tests hold it to the shared Pod corpus (which the end-to-end test also sends through the real API
@@ -15,11 +15,11 @@ from typing import Any
 import pytest
 import yaml
 
-from inference_policy.access import Reach, is_accelerator_resource, new_reaches, reaches
-from inference_policy.access_cel import cel_condition, guard_validations, guard_variables
-from inference_policy.engine_pod import admission_refusal, update_refusal
-from inference_policy.refusals import RefusalCode
-from inference_policy.shield_cel import has_unshielded, not_an_engine_pod, shield_mutation
+from inference_policy.admission.access_cel import cel_condition, guard_validations, guard_variables
+from inference_policy.admission.engine_pod import admission_refusal, update_refusal
+from inference_policy.admission.shield_cel import has_unshielded, not_an_engine_pod, shield_mutation
+from inference_policy.base.access import Reach, is_accelerator_resource, new_reaches, reaches
+from inference_policy.base.codes import RefusalCode
 from tests.integration.webhookkit import plain_pod
 from tests.podcorpus import CORPUS, EPHEMERAL
 
@@ -60,7 +60,7 @@ def test_the_shipped_policies_are_the_generated_ones() -> None:
 
 
 def test_the_cel_names_every_standard_resource_and_variable() -> None:
-    from inference_policy.access import (
+    from inference_policy.base.access import (
         CDI_ANNOTATION_PREFIXES,
         DEVICE_ENV_PREFIXES,
         STANDARD_PREFIXES,
@@ -245,7 +245,7 @@ def test_the_plan_annotation_is_frozen(before: str | None, after: str | None, me
 
 
 def test_what_is_shielded() -> None:
-    from inference_policy.engine_pod import apply_edits, shield_edits, to_shield
+    from inference_policy.admission.engine_pod import apply_edits, shield_edits, to_shield
 
     pod = plain_pod()
     pod["spec"]["initContainers"] = [{"name": "init", "image": "x", "env": [{"name": "A"}]}]
@@ -298,6 +298,6 @@ def test_the_engine_container_annotation_is_frozen_with_the_plan() -> None:
     ],
 )
 def test_only_conditions_of_another_domain_are_the_tenants(kind: str, tenants: bool) -> None:
-    from inference_policy.status_cel import tenant_condition_type
+    from inference_policy.admission.status_cel import tenant_condition_type
 
     assert tenant_condition_type(kind) is tenants

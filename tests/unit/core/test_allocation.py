@@ -16,8 +16,8 @@ from inference_policy.allocation import (
     class_of,
     class_of_resource,
 )
-from inference_policy.profile import ExtendedResourceBinding
-from inference_policy.verdict_codes import NodeVerdictCode
+from inference_policy.base.codes import NodeVerdictCode
+from inference_policy.trust.profile import ExtendedResourceBinding
 from tests.profilekit import gpu_binding
 
 

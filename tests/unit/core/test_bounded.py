@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from inference_policy.bounded import keep
+from inference_policy.base.bounded import keep
 
 
 def test_a_table_keeps_entries_up_to_its_bound_then_starts_over() -> None:

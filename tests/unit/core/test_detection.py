@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from inference_policy.detection import DetectionError, accelerator_block, format_block
+from inference_policy.tools.detection import DetectionError, accelerator_block, format_block
 from tests.gpukit import features, full_mesh, gpu
 
 

@@ -1,4 +1,5 @@
-"""The core's gate before placement and before the grant check (inference_policy.device_gate).
+"""The core's gate before placement and before the grant check
+(inference_policy.admission.device_gate).
 
 The extender and the allocation controller both ask it, so a Pod whose plan says it needs no
 device but which reaches for one is refused alike by both, whatever the plan says of itself.
@@ -11,11 +12,10 @@ from typing import Any
 
 import pytest
 
-from inference_policy.allocation_reasons import UNPLANNED_DEVICE_ACCESS
-from inference_policy.device_gate import FREE, device_gate
-from inference_policy.grant import check_grant
-from inference_policy.verdict_codes import NodeVerdictCode
-from inference_policy.wire import PLAN_ANNOTATION
+from inference_policy.admission.device_gate import FREE, device_gate
+from inference_policy.base.codes import UNPLANNED_DEVICE_ACCESS, NodeVerdictCode
+from inference_policy.base.wire import PLAN_ANNOTATION
+from inference_policy.granting.grant import check_grant
 from tests.integration.webhookkit import plain_pod
 from tests.profilekit import NOW, Owner
 

@@ -1,10 +1,11 @@
-"""`tmi doctor`'s judgments (`inference_policy.doctor`), from the documents the command reads."""
+"""`tmi doctor`'s judgments (`inference_policy.tools.doctor`), from the documents the command
+reads."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from inference_policy.doctor import (
+from inference_policy.tools.doctor import (
     EXEC_GUARD,
     POD_GUARD,
     gpu_node_checks,

@@ -7,8 +7,13 @@ from typing import Any
 
 import pytest
 
-from inference_policy.dra import NVIDIA_DRA_DRIVER, device_facts, device_mismatch
-from inference_policy.dra_claims import (
+from inference_policy.admission.engine_pod import planned_pod
+from inference_policy.allocation.dra_facts import NVIDIA_DRA_DRIVER, device_facts, device_mismatch
+from inference_policy.granting.grant_findings import pod_findings
+from inference_policy.placing.nodes import node_facts
+from inference_policy.placing.placement import demand_for, identity_verdict
+from inference_policy.planning.plan import parse_plan
+from inference_policy.trust.dra_claims import (
     CLAIM_NAME,
     binding_of_class,
     device_class_name,
@@ -17,12 +22,7 @@ from inference_policy.dra_claims import (
     spill_targets,
     template_for,
 )
-from inference_policy.engine_pod import planned_pod
-from inference_policy.grant_findings import pod_findings
-from inference_policy.nodes import node_facts
-from inference_policy.placement import demand_for, identity_verdict
-from inference_policy.plan import parse_plan
-from inference_policy.profile import DraBinding, ProfileSchemaError, parse_envelope
+from inference_policy.trust.profile import DraBinding, ProfileSchemaError, parse_envelope
 from localcluster.dra_driver import published_device
 from tests.profilekit import (
     NOW,
@@ -323,7 +323,7 @@ def slices_with(*devices: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def checked(claim: Any, slices: Any, state: Any = None) -> Any:
-    from inference_policy.dra_allocation import allocation_verdict
+    from inference_policy.granting.dra_allocation import allocation_verdict
 
     state = state or dra_state(SMALL, LARGE)
     _, plan = planned(state)
@@ -331,7 +331,7 @@ def checked(claim: Any, slices: Any, state: Any = None) -> Any:
 
 
 def test_a_claim_holding_the_bindings_device_is_verified() -> None:
-    from inference_policy.dra_allocation import claim_name_of
+    from inference_policy.granting.dra_allocation import claim_name_of
 
     verdict, plan = checked(None, [])
     assert verdict is not None and verdict.reason == "ClaimUnallocated"

@@ -1,18 +1,23 @@
-"""The admission of an engine Pod, decided by the core alone (`inference_policy.engine_admission`):
-each refusal before planning and of the plan, with its status and stable code, and the edits of
-a local plan, the shield included. The webhook only applies what these return."""
+"""The admission of an engine Pod, decided by the core alone
+(`inference_policy.admission.engine_admission`): each refusal before planning and of the plan, with
+its status and stable code, and the edits of a local plan, the shield included. The webhook only
+applies what these return."""
 
 from __future__ import annotations
 
 import json
 from typing import Any
 
-from inference_policy.decision import Decision
-from inference_policy.engine_admission import EngineSubject, admitted, engine_subject
-from inference_policy.engine_pod import PodRefusal, apply_edits, plan_fields
-from inference_policy.plan import Plan
-from inference_policy.refusals import RefusalCode
-from inference_policy.wire import ENGINE_CONTAINER_ANNOTATION, PLAN_ANNOTATION, REQUEST_ANNOTATION
+from inference_policy.admission.engine_admission import EngineSubject, admitted, engine_subject
+from inference_policy.admission.engine_pod import PodRefusal, apply_edits, plan_fields
+from inference_policy.base.codes import RefusalCode
+from inference_policy.base.wire import (
+    ENGINE_CONTAINER_ANNOTATION,
+    PLAN_ANNOTATION,
+    REQUEST_ANNOTATION,
+)
+from inference_policy.planning.decision import Decision
+from inference_policy.planning.plan import Plan
 from tests.profilekit import NOW, Owner, request
 
 SCHEDULER = "kamiwaza-inference-scheduler"

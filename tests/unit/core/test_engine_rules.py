@@ -9,11 +9,11 @@ from typing import Any
 
 import pytest
 
-from inference_policy.catalog import CatalogError, EngineCatalog, WorkingMemory
-from inference_policy.planner import decide
-from inference_policy.quantity import GI, MI
-from inference_policy.refusals import RefusalCode
-from inference_policy.sizing import CUDA_CONTEXT_BYTES, overhead_bytes
+from inference_policy.base.codes import RefusalCode
+from inference_policy.base.quantity import GI, MI
+from inference_policy.planning.catalog import CatalogError, EngineCatalog, WorkingMemory
+from inference_policy.planning.planner import decide
+from inference_policy.planning.sizing import CUDA_CONTEXT_BYTES, overhead_bytes
 from policy_io.catalog import catalog_bytes, packaged_catalog
 from policy_io.state import PolicyState
 from tests.profilekit import NOW, Owner, request

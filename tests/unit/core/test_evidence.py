@@ -25,7 +25,7 @@ from inference_policy.evidence import (
     pod_info,
     read_report,
 )
-from inference_policy.plan import parse_plan
+from inference_policy.planning.plan import parse_plan
 from tests.evidencekit import (
     GIB,
     H200_UUID,

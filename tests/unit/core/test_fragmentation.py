@@ -5,16 +5,16 @@ from __future__ import annotations
 
 import pytest
 
-from inference_policy.fragmentation import (
+from inference_policy.placing.fragmentation import (
     RequestMix,
     Workload,
     expected_fragment,
     fragment_delta,
     tail,
 )
-from inference_policy.nodes import NodeFacts, node_facts
-from inference_policy.placement import demand_for, has_accelerator, score_nodes
-from inference_policy.plan import parse_plan
+from inference_policy.placing.nodes import NodeFacts, node_facts
+from inference_policy.placing.placement import demand_for, has_accelerator, score_nodes
+from inference_policy.planning.plan import parse_plan
 from localcluster.nodes import FakeNode
 from tests.fleetkit import l40s
 from tests.unit.core.test_placement import GI, cpu_plan, plan, vram, whole

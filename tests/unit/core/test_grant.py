@@ -1,4 +1,5 @@
-"""The AllocationVerified verdict (inference_policy.grant), one test per reason and per policy.
+"""The AllocationVerified verdict (inference_policy.granting.grant), one test per reason and per
+policy.
 
 Pods are built the way the admission webhook leaves them: the core's plan applied to a plain
 engine Pod (image, resources, RuntimeClass, architecture selector, readiness gate, the plan
@@ -18,13 +19,14 @@ from typing import Any
 
 import pytest
 
-from inference_policy import allocation_reasons, grant, stored_pod
-from inference_policy.engine_pod import planned_pod
-from inference_policy.grant import CONDITION_TYPE, Lapse, check_grant, evaluate
-from inference_policy.plan import PlanResources
-from inference_policy.planner import Decision, PlanContext
-from inference_policy.quantity import same_quantity
-from inference_policy.signing import ProfileRefused, Reason, VerifiedProfile
+from inference_policy.admission.engine_pod import planned_pod
+from inference_policy.base import codes
+from inference_policy.base.quantity import same_quantity
+from inference_policy.granting import grant, stored_pod
+from inference_policy.granting.grant import CONDITION_TYPE, Lapse, check_grant, evaluate
+from inference_policy.planning.plan import PlanResources
+from inference_policy.planning.planner import Decision, PlanContext
+from inference_policy.trust.signing import ProfileRefused, Reason, VerifiedProfile
 from policy_io.state import PolicyState
 from tests.profilekit import NOW, Owner, request
 
@@ -503,7 +505,7 @@ def test_departed_verdict() -> None:
     verdict = grant.departed_verdict()
     assert (verdict.status, verdict.reason) == ("False", "EngineLabelRemoved")
     assert "kamiwaza.ai/deployment-id" in verdict.message
-    assert set(allocation_reasons.REASONS) >= {
+    assert set(codes.ALLOCATION_REASONS) >= {
         "Verified",
         "ImageMismatch",
         "ResourcesMismatch",

@@ -1,4 +1,4 @@
-"""What the allocation controller keeps of an engine Pod (inference_policy.kept_pod).
+"""What the allocation controller keeps of an engine Pod (inference_policy.granting.kept_pod).
 
 The tenant decides how many engine-labelled Pods there are and how large each is, so past a
 size the controller keeps a skeleton, and the verdict for it says the grant was not checked.
@@ -9,10 +9,10 @@ from __future__ import annotations
 import pickle
 from typing import Any
 
-from inference_policy.allocation_reasons import POD_TOO_LARGE
-from inference_policy.grant import evaluate
-from inference_policy.kept_pod import MAX_KEPT_POD_BYTES, kept_pod, too_large
-from inference_policy.wire import ALLOCATION_VERIFIED, ENGINE_LABEL
+from inference_policy.base.codes import POD_TOO_LARGE
+from inference_policy.base.wire import ALLOCATION_VERIFIED, ENGINE_LABEL
+from inference_policy.granting.grant import evaluate
+from inference_policy.granting.kept_pod import MAX_KEPT_POD_BYTES, kept_pod, too_large
 from tests.profilekit import NOW, Owner
 
 

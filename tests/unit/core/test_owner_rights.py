@@ -1,10 +1,9 @@
 """The rule of what the allocation controller must hold in a tenant namespace, and how access
-reviews' answers become a verdict (`inference_policy.owner_rights`)."""
+reviews' answers become a verdict (`inference_policy.granting.owner_rights`)."""
 
 from __future__ import annotations
 
-from inference_policy.doctor import controller_rights_check
-from inference_policy.owner_rights import (
+from inference_policy.granting.owner_rights import (
     CONTROLLER_BINDING,
     CONTROLLER_RIGHTS,
     Right,
@@ -16,6 +15,7 @@ from inference_policy.owner_rights import (
     service_account_groups,
     subject_access_review,
 )
+from inference_policy.tools.doctor import controller_rights_check
 
 CONTROLLER = "system:serviceaccount:tmi-system:tmi-allocation-controller"
 LIST, WATCH, GET, PATCH = CONTROLLER_RIGHTS

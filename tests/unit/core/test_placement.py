@@ -14,7 +14,9 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from inference_policy.ledger import (
+from inference_policy.base.codes import NodeVerdictCode
+from inference_policy.base.quantity import QuantityError, resource_units
+from inference_policy.placing.ledger import (
     HOLDING_PODS_FIELD_SELECTOR,
     UsageLedger,
     accounted_pod,
@@ -22,8 +24,8 @@ from inference_policy.ledger import (
     pod_key,
     pod_requests,
 )
-from inference_policy.nodes import GFD_CUDA_MAJOR, NodeFacts, Verdict, node_facts
-from inference_policy.placement import (
+from inference_policy.placing.nodes import GFD_CUDA_MAJOR, NodeFacts, Verdict, node_facts
+from inference_policy.placing.placement import (
     best_fit_scales,
     check,
     check_nodes,
@@ -31,10 +33,8 @@ from inference_policy.placement import (
     score,
     score_nodes,
 )
-from inference_policy.plan import Plan, PlanError, parse_plan
-from inference_policy.profile import CpuBinding, ExtendedResourceBinding, VramPluginBinding
-from inference_policy.quantity import QuantityError, resource_units
-from inference_policy.verdict_codes import NodeVerdictCode
+from inference_policy.planning.plan import Plan, PlanError, parse_plan
+from inference_policy.trust.profile import CpuBinding, ExtendedResourceBinding, VramPluginBinding
 from localcluster.nodes import FakeNode
 from tests.fleetkit import A100_MIG, gh200, h100, l40s, no_gfd, t4
 from tests.fleetkit import r570 as fleet_r570

@@ -1,5 +1,5 @@
-"""The one plan model (inference_policy.plan): its wire form is the contract's, and it has one
-reader that every component uses.
+"""The one plan model (inference_policy.planning.plan): its wire form is the contract's, and it has
+one reader that every component uses.
 
 Golden checks: the planner's plans for the contract's example request, a forced-CPU request, an
 accounted vLLM share and an external endpoint serialise with exactly the contract's fields in its
@@ -15,9 +15,9 @@ from typing import Any
 
 import pytest
 
-from inference_policy import grant
-from inference_policy.plan import MAX_PLAN_BYTES, Plan, PlanError, parse_plan
-from inference_policy.planner import Decision
+from inference_policy.granting import grant
+from inference_policy.planning.plan import MAX_PLAN_BYTES, Plan, PlanError, parse_plan
+from inference_policy.planning.planner import Decision
 from tests.profilekit import NOW, Owner, request
 
 CONTRACT_ORDER = [

@@ -13,7 +13,7 @@ from typing import Any, cast
 
 import pytest
 
-from inference_policy.plan import PlanError, parse_plan
+from inference_policy.planning.plan import PlanError, parse_plan
 from tests.fuzz import corpus
 
 

@@ -7,11 +7,11 @@ from typing import Any
 
 import pytest
 
-from inference_policy.planner import decide
-from inference_policy.quantity import GI, MI
-from inference_policy.recipes import parse_catalog
-from inference_policy.signing import DIGEST_KEY
-from inference_policy.sizing import estimate_gpu, kv_cache_bytes
+from inference_policy.base.quantity import GI, MI
+from inference_policy.planning.planner import decide
+from inference_policy.planning.recipes import parse_catalog
+from inference_policy.planning.sizing import estimate_gpu, kv_cache_bytes
+from inference_policy.trust.signing import DIGEST_KEY
 from policy_io.catalog import packaged_catalog
 from policy_io.state import PolicySettings, PolicyState
 from tests.profilekit import (

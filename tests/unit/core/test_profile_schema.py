@@ -6,7 +6,7 @@ from typing import Any, cast
 
 import pytest
 
-from inference_policy.profile import ProfileSchemaError, parse_envelope, parse_timestamp
+from inference_policy.trust.profile import ProfileSchemaError, parse_envelope, parse_timestamp
 from tests.profilekit import Owner, clone
 
 OWNER = Owner()

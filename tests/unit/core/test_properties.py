@@ -9,11 +9,11 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from inference_policy import strictjson
-from inference_policy.plan import Plan, parse_plan
-from inference_policy.planner import decide
-from inference_policy.profile import ProfileSchemaError, parse_envelope
-from inference_policy.signing import ProfileRefused, canonical, verify_configmap
+from inference_policy.base import strictjson
+from inference_policy.planning.plan import Plan, parse_plan
+from inference_policy.planning.planner import decide
+from inference_policy.trust.profile import ProfileSchemaError, parse_envelope
+from inference_policy.trust.signing import ProfileRefused, canonical, verify_configmap
 from tests.profilekit import NOW, Owner, request
 
 OWNER = Owner()

@@ -1,4 +1,4 @@
-"""The one quantity grammar (inference_policy.quantity) against the Kubernetes client's parser.
+"""The one quantity grammar (inference_policy.base.quantity) against the Kubernetes client's parser.
 
 The core may not import the client, so the grammar is written out there; these properties hold
 it to `kubernetes.utils.parse_quantity` on every quantity the Kubernetes grammar can produce
@@ -17,7 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from kubernetes.utils import parse_quantity as client_parse
 
-from inference_policy.quantity import (
+from inference_policy.base.quantity import (
     MAX_MAGNITUDE,
     QuantityError,
     parse_bytes,
@@ -158,7 +158,7 @@ def test_exact_values_not_floats() -> None:
 def test_remembered_units_are_the_units_found_afresh(name: str, text: str) -> None:
     """`resource_units` remembers what it found by name and text; asked twice, or after a full
     memo starts over, it answers as working it out again does, and a refusal is never kept."""
-    from inference_policy import quantity
+    from inference_policy.base import quantity
 
     def afresh() -> int | str:
         try:
@@ -185,7 +185,7 @@ def test_remembered_units_are_the_units_found_afresh(name: str, text: str) -> No
 
 
 def test_the_units_memo_is_bounded() -> None:
-    from inference_policy import quantity
+    from inference_policy.base import quantity
 
     # The module's own bound, not a patched one: the memo is bounded as it ships.
     bound = quantity._MAX_UNITS

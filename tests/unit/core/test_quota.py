@@ -1,5 +1,5 @@
-"""The owner's quota per tenant (`inference_policy.quota`): read from its ResourceQuota, what a
-Pod holds against it, and the one decision the webhook and the extender both take."""
+"""The owner's quota per tenant (`inference_policy.placing.quota`): read from its ResourceQuota,
+what a Pod holds against it, and the one decision the webhook and the extender both take."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from inference_policy.engine_pod import planned_pod
-from inference_policy.plan import Plan
-from inference_policy.quota import (
+from inference_policy.admission.engine_pod import planned_pod
+from inference_policy.base.wire import ENGINE_LABEL, PLAN_ANNOTATION
+from inference_policy.placing.quota import (
     QUOTA_ANNOTATION,
     QUOTA_NAME,
     Quota,
@@ -25,7 +25,7 @@ from inference_policy.quota import (
     pod_usage,
     refusal_body,
 )
-from inference_policy.wire import ENGINE_LABEL, PLAN_ANNOTATION
+from inference_policy.planning.plan import Plan
 from tests.profilekit import NAMESPACE, NOW, Owner, gpu_binding, gpu_profile, request, with_profiles
 
 WHOLE = "nvidia-whole-amd64"

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 import yaml
 
-from inference_policy.profile import parse_envelope
-from inference_policy.revisions_compare import binding_changes
+from inference_policy.tools.revisions_compare import binding_changes
+from inference_policy.trust.profile import parse_envelope
 from tests.profilekit import CLUSTER, NAMESPACE, NOW_TEXT, Owner, request
 from tmi_cli.main import main
 

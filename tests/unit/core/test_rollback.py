@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from inference_policy.rollback import Floor, FloorUnreadable, floor_of
-from inference_policy.signing import Reason
+from inference_policy.trust.rollback import Floor, FloorUnreadable, floor_of
+from inference_policy.trust.signing import Reason
 from policy_io.feed import FLOOR, PolicyFeed
 from policy_io.snapshot import RefusedRevision
 from tests.profilekit import Owner

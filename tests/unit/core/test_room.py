@@ -1,5 +1,5 @@
 """Spill across device-plugin bindings: the owner's room figures, the rule that picks a binding
-with them, and the replay that checks the recorded choice (`inference_policy.room`)."""
+with them, and the replay that checks the recorded choice (`inference_policy.planning.room`)."""
 
 from __future__ import annotations
 
@@ -10,22 +10,21 @@ from typing import Any
 import orjson
 import pytest
 
-from inference_policy.grant import _rederive
-from inference_policy.nodes import node_facts
-from inference_policy.plan import PlanChoice, parse_plan
-from inference_policy.planner import decide as core_decide
-from inference_policy.profile import parse_envelope
-from inference_policy.room import (
+from inference_policy.granting.grant import _rederive
+from inference_policy.placing.nodes import node_facts
+from inference_policy.placing.room_figures import figures_of, figures_with
+from inference_policy.planning.plan import PlanChoice, parse_plan
+from inference_policy.planning.planner import decide as core_decide
+from inference_policy.planning.room import (
     SMALLEST,
     WITH_ROOM,
     RoomError,
     configmap,
-    figures_of,
-    figures_with,
     live,
     parse_figures,
     replaying,
 )
+from inference_policy.trust.profile import parse_envelope
 from tests.fleetkit import h100
 from tests.profilekit import (
     NOW,

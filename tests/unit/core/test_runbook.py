@@ -1,7 +1,7 @@
 """The runbook covers every code an operator can meet, and every alert links into it.
 
 docs/operations.md is keyed by the refusal codes (``RefusalCode``), the extender's node verdict
-codes (``NodeVerdictCode``) and the AllocationVerified reasons (``allocation_reasons.REASONS``);
+codes (``NodeVerdictCode``) and the AllocationVerified reasons (``codes.ALLOCATION_REASONS``);
 the lists are closed, so a code added without its runbook section fails here. The chart's alerts
 name runbook anchors, which must exist.
 """
@@ -14,9 +14,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from inference_policy.allocation_reasons import REASONS
-from inference_policy.refusals import RefusalCode
-from inference_policy.verdict_codes import DESCRIPTIONS, NodeVerdictCode
+from inference_policy.base.codes import (
+    ALLOCATION_REASONS,
+    VERDICT_DESCRIPTIONS,
+    NodeVerdictCode,
+    RefusalCode,
+)
 
 ROOT = Path(__file__).resolve().parents[3]
 RUNBOOK = ROOT / "docs" / "operations.md"
@@ -43,10 +46,10 @@ def test_every_node_verdict_code_has_a_section(code: str) -> None:
 
 
 def test_every_node_verdict_code_is_described() -> None:
-    assert set(DESCRIPTIONS) == set(NodeVerdictCode)
+    assert set(VERDICT_DESCRIPTIONS) == set(NodeVerdictCode)
 
 
-@pytest.mark.parametrize("reason", REASONS)
+@pytest.mark.parametrize("reason", ALLOCATION_REASONS)
 def test_every_allocation_verified_reason_has_a_section(reason: str) -> None:
     assert reason in headings()
 

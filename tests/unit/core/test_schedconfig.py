@@ -10,10 +10,7 @@ from typing import Any
 import pytest
 import yaml
 
-from inference_policy.schedconfig import (
-    SchedulerConfigError,
-    render_scheduler_config,
-)
+from inference_policy.placing.schedconfig import SchedulerConfigError, render_scheduler_config
 from tests.profilekit import CLUSTER, NAMESPACE, NOW_TEXT, Owner
 from tmi_cli.main import main
 

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from inference_policy.signing import (
+from inference_policy.trust.signing import (
     BUNDLE_KEY,
     DIGEST_KEY,
     PAYLOAD_TYPE,

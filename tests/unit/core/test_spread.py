@@ -1,5 +1,5 @@
-"""Replicas of one deployment on distinct nodes first (`inference_policy.spread`), packing kept
-among the nodes alike in what they hold of it."""
+"""Replicas of one deployment on distinct nodes first (`inference_policy.placing.spread`), packing
+kept among the nodes alike in what they hold of it."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
-from inference_policy.spread import APART, ReplicaIndex, deployment_of, spread_replicas
+from inference_policy.placing.spread import APART, ReplicaIndex, deployment_of, spread_replicas
 
 
 def test_without_a_replica_placed_the_scores_are_unchanged() -> None:

@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from inference_policy import strictjson
-from inference_policy.strictjson import StrictJSONError, loads
+from inference_policy.base import strictjson
+from inference_policy.base.strictjson import StrictJSONError, loads
 
 
 @pytest.mark.parametrize(

@@ -1,7 +1,7 @@
-"""One tenant per non-isolating device (`inference_policy.tenancy`): which allocation classes
-isolate, the owner's `sharing.acrossTenants` in the signed profile, the ledger's shares by
+"""One tenant per non-isolating device (`inference_policy.placing.tenancy`): which allocation
+classes isolate, the owner's `sharing.acrossTenants` in the signed profile, the ledger's shares by
 tenant, the rule as placement and the room figures apply it, the capacity replay, and the
-controller's report (`inference_policy.grant_tenants`)."""
+controller's report (`inference_policy.granting.grant_tenants`)."""
 
 from __future__ import annotations
 
@@ -20,26 +20,19 @@ from inference_policy.allocation import (
     MIG,
     WHOLE_DEVICE,
 )
-from inference_policy.allocation_reasons import (
+from inference_policy.base.codes import (
     SHARED_WITH_ANOTHER_TENANT,
     VERIFIED,
     VERIFIED_SHARED_WITH_ANOTHER_TENANT,
+    NodeVerdictCode,
 )
-from inference_policy.capacity import Deployment, replay
-from inference_policy.grant import Verdict as GrantVerdict
-from inference_policy.grant_tenants import kept_apart
-from inference_policy.ledger import UsageLedger
-from inference_policy.nodes import node_facts
-from inference_policy.placement import binding_demand, check_nodes, free_of
-from inference_policy.profile import (
-    ExtendedResourceBinding,
-    ProfileSchemaError,
-    VramPluginBinding,
-    parse_envelope,
-)
-from inference_policy.revisions_compare import binding_changes
-from inference_policy.room import figures_of
-from inference_policy.tenancy import (
+from inference_policy.granting.grant import Verdict as GrantVerdict
+from inference_policy.granting.grant_tenants import kept_apart
+from inference_policy.placing.ledger import UsageLedger
+from inference_policy.placing.nodes import node_facts
+from inference_policy.placing.placement import binding_demand, check_nodes, free_of
+from inference_policy.placing.room_figures import figures_of
+from inference_policy.placing.tenancy import (
     Tenancy,
     TenantShares,
     apart_verdict,
@@ -48,7 +41,14 @@ from inference_policy.tenancy import (
     gpu_label,
     shares_gpu,
 )
-from inference_policy.verdict_codes import NodeVerdictCode
+from inference_policy.tools.capacity import Deployment, replay
+from inference_policy.tools.revisions_compare import binding_changes
+from inference_policy.trust.profile import (
+    ExtendedResourceBinding,
+    ProfileSchemaError,
+    VramPluginBinding,
+    parse_envelope,
+)
 from tests.controllerkit import bind, planned_pod
 from tests.fleetkit import h100, l40s
 from tests.profilekit import NOW, Owner, gpu_binding, gpu_profile, request, with_profiles

@@ -1,5 +1,5 @@
-"""The tenant-input inventory (`inference_policy.tenant_inputs`) and the threat model's table of
-it say the same, and every name the inventory uses is real.
+"""The tenant-input inventory (`inference_policy.tools.tenant_inputs`) and the threat model's table
+of it say the same, and every name the inventory uses is real.
 
 The table in `docs/threat-model.md` ("What the tenant can write, and what the owner's parts make
 of it") is the inventory rendered (`tenant_inputs.table()`): every data row is in the document
@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from inference_policy.tenant_inputs import (
+from inference_policy.tools.tenant_inputs import (
     INVENTORY,
     NEXT_ISSUE,
     TABLE_HEADER,
@@ -86,7 +86,7 @@ def _defined(path: str) -> frozenset[str]:
 
 @pytest.mark.parametrize("entry", INVENTORY, ids=lambda e: e.paths[0])
 def test_every_reader_and_test_it_names_is_there(entry: object) -> None:
-    from inference_policy.tenant_inputs import TenantInput
+    from inference_policy.tools.tenant_inputs import TenantInput
 
     assert isinstance(entry, TenantInput)
     for reader in entry.readers:

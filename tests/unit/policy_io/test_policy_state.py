@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from inference_policy.recipe_inputs import CatalogUnavailable, Cause
-from inference_policy.recipes import RecipeCatalog, render_catalog
+from inference_policy.planning.recipe_inputs import CatalogUnavailable, Cause
+from inference_policy.planning.recipes import RecipeCatalog, render_catalog
 from policy_io.catalog import packaged_catalog
 from policy_io.feed import PolicyFeed
 from policy_io.state import PolicyState, revision_of

@@ -15,7 +15,7 @@ import pytest
 
 from allocation_controller.config import settings_from_args as controller_settings
 from extender.config import settings_from_args as extender_settings
-from inference_policy.signing import (
+from inference_policy.trust.signing import (
     BUNDLE_KEY,
     DIGEST_KEY,
     MAX_CHECK_CHARS,

@@ -11,7 +11,7 @@ import pytest
 
 from allocation_controller.__main__ import main
 from allocation_controller.config import settings_from_args
-from inference_policy.owner_rights import CONTROLLER_RIGHTS, MAX_REVIEWS_PER_SECOND
+from inference_policy.granting.owner_rights import CONTROLLER_RIGHTS, MAX_REVIEWS_PER_SECOND
 from serving.settings import ConfigError
 
 KEY_A, KEY_B = "A" * 43 + "=", "B" * 43 + "="

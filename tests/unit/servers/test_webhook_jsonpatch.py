@@ -14,7 +14,7 @@ import jsonpatch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from inference_policy.engine_pod import Edit
+from inference_policy.admission.engine_pod import Edit
 from webhook.jsonpatch import edits_patch, escape
 
 KEYS = st.sampled_from(["a", "b", "a/b", "~", "~1", "x~0y", "", "kamiwaza.ai/plan"])

@@ -20,9 +20,10 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import Field, ValidationError
 
 from inference_policy.base import strictjson
+from inference_policy.base.strict import Strict
 from inference_policy.trust.signing import DEFAULT_CONFIGMAP_NAME
 from policy_io.state import PolicySettings
 from serving.settings import ConfigError, split_list
@@ -32,11 +33,9 @@ Name = Annotated[str, Field(min_length=1, max_length=253)]
 FLAG = "--tenants"
 
 
-class TenantEntry(BaseModel):
+class TenantEntry(Strict):
     """One element of `--tenants`: exactly the per-tenant fields of the chart's
     `tmi.ownerTenants`; an absent optional field takes the server's default."""
-
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
 
     namespace: Annotated[str, Field(pattern=DNS_LABEL)]
     bundleConfigMap: Name = DEFAULT_CONFIGMAP_NAME

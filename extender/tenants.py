@@ -17,9 +17,10 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import Field, ValidationError
 
 from inference_policy.base import strictjson
+from inference_policy.base.strict import Strict
 from policy_io.state import PolicySettings
 from serving.settings import ConfigError
 
@@ -39,10 +40,8 @@ class Tenant:
         return self.policy.namespace
 
 
-class TenantEntry(BaseModel):
+class TenantEntry(Strict):
     """One element of `--tenants`; an absent field is the first tenant's."""
-
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
 
     namespace: Annotated[str, Field(pattern=DNS_LABEL)]
     bundleConfigMap: Name | None = None

@@ -16,9 +16,10 @@ import sys
 from pathlib import Path
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import Field, ValidationError, model_validator
 
 from inference_policy.base.errors import describe
+from inference_policy.base.strict import Strict
 from inference_policy.tools.revisions_compare import binding_changes, plan_changes, run_case
 from policy_io.files import read_json
 from policy_io.state import PolicyState
@@ -44,14 +45,12 @@ def _verified(args: argparse.Namespace, bundle: str, which: str, now: Any) -> Po
     return state
 
 
-class _Named(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+class _Named(Strict):
     name: Annotated[str, Field(min_length=1, max_length=253)]
     request: Any
 
 
-class _Case(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+class _Case(Strict):
     name: Annotated[str, Field(min_length=1, max_length=253)]
     request: dict[str, Any] | None = None
     requestFile: str | None = None
@@ -64,8 +63,7 @@ class _Case(BaseModel):
         return self
 
 
-class _Suite(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+class _Suite(Strict):
     schemaVersion: int = Field(ge=1, le=1)
     cases: list[_Case] = Field(min_length=1, max_length=10_000)
 

@@ -23,10 +23,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
+from pydantic import AfterValidator, Field, model_validator
 
 from inference_policy.base.cel_text import cel_string
 from inference_policy.base.quantity import QuantityError, parse_bytes, parse_whole_binary
+from inference_policy.base.strict import Strict
 
 NVIDIA_DRA_DRIVER = "gpu.nvidia.com"
 SEMVER = re.compile(r"(0|[1-9][0-9]{0,5})\.(0|[1-9][0-9]{0,5})\.(0|[1-9][0-9]{0,5})")
@@ -63,12 +64,8 @@ def semver_tuple(text: str) -> tuple[int, int, int]:
     return (int(match[1]), int(match[2]), int(match[3]))
 
 
-class DraDevice(BaseModel):
+class DraDevice(Strict):
     """The device a `dra` binding's claims are allocated, as the owner measured it."""
-
-    model_config = ConfigDict(
-        extra="forbid", strict=True, frozen=True, allow_inf_nan=False, hide_input_in_errors=True
-    )
 
     driver: Literal["gpu.nvidia.com"]
     type: Literal["gpu", "mig"]

@@ -21,10 +21,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import Field, ValidationError, model_validator
 
 from inference_policy.base.errors import describe
 from inference_policy.base.quantity import QuantityError, ceil_div, parse_bytes
+from inference_policy.base.strict import Strict
 from inference_policy.planning.request import ModelConfig
 from inference_policy.trust.profile import COMPUTE_CAPABILITY, PINNED_IMAGE
 
@@ -42,8 +43,7 @@ class ImageMapError(CatalogError):
     detail = "engine image map carries no image from this release's catalog"
 
 
-class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+_Model = Strict
 
 
 class CatalogImage(_Model):
@@ -94,7 +94,7 @@ class CatalogEngine(_Model):
     maxDevices: Annotated[int, Field(ge=0, le=8)]
     modelFormats: ModelFormats
     workingMemory: WorkingMemorySpec | None = None
-    unsupportedConfig: list[str] = []
+    unsupportedConfig: list[str] = Field(default_factory=list)
     cpuFloor: CpuFloor | None = None
     gpuMemoryUtilization: float | None = None
     images: list[CatalogImage]

@@ -23,8 +23,6 @@ from functools import lru_cache
 from typing import Annotated, Any, Literal
 
 from pydantic import (
-    BaseModel,
-    ConfigDict,
     Field,
     ValidationError,
 )
@@ -34,6 +32,7 @@ from inference_policy.base import strictjson
 from inference_policy.base.bounded import keep
 from inference_policy.base.errors import describe
 from inference_policy.base.quantity import UNSIGNED_PATTERN, QuantityError, resource_units
+from inference_policy.base.strict import Strict
 from inference_policy.base.wire import PLAN_ANNOTATION
 from inference_policy.planning.request import InferenceResources
 from inference_policy.trust.profile import ARCH_KEY, MAX_VERSION
@@ -64,8 +63,7 @@ class PlanError(ValueError):
     """A plan annotation that is not a plan; the message names what is wrong."""
 
 
-class _Wire(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=True, allow_inf_nan=False)
+_Wire = Strict
 
 
 class PlanResources(_Wire):

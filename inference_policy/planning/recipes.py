@@ -12,10 +12,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import Field, ValidationError
 
 from inference_policy.base import strictjson
 from inference_policy.base.errors import describe
+from inference_policy.base.strict import Strict
 from inference_policy.trust.profile import DNS_LABEL, PINNED_IMAGE, VARIANT_ID
 from inference_policy.trust.signing import canonical, sha256_hex
 
@@ -29,8 +30,7 @@ class RecipeCatalogError(ValueError):
     """The recipe catalog is malformed; the message names the field."""
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=True, allow_inf_nan=False)
+_Strict = Strict
 
 
 class Recipe(_Strict):

@@ -14,6 +14,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from inference_policy.base.errors import describe
+from inference_policy.base.strict import STRICT, Strict
 
 ModelFormat = Literal["gguf", "safetensors", "diffusers", "checkpoint"]
 Count = Annotated[int, Field(ge=1, le=2**31)]
@@ -23,8 +24,7 @@ class RequestError(ValueError):
     """The request is malformed; the message names the field."""
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=True, allow_inf_nan=False)
+_Strict = Strict
 
 
 class ModelInfo(_Strict):
@@ -40,7 +40,7 @@ class ModelInfo(_Strict):
 class ModelConfig(BaseModel):
     """The model configuration; only the keys a rule names are read, the rest are ignored."""
 
-    model_config = ConfigDict(extra="ignore", strict=True, frozen=True, allow_inf_nan=False)
+    model_config = STRICT | ConfigDict(extra="ignore")
 
     max_model_len: Count | None = None
     tensor_parallel_size: Any = None

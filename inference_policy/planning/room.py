@@ -35,10 +35,11 @@ from datetime import datetime, timedelta
 from functools import cached_property
 from typing import Annotated, Any, Final, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import Field, ValidationError
 
 from inference_policy.base import strictjson
 from inference_policy.base.errors import describe
+from inference_policy.base.strict import Strict
 from inference_policy.planning.plan import PlanChoice
 from inference_policy.trust.profile import parse_timestamp
 
@@ -62,8 +63,7 @@ class RoomError(ValueError):
     """Room figures that cannot be read; the message says what is wrong."""
 
 
-class _Wire(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=True, allow_inf_nan=False)
+_Wire = Strict
 
 
 class BindingRoom(_Wire):

@@ -15,8 +15,6 @@ from typing import Annotated, Any, Literal
 
 from pydantic import (
     AfterValidator,
-    BaseModel,
-    ConfigDict,
     Field,
     ValidationError,
     field_validator,
@@ -27,6 +25,7 @@ from inference_policy.allocation import AllocationClass, Guarantee, class_of
 from inference_policy.allocation.dra_facts import DraDevice
 from inference_policy.base.errors import describe
 from inference_policy.base.quantity import QuantityError, parse_whole_binary
+from inference_policy.base.strict import Strict
 from inference_policy.base.wire import WHOLE_GPU_RESOURCE
 
 TIMESTAMP_FORMAT = "%Y-%m-%dT%H:%M:%SZ"
@@ -101,10 +100,7 @@ PinnedImage = Annotated[
 ]
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(
-        extra="forbid", strict=True, frozen=True, allow_inf_nan=False, hide_input_in_errors=True
-    )
+_Strict = Strict
 
 
 def _unique(values: list[str], what: str) -> list[str]:

@@ -23,8 +23,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from chart_tools.render import OWNER, TENANT, find, part_values, render
 from inference_policy.placing.schedconfig import DEFAULT_SCHEDULER_NAME, DEFAULT_SCHEDULER_NAMESPACE
-from localcluster.chart import OWNER, TENANT, find, part_values, render
 from localcluster.controlplane import ControlPlane
 from localcluster.kube import JSON
 from localcluster.process import python_module, wait_until

@@ -26,9 +26,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from chart_tools.generate import OWNER_NAMESPACE, TENANT_NAMESPACE, base_values
+from chart_tools.render import OWNER, TENANT, part_values, render
 from localcluster.binaries import REQUIRED_BINARIES, bin_dir, release_of, versions
-from localcluster.chart import OWNER, TENANT, part_values, render
-from localcluster.chartgen import OWNER_NAMESPACE, TENANT_NAMESPACE, base_values
 from localcluster.controlplane import ControlPlane
 from localcluster.kube import ApiError
 from localcluster.version_behaviour import PROBES, behaviour, summary

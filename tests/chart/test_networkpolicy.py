@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from localcluster import chartgen
-from localcluster.chart import OWNER, TENANT, find, part_values, render
+from chart_tools import generate as chartgen
+from chart_tools.render import OWNER, TENANT, find, part_values, render
 from localcluster.kube import JSON
 
 TENANT_NS = chartgen.TENANT_NAMESPACE

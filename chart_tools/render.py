@@ -1,10 +1,10 @@
 """Render the shipped Helm chart (charts/tmi) with the self-built helm.
 
-The e2e stack, the kustomize bases and the chart tests all need the objects a user's
-`helm template`/`helm install` would produce, rendered by the same helm version the project
-pins, so that RBAC, settings and the webhook configuration under test are the shipped ones and
-not copies that can drift. The two parts of the chart are separate releases (the tenant's
-namespaced one and the owner's cluster-scoped one), so each render names its part.
+The chart generator (chart_tools.generate), the e2e stack and the chart tests all need the
+objects a user's `helm template`/`helm install` would produce, rendered by the same helm version
+the project pins, so that RBAC, settings and the webhook configuration under test are the
+shipped ones and not copies that can drift. The two parts of the chart are separate releases
+(the tenant's namespaced one and the owner's cluster-scoped one), so each render names its part.
 """
 
 from __future__ import annotations
@@ -18,8 +18,7 @@ from typing import Any
 
 import yaml
 
-from localcluster.binaries import bin_dir, versions
-from localcluster.kube import JSON
+from chart_tools.toolchain import bin_dir, versions
 
 ROOT = Path(__file__).resolve().parent.parent
 CHART = ROOT / "charts" / "tmi"
@@ -27,6 +26,8 @@ TENANT = "tenant"
 OWNER = "owner"
 PARTS = (TENANT, OWNER)
 SOURCE_PREFIX = "# Source: "
+# One rendered object, as plain JSON (the harness's localcluster.kube.JSON is the same type).
+JSON = dict[str, Any]
 
 
 class ChartError(RuntimeError):

@@ -30,6 +30,9 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from kits.nodekit import is_ready, probe_pod, running  # noqa: E402
+from kits.profilekit import CLUSTER, Owner, with_profiles  # noqa: E402
+from kits.stackkit import LARGE, dated, whole_h100_profile  # noqa: E402
 from localcluster import ControlPlane, Kube  # noqa: E402
 from localcluster.binaries import versions  # noqa: E402
 from localcluster.engine_pods import engine_pod  # noqa: E402
@@ -44,9 +47,6 @@ from localcluster.podnet import PodNetwork  # noqa: E402
 from localcluster.process import wait_until  # noqa: E402
 from localcluster.realnode import RealNode  # noqa: E402
 from localcluster.stack_settings import StackSettings  # noqa: E402
-from tests.e2e.nodekit import is_ready, probe_pod, running  # noqa: E402
-from tests.e2e.stackkit import LARGE, dated, whole_h100_profile  # noqa: E402
-from tests.profilekit import CLUSTER, Owner, with_profiles  # noqa: E402
 
 RESULT = ROOT / "bench" / "results" / "real_node.json"
 

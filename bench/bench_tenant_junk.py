@@ -53,6 +53,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.append(str(ROOT))  # the checkout, for a script run by path
 
 from inference_policy.trust.signing import BUNDLE_KEY, DIGEST_KEY, PAYLOAD_TYPE  # noqa: E402
+from kits.profilekit import CLUSTER, Owner, with_profiles  # noqa: E402
+from kits.stackkit import LARGE, dated, whole_h100_profile  # noqa: E402
 from localcluster import (  # noqa: E402
     ControlPlane,
     FakeNode,
@@ -72,8 +74,6 @@ from localcluster.stack import (  # noqa: E402
     engine_pod,
 )
 from policy_io import caps  # noqa: E402
-from tests.e2e.stackkit import LARGE, dated, whole_h100_profile  # noqa: E402
-from tests.profilekit import CLUSTER, Owner, with_profiles  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results" / "tenant_junk.json"
 PROFILE = "kamiwaza-inference-profiles-r1"

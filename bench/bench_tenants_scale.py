@@ -109,14 +109,14 @@ from tenants_scale_measure import (  # noqa: E402
 )
 from tenants_scale_setup import check_in_process, install_further, stored_difference  # noqa: E402
 
+from kits.profilekit import CLUSTER, Owner  # noqa: E402
+from kits.stackkit import LARGE, whole_h100_envelope  # noqa: E402
 from localcluster import ControlPlane, FakeNode, Kube, create_fake_nodes, versions  # noqa: E402
 from localcluster.engine_pods import engine_pod  # noqa: E402
 from localcluster.install import INSTALLER  # noqa: E402
 from localcluster.metrics import metric, parse_metrics  # noqa: E402
 from localcluster.process import ComponentError, wait_until  # noqa: E402
 from localcluster.stack import StackSettings, TenantStack, deploy_stack  # noqa: E402
-from tests.e2e.stackkit import LARGE, whole_h100_envelope  # noqa: E402
-from tests.profilekit import CLUSTER, Owner  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results" / "tenants_scale.json"
 TARGET = 1.1

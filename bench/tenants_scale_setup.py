@@ -41,6 +41,9 @@ import jsonpatch
 
 from inference_policy.base.wire import ENGINE_LABEL, PLAN_ANNOTATION
 from inference_policy.planning.room import ROOM_CONFIGMAP
+from kits.profilekit import Owner
+from kits.stackkit import whole_h100_envelope
+from kits.webhookkit import review
 from localcluster import Kube, wait_until
 from localcluster.admission_policies import policy_docs
 from localcluster.controlplane import HOST
@@ -60,9 +63,6 @@ from localcluster.stack import (
 )
 from localcluster.tenants import _ours
 from localcluster.webhook import CONFIGURATION_NAME, publish_profile, set_opt_in
-from tests.e2e.stackkit import whole_h100_envelope
-from tests.integration.webhookkit import review
-from tests.profilekit import Owner
 from webhook.admission import Reviewer
 from webhook.config import settings_from_args
 from webhook.profile_source import PolicyStore

@@ -250,7 +250,7 @@ def wait_until(
     """Poll ``probe`` until it answers: the first truthy value it returns.
 
     "Not yet" is None, False or anything empty (an empty list of Pods is a Pod not made yet,
-    not an answer), as in `tests.polling.eventually`; a probe whose answer may itself be
+    not an answer), as in `kits.polling.eventually`; a probe whose answer may itself be
     empty or zero returns it wrapped (a tuple, a dataclass). Exceptions from the probe count
     as "not yet"; the last one is reported on timeout. When ``proc`` is given, its early exit
     fails fast and the error includes the tail of its log.

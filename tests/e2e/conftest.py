@@ -23,6 +23,7 @@ from pathlib import Path
 
 import pytest
 
+from kits.nodekit import node_images
 from localcluster import (
     ApiError,
     BinariesMissingError,
@@ -35,7 +36,6 @@ from localcluster import (
 )
 from localcluster.podnet import PodNetwork
 from localcluster.realnode import RealNode
-from tests.e2e.nodekit import node_images
 
 ARTIFACTS = Path(__file__).resolve().parents[2] / ".artifacts"
 

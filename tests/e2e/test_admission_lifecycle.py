@@ -17,6 +17,9 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from inference_policy.admission.access_cel import FORGERY_PREFIX
+from kits.profilekit import NAMESPACE, request
+from kits.stackkit import refusal
+from kits.webhookkit import engine_pod, plain_pod
 from localcluster import ApiError, ControlPlane, FakeNode, Kube, create_fake_nodes, wait_until
 from localcluster.install import (
     CLEANUP_HOOK,
@@ -30,9 +33,6 @@ from localcluster.nodes import delete_fake_nodes
 from localcluster.webhook import webhook_configuration
 from localcluster.webhook_objects import apply_webhook_rbac, chart_values_for
 from tests.e2e.policykit import VOID, guard_prefix, named, plans
-from tests.e2e.stackkit import refusal
-from tests.integration.webhookkit import engine_pod, plain_pod
-from tests.profilekit import NAMESPACE, request
 
 if TYPE_CHECKING:
     from tests.e2e.webhook_fixtures import Deployed

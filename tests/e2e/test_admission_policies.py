@@ -20,6 +20,9 @@ import pytest
 
 from inference_policy.admission.access_cel import FORGERY_PREFIX
 from inference_policy.admission.engine_pod import admission_refusal
+from kits.profilekit import NAMESPACE, request
+from kits.stackkit import refusal
+from kits.webhookkit import asking_for, engine_pod, plain_pod, plain_pod_with
 from localcluster import ApiError, ControlPlane, Kube, wait_until
 from localcluster.admission_policies import denied_by_guard
 from localcluster.webhook import (
@@ -29,9 +32,6 @@ from localcluster.webhook import (
 )
 from localcluster.webhook_objects import CONFIGURATION_NAME, set_opt_in
 from tests.e2e.policykit import SCHEDULER, VOID, guard_prefix, named, plans
-from tests.e2e.stackkit import refusal
-from tests.integration.webhookkit import asking_for, engine_pod, plain_pod, plain_pod_with
-from tests.profilekit import NAMESPACE, request
 
 if TYPE_CHECKING:
     from tests.e2e.webhook_fixtures import Deployed

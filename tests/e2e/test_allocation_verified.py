@@ -22,16 +22,16 @@ from typing import Any
 
 import pytest
 
-from localcluster import ApiError, ControlPlane, Kube, pod_condition
-from localcluster.stack import CONDITION, TenantStack, condition, engine_pod
-from localcluster.webhook import PLAN_ANNOTATION, REQUEST_ANNOTATION, set_opt_in
-from tests.e2e.stackkit import (
+from kits.profilekit import request
+from kits.stackkit import (
     LARGE,
     WHOLE,
     h100_stack,
     pod_names,
 )
-from tests.profilekit import request
+from localcluster import ApiError, ControlPlane, Kube, pod_condition
+from localcluster.stack import CONDITION, TenantStack, condition, engine_pod
+from localcluster.webhook import PLAN_ANNOTATION, REQUEST_ANNOTATION, set_opt_in
 
 pytestmark = pytest.mark.e2e
 VERDICT_REFUSALS = (

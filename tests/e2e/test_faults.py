@@ -42,6 +42,12 @@ from inference_policy.planning.plan import PlanChoice
 from inference_policy.planning.planner import PROFILE_PREFIX, decide
 from inference_policy.planning.room import replaying
 from inference_policy.trust.signing import REFUSAL_PREFIX, Reason
+from kits.profilekit import Owner
+from kits.stackkit import (
+    LARGE,
+    h100_stack,
+    whole_h100_envelope,
+)
 from localcluster import ApiError, ControlPlane, FakeNode, Kube, create_fake_nodes, wait_until
 from localcluster.faults import (
     RoundRobinProxy,
@@ -71,12 +77,6 @@ from localcluster.webhook import (
 )
 from policy_io.catalog import packaged_catalog
 from policy_io.state import PolicySettings, PolicyState
-from tests.e2e.stackkit import (
-    LARGE,
-    h100_stack,
-    whole_h100_envelope,
-)
-from tests.profilekit import Owner
 
 pytestmark = pytest.mark.e2e
 

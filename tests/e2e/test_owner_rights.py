@@ -24,10 +24,10 @@ from typing import Any
 
 import pytest
 
+from kits.stackkit import LARGE, pod_names, tenant_stack, whole_h100_envelope
 from localcluster import ControlPlane, FakeNode, Kube, create_fake_nodes, wait_until
 from localcluster.nodes import delete_fake_nodes
 from localcluster.stack import CONDITION, TenantStack, condition, engine_pod, metric
-from tests.e2e.stackkit import LARGE, pod_names, tenant_stack, whole_h100_envelope
 from tmi_cli.main import main
 
 pytestmark = pytest.mark.e2e

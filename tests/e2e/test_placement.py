@@ -26,13 +26,13 @@ from typing import Any
 
 import pytest
 
+from kits.fleetkit import a100_mig, h100
+from kits.profilekit import Owner, gpu_binding, gpu_profile, request, with_profiles
+from kits.stackkit import LARGE, WHOLE, dated, pod_names, tenant_stack, whole_h100_profile
 from localcluster import ControlPlane, FakeNode, Kube, create_fake_nodes, wait_until
 from localcluster.nodes import delete_fake_nodes
 from localcluster.stack import CONDITION, TenantStack, condition, engine_pod, metric
 from localcluster.webhook import CONFIGURATION_NAME
-from tests.e2e.stackkit import LARGE, WHOLE, dated, pod_names, tenant_stack, whole_h100_profile
-from tests.fleetkit import a100_mig, h100
-from tests.profilekit import Owner, gpu_binding, gpu_profile, request, with_profiles
 
 pytestmark = pytest.mark.e2e
 

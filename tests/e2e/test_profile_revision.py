@@ -25,6 +25,8 @@ from typing import Any
 
 import pytest
 
+from kits.profilekit import CLUSTER, Owner, with_profiles
+from kits.stackkit import LARGE, dated, whole_h100_profile
 from localcluster import ControlPlane, FakeNode, Kube, create_fake_nodes, wait_until
 from localcluster.kube import ApiError
 from localcluster.nodes import delete_fake_nodes
@@ -40,8 +42,6 @@ from localcluster.stack import (
     engine_pod,
 )
 from localcluster.webhook import PLAN_ANNOTATION, publish_profile
-from tests.e2e.stackkit import LARGE, dated, whole_h100_profile
-from tests.profilekit import CLUSTER, Owner, with_profiles
 
 pytestmark = pytest.mark.e2e
 

@@ -19,6 +19,14 @@ from pathlib import Path
 
 import pytest
 
+from kits.nodekit import (
+    condition_is,
+    engine_with_sidecar,
+    is_ready,
+    probe_pod,
+    real_node_stack,
+    wait_pod,
+)
 from localcluster import ControlPlane, FakeNode, create_fake_nodes, delete_fake_nodes
 from localcluster.binaries import versions
 from localcluster.components import KWOK_NODE_ANNOTATION
@@ -28,14 +36,6 @@ from localcluster.node_images import PROBE
 from localcluster.nodes import is_node_ready
 from localcluster.realnode import RealNode, probe_report
 from localcluster.stack import TenantStack
-from tests.e2e.nodekit import (
-    condition_is,
-    engine_with_sidecar,
-    is_ready,
-    probe_pod,
-    real_node_stack,
-    wait_pod,
-)
 from tests.evidencekit import H200_UUID, SHARED, FakeSmi
 from tmi_cli import evidence_command
 from tmi_cli.gpu_processes import NvidiaSmiReader

@@ -19,18 +19,18 @@ from typing import Any
 
 import pytest
 
+from kits.nodekit import (
+    chart_on_node,
+    is_ready,
+    wait_pod,
+)
+from kits.stackkit import LARGE
 from localcluster import ApiError, ControlPlane
 from localcluster.engine_pods import CONDITION, condition, engine_deployment, engine_pod
 from localcluster.node_stack import CONTROLLER, EXTENDER, WEBHOOK, ChartStack
 from localcluster.process import wait_until
 from localcluster.realnode import RealNode, probe_report
 from localcluster.webhook import PLAN_ANNOTATION, REQUEST_ANNOTATION
-from tests.e2e.nodekit import (
-    chart_on_node,
-    is_ready,
-    wait_pod,
-)
-from tests.e2e.stackkit import LARGE
 
 pytestmark = pytest.mark.e2e
 

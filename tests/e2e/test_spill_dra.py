@@ -19,12 +19,12 @@ from typing import Any
 import pytest
 
 from inference_policy.trust.dra_claims import CLAIM_NAME
+from kits.profilekit import Owner, dra_binding, gpu_profile, request, with_profiles
+from kits.stackkit import dated, placed_and_verified, pod_names, tenant_stack
 from localcluster import ControlPlane, Kube
 from localcluster.dra_driver import Driver, published_device
 from localcluster.nodes import FakeNode, create_fake_nodes, delete_fake_nodes
 from localcluster.stack import CONDITION, TenantStack, condition, engine_pod
-from tests.e2e.stackkit import dated, placed_and_verified, pod_names, tenant_stack
-from tests.profilekit import Owner, dra_binding, gpu_profile, request, with_profiles
 
 pytestmark = pytest.mark.e2e
 

@@ -17,6 +17,8 @@ from typing import Any
 
 import pytest
 
+from kits.profilekit import CLUSTER, Owner
+from kits.stackkit import LARGE, tenant_stack, whole_h100_envelope
 from localcluster import ApiError, ControlPlane, FakeNode, Kube, create_fake_nodes, wait_until
 from localcluster.install import render_owner
 from localcluster.nodes import delete_fake_nodes
@@ -24,8 +26,6 @@ from localcluster.stack import CONDITION, TenantStack, condition, engine_pod
 from localcluster.stack_settings import StackSettings
 from localcluster.tenants import FurtherTenant, add_tenant
 from localcluster.webhook import CONFIGURATION_NAME
-from tests.e2e.stackkit import LARGE, tenant_stack, whole_h100_envelope
-from tests.profilekit import CLUSTER, Owner
 
 pytestmark = pytest.mark.e2e
 

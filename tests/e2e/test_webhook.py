@@ -23,6 +23,9 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from inference_policy.base.access import is_accelerator_resource
+from kits.profilekit import CLUSTER, EXAMPLES, NAMESPACE, Owner, request
+from kits.stackkit import refusal
+from kits.webhookkit import asking_for, engine_pod, plain_pod
 from localcluster import ApiError, ControlPlane, FakeNode, Kube, pod_condition, wait_until
 from localcluster.admission_policies import verdict_writer
 from localcluster.webhook import (
@@ -35,9 +38,6 @@ from localcluster.webhook import (
     publish_profile,
     webhook_configuration,
 )
-from tests.e2e.stackkit import refusal
-from tests.integration.webhookkit import asking_for, engine_pod, plain_pod
-from tests.profilekit import CLUSTER, EXAMPLES, NAMESPACE, Owner, request
 from tmi_cli.main import main as tmi
 
 if TYPE_CHECKING:

@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from kits.profilekit import CLUSTER, NAMESPACE, Owner
 from localcluster import ApiError, ControlPlane, Kube
 from localcluster.webhook import (
     DEFAULT_BUNDLE_CONFIGMAP,
@@ -23,7 +24,6 @@ from localcluster.webhook import (
     WebhookSettings,
     deploy_webhook,
 )
-from tests.profilekit import CLUSTER, NAMESPACE, Owner
 
 GPU_SECRET = "kamiwaza-pull"
 CPU_SECRET = "kamiwaza-cpu-pull"

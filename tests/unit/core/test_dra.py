@@ -23,8 +23,7 @@ from inference_policy.trust.dra_claims import (
     template_for,
 )
 from inference_policy.trust.profile import DraBinding, ProfileSchemaError, parse_envelope
-from localcluster.dra_driver import published_device
-from tests.profilekit import (
+from kits.profilekit import (
     NOW,
     Owner,
     clone,
@@ -34,6 +33,7 @@ from tests.profilekit import (
     request,
     with_profiles,
 )
+from localcluster.dra_driver import published_device
 
 OWNER = Owner()
 SMALL = dra_binding("h100-40", device_memory="80Gi", usable="39Gi")

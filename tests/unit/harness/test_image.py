@@ -15,7 +15,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[3]
 DOCKERFILE = (ROOT / "Dockerfile").read_text()
-HARNESS = {"localcluster", "tests", "bench", "tools"}
+HARNESS = {"localcluster", "kits", "tests", "bench", "tools"}
 # Build steps run from a checkout (`make chart`): neither in the image nor in its build context.
 BUILD_STEPS = {"chart_tools"}
 

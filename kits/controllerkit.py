@@ -350,7 +350,7 @@ class MemoryKube:
         self, collection: Collection, *, limit: int, continue_token: str | None = None
     ) -> Page:
         """The whole list as one page: the controller's tests do not page (the informer's own
-        tests do, against `tests.integration.fakeapi`)."""
+        tests do, against `kits.fakeapi`)."""
         resource = collection.resource
         await self._call(f"list_{resource}")
         items = [

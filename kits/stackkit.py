@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypedDict
 
+from kits.profilekit import CLUSTER, Owner, gpu_binding, gpu_profile, request, with_profiles
 from localcluster import (
     ApiError,
     ControlPlane,
@@ -20,7 +21,6 @@ from localcluster import (
     delete_fake_nodes,
 )
 from localcluster.stack import CONDITION, StackSettings, TenantStack, condition, deploy_stack
-from tests.profilekit import CLUSTER, Owner, gpu_binding, gpu_profile, request, with_profiles
 
 WHOLE = "whole-h100-amd64"
 # A 72B GGUF at Q4 (47 GB): one whole H100.

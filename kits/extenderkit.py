@@ -21,9 +21,9 @@ from inference_policy.admission.engine_pod import planned_pod as core_planned_po
 from inference_policy.base.wire import ENGINE_LABEL as DEPLOYMENT_LABEL
 from inference_policy.base.wire import PLAN_ANNOTATION, REQUEST_ANNOTATION
 from inference_policy.planning.plan import parse_plan
+from kits.memory_sources import ExtenderMemorySource as MemorySource
+from kits.profilekit import NAMESPACE, NOW, Owner, gpu_binding, gpu_profile, request, with_profiles
 from localcluster.nodes import FakeNode
-from tests.integration.memory_sources import ExtenderMemorySource as MemorySource
-from tests.profilekit import NAMESPACE, NOW, Owner, gpu_binding, gpu_profile, request, with_profiles
 
 SCHEDULER = "kamiwaza-inference-scheduler"
 WHOLE = "nvidia-whole-amd64"

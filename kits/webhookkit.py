@@ -1,6 +1,6 @@
 """Builders for the webhook's integration tests: Pods, AdmissionReviews, published ConfigMaps.
 
-The profiles themselves come from `tests.profilekit`, signed with a fresh key by the real signing
+The profiles themselves come from `kits.profilekit`, signed with a fresh key by the real signing
 code; this module adds what the API server would add (uid, resourceVersion) and what the webhook
 receives (an AdmissionReview), and applies the patches the webhook returns (with the `jsonpatch`
 library), so a test asserts on the Pod that would be stored rather than on the patch's wording.
@@ -20,8 +20,8 @@ import jsonpatch
 from aiohttp import web
 
 from inference_policy.trust.signing import DEFAULT_CONFIGMAP_NAME
-from tests.integration.memory_sources import WebhookMemorySource as MemorySource
-from tests.profilekit import NAMESPACE, NOW, Owner
+from kits.memory_sources import WebhookMemorySource as MemorySource
+from kits.profilekit import NAMESPACE, NOW, Owner
 from webhook.app import create_app
 from webhook.profile_source import PolicyStore
 

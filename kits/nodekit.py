@@ -9,6 +9,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from kits.profilekit import Owner
+from kits.stackkit import LARGE, owner_settings, tenant_stack, whole_h100_envelope
 from localcluster import ControlPlane, Kube
 from localcluster.binaries import versions
 from localcluster.engine_pods import engine_pod
@@ -25,8 +27,6 @@ from localcluster.node_stack import ChartStack, deploy_chart
 from localcluster.process import wait_until
 from localcluster.realnode import RealNode
 from localcluster.stack import TenantStack
-from tests.e2e.stackkit import LARGE, owner_settings, tenant_stack, whole_h100_envelope
-from tests.profilekit import Owner
 
 RUNNING_TIMEOUT = 90.0
 

@@ -55,8 +55,8 @@ from inference_policy.trust.signing import DEFAULT_CONFIGMAP_NAME  # noqa: E402
 from kits.controllerkit import MemoryKube, bind, planned_pod  # noqa: E402
 from kits.polling import Timeout, eventually  # noqa: E402
 from kits.profilekit import CLUSTER, NOW, Owner, request  # noqa: E402
-from localcluster.metrics import parse_metrics  # noqa: E402
-from localcluster.process import python_module  # noqa: E402
+from localcluster.plane.metrics import parse_metrics  # noqa: E402
+from localcluster.plane.process import python_module  # noqa: E402
 from serving.informer import Collection, list_all  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results" / "controller.json"

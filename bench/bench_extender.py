@@ -39,7 +39,7 @@ from kits.extenderkit import (  # noqa: E402
 )
 from kits.fleetkit import a100_mig, cpu_only, gh200, h100, l40s, t4  # noqa: E402
 from kits.profilekit import Owner  # noqa: E402
-from localcluster.nodes import FakeNode  # noqa: E402
+from localcluster.nodes.kwok import FakeNode  # noqa: E402
 
 SIZES = (500, 5000)
 ROUNDS = 400

@@ -93,8 +93,8 @@ from kits.profilekit import (  # noqa: E402
 )
 from kits.webhookkit import engine_pod  # noqa: E402
 from localcluster import ControlPlane, create_fake_nodes, versions  # noqa: E402
-from localcluster.process import free_port  # noqa: E402
-from localcluster.webhook import WebhookSettings, deploy_webhook, is_planned  # noqa: E402
+from localcluster.plane.process import free_port  # noqa: E402
+from localcluster.servers.webhook import WebhookSettings, deploy_webhook, is_planned  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results" / "peer.json"
 H100_NODES = 16

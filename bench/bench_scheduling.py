@@ -66,9 +66,9 @@ from kits.extenderkit import (  # noqa: E402
 from kits.fleetkit import a100_mig, cpu_only, h100, l40s, no_gfd, t4  # noqa: E402
 from kits.profilekit import CLUSTER, NAMESPACE, Owner  # noqa: E402
 from localcluster import ApiError, ControlPlane, FakeNode, create_fake_nodes  # noqa: E402
-from localcluster.metrics import parse_metrics  # noqa: E402
-from localcluster.process import free_port, wait_until  # noqa: E402
-from localcluster.webhook import apply_runtime_class  # noqa: E402
+from localcluster.plane.metrics import parse_metrics  # noqa: E402
+from localcluster.plane.process import free_port, wait_until  # noqa: E402
+from localcluster.servers.webhook import apply_runtime_class  # noqa: E402
 
 # The kustomize base's (the chart's default) name, which its extender Role names.
 PROFILE_CONFIGMAP = DEFAULT_CONFIGMAP_NAME

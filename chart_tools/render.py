@@ -26,7 +26,7 @@ TENANT = "tenant"
 OWNER = "owner"
 PARTS = (TENANT, OWNER)
 SOURCE_PREFIX = "# Source: "
-# One rendered object, as plain JSON (the harness's localcluster.kube.JSON is the same type).
+# One rendered object, as plain JSON (the harness's localcluster.plane.kube.JSON is the same type).
 JSON = dict[str, Any]
 
 

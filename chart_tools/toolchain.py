@@ -4,7 +4,7 @@ The binaries are built from the Go module proxy by ``tools/k8sbin/build.sh`` int
 cache directory outside the checkout, keyed by the versions in
 ``tools/k8sbin/versions.env``. This module computes the same directory so the chart
 generator, the tests and the demo find them without extra configuration, and fails with one
-actionable message when they are missing. The harness (localcluster.binaries) re-exports it.
+actionable message when they are missing. The harness (localcluster.plane.binaries) re-exports it.
 """
 
 from __future__ import annotations

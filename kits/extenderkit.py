@@ -2,7 +2,7 @@
 
 Pods are planned by the real planner from a profile signed by the real signing code, and
 annotated the way the webhook annotates them, so a test exercises exactly what the scheduler
-would send; nodes come from `localcluster.nodes.FakeNode`, which carries GFD's labels.
+would send; nodes come from `localcluster.nodes.kwok.FakeNode`, which carries GFD's labels.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from inference_policy.base.wire import PLAN_ANNOTATION, REQUEST_ANNOTATION
 from inference_policy.planning.plan import parse_plan
 from kits.memory_sources import ExtenderMemorySource as MemorySource
 from kits.profilekit import NAMESPACE, NOW, Owner, gpu_binding, gpu_profile, request, with_profiles
-from localcluster.nodes import FakeNode
+from localcluster.nodes.kwok import FakeNode
 
 SCHEDULER = "kamiwaza-inference-scheduler"
 WHOLE = "nvidia-whole-amd64"

@@ -1,7 +1,7 @@
 """The fake GPU nodes the placement tests, the extender's tests and the benchmarks are run on.
 
 Each function is one kind of node as GPU Feature Discovery and the device plugins describe it
-(`localcluster.nodes.FakeNode` writes the labels and allocatable), named by the caller, so a
+(`localcluster.nodes.kwok.FakeNode` writes the labels and allocatable), named by the caller, so a
 fleet of any size is built from the same shapes; `FLEET` is the mixed fleet the extender's
 integration and fuzz tests share: one node of every shape a verdict can turn on (whole GPUs,
 MIG slices under both strategies, a VRAM budget, an older GPU, an older driver, no GFD labels,
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from localcluster.nodes import FakeNode
+from localcluster.nodes.kwok import FakeNode
 
 A100_PRODUCT = "NVIDIA-A100-SXM4-80GB"
 MIG_SHAPE = "3g.40gb"

@@ -12,9 +12,8 @@ from typing import Any
 from kits.profilekit import Owner
 from kits.stackkit import LARGE, owner_settings, tenant_stack, whole_h100_envelope
 from localcluster import ControlPlane, Kube
-from localcluster.binaries import versions
-from localcluster.engine_pods import engine_pod
-from localcluster.node_images import (
+from localcluster.install.stack import TenantStack
+from localcluster.nodes.node_images import (
     PROBE,
     SCHEDULER_REPOSITORY,
     TMI_REPOSITORY,
@@ -23,10 +22,11 @@ from localcluster.node_images import (
     scheduler_image,
     tmi_image,
 )
-from localcluster.node_stack import ChartStack, deploy_chart
-from localcluster.process import wait_until
-from localcluster.realnode import RealNode
-from localcluster.stack import TenantStack
+from localcluster.nodes.node_stack import ChartStack, deploy_chart
+from localcluster.nodes.realnode import RealNode
+from localcluster.plane.binaries import versions
+from localcluster.plane.process import wait_until
+from localcluster.servers.engine_pods import engine_pod
 
 RUNNING_TIMEOUT = 90.0
 

@@ -20,7 +20,13 @@ from localcluster import (
     create_fake_nodes,
     delete_fake_nodes,
 )
-from localcluster.stack import CONDITION, StackSettings, TenantStack, condition, deploy_stack
+from localcluster.install.stack import (
+    CONDITION,
+    StackSettings,
+    TenantStack,
+    condition,
+    deploy_stack,
+)
 
 WHOLE = "whole-h100-amd64"
 # A 72B GGUF at Q4 (47 GB): one whole H100.

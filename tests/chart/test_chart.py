@@ -38,7 +38,7 @@ from inference_policy.admission.policy_cel import policy_parts
 from inference_policy.placing.schedconfig import DEFAULT_SCHEDULER_NAME, render_scheduler_config
 from inference_policy.planning.room import ROOM_CONFIGMAP
 from inference_policy.trust.signing import DEFAULT_CONFIGMAP_NAME
-from localcluster.kube import JSON
+from localcluster.plane.kube import JSON
 
 ROOT = Path(__file__).resolve().parents[2]
 # Where the chart mounts the extender's CA in the scheduler's container (_helpers.tpl).

@@ -16,7 +16,7 @@ import pytest
 
 from chart_tools import generate as chartgen
 from chart_tools.render import OWNER, TENANT, find, part_values, render
-from localcluster.kube import JSON
+from localcluster.plane.kube import JSON
 
 TENANT_NS = chartgen.TENANT_NAMESPACE
 OWNER_NS = chartgen.OWNER_NAMESPACE

@@ -19,8 +19,8 @@ from inference_policy.base.codes import VERIFIED
 from inference_policy.base.wire import PLAN_ANNOTATION
 from kits.stackkit import LARGE
 from localcluster import ApiError, ControlPlane, Kube, pod_condition, wait_until
-from localcluster.stack import CONDITION, TenantStack, condition, engine_pod
-from localcluster.webhook_objects import CONFIGURATION_NAME
+from localcluster.install.stack import CONDITION, TenantStack, condition, engine_pod
+from localcluster.servers.webhook_objects import CONFIGURATION_NAME
 
 MERGE_PATCH = "application/merge-patch+json"
 STRATEGIC = "application/strategic-merge-patch+json"

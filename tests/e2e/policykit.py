@@ -9,8 +9,8 @@ from typing import Any
 
 from kits.profilekit import NAMESPACE
 from localcluster import ApiError
-from localcluster.admission_policies import guard_name
-from localcluster.webhook import LocalWebhook, is_planned
+from localcluster.servers.admission_policies import guard_name
+from localcluster.servers.webhook import LocalWebhook, is_planned
 
 VOID = {"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"}
 SCHEDULER = "kamiwaza-inference-scheduler"

@@ -36,9 +36,9 @@ from inference_policy.trust.profile import DraBinding
 from kits.profilekit import Owner, dra_binding, gpu_profile, request, with_profiles
 from kits.stackkit import dated, tenant_stack
 from localcluster import ApiError, ControlPlane, Kube
-from localcluster.dra_driver import DRIVER, Driver, published_device
-from localcluster.nodes import FakeNode, create_fake_nodes, delete_fake_nodes
-from localcluster.stack import CONDITION, TenantStack, condition, engine_pod
+from localcluster.install.stack import CONDITION, TenantStack, condition, engine_pod
+from localcluster.nodes.dra_driver import DRIVER, Driver, published_device
+from localcluster.nodes.kwok import FakeNode, create_fake_nodes, delete_fake_nodes
 
 pytestmark = pytest.mark.e2e
 

@@ -1,9 +1,9 @@
 """Faults on the real control plane: what the stack does when its parts fail under it.
 
-The whole stack runs behind the session's API server (``localcluster.stack``), and each test
+The whole stack runs behind the session's API server (``localcluster.install.stack``), and each test
 breaks one thing the way production breaks it, then checks the property that must survive and
-measures how long the stack took to come back (``localcluster.faults.record_figure`` keeps the
-figures in ``.artifacts/faults.json``; RELIABILITY.md quotes the latest):
+measures how long the stack took to come back (``localcluster.servers.faults.record_figure`` keeps
+the figures in ``.artifacts/faults.json``; RELIABILITY.md quotes the latest):
 
 * a webhook replica SIGKILLed behind the Service address during a burst of creates: every create
   is stored rewritten as the core plans it or refused with a retryable 500, none stored as sent;
@@ -49,17 +49,7 @@ from kits.stackkit import (
     whole_h100_envelope,
 )
 from localcluster import ApiError, ControlPlane, FakeNode, Kube, create_fake_nodes, wait_until
-from localcluster.faults import (
-    RoundRobinProxy,
-    condition_history,
-    record_figure,
-    restart_apiserver,
-    restart_etcd,
-    writes_of,
-)
-from localcluster.nodes import delete_fake_nodes
-from localcluster.process import http_get
-from localcluster.stack import (
+from localcluster.install.stack import (
     CONDITION,
     TenantStack,
     condition,
@@ -67,7 +57,17 @@ from localcluster.stack import (
     metric,
     parse_metrics,
 )
-from localcluster.webhook import (
+from localcluster.nodes.kwok import delete_fake_nodes
+from localcluster.plane.process import http_get
+from localcluster.servers.faults import (
+    RoundRobinProxy,
+    condition_history,
+    record_figure,
+    restart_apiserver,
+    restart_etcd,
+    writes_of,
+)
+from localcluster.servers.webhook import (
     PLAN_ANNOTATION,
     LocalWebhook,
     delete_profile,

@@ -24,8 +24,8 @@ from kits.stackkit import (
     pod_names,
 )
 from localcluster import ApiError, ControlPlane
-from localcluster.stack import CONDITION, TenantStack, condition, engine_pod
-from localcluster.webhook import REQUEST_ANNOTATION
+from localcluster.install.stack import CONDITION, TenantStack, condition, engine_pod
+from localcluster.servers.webhook import REQUEST_ANNOTATION
 
 pytestmark = pytest.mark.e2e
 

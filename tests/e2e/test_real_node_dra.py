@@ -25,10 +25,10 @@ from kits.nodekit import engine_with_sidecar, real_node_stack, wait_pod
 from kits.profilekit import Owner, dra_binding, gpu_profile, with_profiles
 from kits.stackkit import dated
 from localcluster import ControlPlane
-from localcluster.engine_pods import CONDITION, condition
-from localcluster.process import wait_until
-from localcluster.realnode import RealNode, probe_report
-from localcluster.stack import TenantStack
+from localcluster.install.stack import TenantStack
+from localcluster.nodes.realnode import RealNode, probe_report
+from localcluster.plane.process import wait_until
+from localcluster.servers.engine_pods import CONDITION, condition
 
 pytestmark = pytest.mark.e2e
 

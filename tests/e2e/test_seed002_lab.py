@@ -41,10 +41,10 @@ from inference_policy.evidence.observations import (
     Sample,
 )
 from localcluster import ApiError, ControlPlane, FakeNode, Kube, create_fake_nodes
-from localcluster.install import render_owner
-from localcluster.nodes import delete_fake_nodes
-from localcluster.stack import CONDITION, TenantStack, condition, deploy_stack, engine_pod
-from localcluster.tenants import FurtherTenant, add_tenant
+from localcluster.install.install import render_owner
+from localcluster.install.stack import CONDITION, TenantStack, condition, deploy_stack, engine_pod
+from localcluster.install.tenants import FurtherTenant, add_tenant
+from localcluster.nodes.kwok import delete_fake_nodes
 from tests.e2e.shareskit import VRAM, Tenant, new_tenant, share, verified
 
 pytestmark = pytest.mark.e2e

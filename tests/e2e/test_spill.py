@@ -26,8 +26,8 @@ from kits.fleetkit import a100_mig, l40s
 from kits.profilekit import Owner, gpu_binding, gpu_profile, request, with_profiles
 from kits.stackkit import dated, placed_and_verified, pod_names, tenant_stack
 from localcluster import ApiError, ControlPlane, Kube, create_fake_nodes
-from localcluster.nodes import delete_fake_nodes
-from localcluster.stack import CONDITION, TenantStack, condition, engine_pod
+from localcluster.install.stack import CONDITION, TenantStack, condition, engine_pod
+from localcluster.nodes.kwok import delete_fake_nodes
 
 pytestmark = pytest.mark.e2e
 

@@ -19,7 +19,7 @@ from inference_policy.base.codes import ENGINE_LABEL_REMOVED
 from inference_policy.base.wire import ENGINE_LABEL
 from kits.stackkit import LARGE, h100_stack, pod_names
 from localcluster import ControlPlane, Kube
-from localcluster.stack import CONDITION, TenantStack, condition, engine_pod
+from localcluster.install.stack import CONDITION, TenantStack, condition, engine_pod
 from tests.e2e.inputkit import (
     MERGE_PATCH,
     PREFIX,

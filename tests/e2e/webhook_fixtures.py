@@ -18,7 +18,7 @@ import pytest
 
 from kits.profilekit import CLUSTER, NAMESPACE, Owner
 from localcluster import ApiError, ControlPlane, Kube
-from localcluster.webhook import (
+from localcluster.servers.webhook import (
     DEFAULT_BUNDLE_CONFIGMAP,
     LocalWebhook,
     WebhookSettings,

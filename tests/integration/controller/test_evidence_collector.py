@@ -26,7 +26,7 @@ from allocation_controller.evidence import (
 )
 from inference_policy.evidence import judge
 from kits.controllerkit import MemoryKube
-from localcluster.metrics import parse_metrics
+from localcluster.plane.metrics import parse_metrics
 from policy_io.state import PolicySettings
 from serving.app import READ_TIMEOUT
 from tests.evidencekit import GIB, H200_UUID, MIG, SHARED, nvml_observation, owners, pods

@@ -49,7 +49,7 @@ from kits.extenderkit import (
 from kits.fakeapi import FakeCluster
 from kits.fleetkit import FLEET
 from kits.profilekit import NOW, Owner
-from localcluster.nodes import FakeNode
+from localcluster.nodes.kwok import FakeNode
 from serving.apiserver import from_kubeconfig
 from serving.settings import ConfigError
 

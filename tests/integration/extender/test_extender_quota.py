@@ -41,7 +41,7 @@ from kits.fakeapi import FakeCluster
 from kits.fleetkit import FLEET
 from kits.memory_sources import ExtenderMemorySource
 from kits.profilekit import NOW, Owner
-from localcluster.metrics import metric, parse_metrics
+from localcluster.plane.metrics import metric, parse_metrics
 from serving.apiserver import from_kubeconfig
 from serving.quota import usage_part
 

@@ -29,7 +29,7 @@ from kits.extenderkit import (
 )
 from kits.fakeapi import FakeCluster
 from kits.profilekit import NAMESPACE, NOW, Owner
-from localcluster.nodes import FakeNode
+from localcluster.nodes.kwok import FakeNode
 from serving.apiserver import from_kubeconfig
 
 PROFILE = "kamiwaza-inference-profiles"

@@ -41,7 +41,7 @@ from kits.extenderkit import (
 from kits.fakeapi import FakeApiServer, FakeCluster
 from kits.fleetkit import a100_mig, l40s
 from kits.profilekit import NAMESPACE, NOW, Owner, request
-from localcluster.nodes import FakeNode
+from localcluster.nodes.kwok import FakeNode
 from serving.apiserver import from_kubeconfig
 from webhook.profile_source import KubernetesSource as WebhookSource
 from webhook.profile_source import PolicyStore

@@ -53,7 +53,7 @@ from kits.extenderkit import (
 from kits.fleetkit import FLEET
 from kits.memory_sources import ExtenderMemorySource
 from kits.profilekit import NOW, Owner, dra_binding, gpu_profile
-from localcluster.dra_driver import resource_slice
+from localcluster.nodes.dra_driver import resource_slice
 from serving.watched import Delta
 from tests.recording import Reads, passing_through, recorded
 from tests.tenantpods import DRA_BINDING, corpus
@@ -146,7 +146,7 @@ class Claims:
         }
 
     async def list_resource_slices(self, node: str) -> list[JSON]:
-        from localcluster.dra_driver import published_device
+        from localcluster.nodes.dra_driver import published_device
 
         return [resource_slice(node, [published_device("gpu-0")])]
 

@@ -31,7 +31,7 @@ from kits.webhookkit import (
     review,
     webhook_app,
 )
-from localcluster.metrics import metric, parse_metrics
+from localcluster.plane.metrics import metric, parse_metrics
 
 MLX_DETAIL = (
     "cannot derive inference resources for this deployment: engine 'mlx' is not qualified in "

@@ -25,7 +25,7 @@ from kits.fakeapi import FakeApiServer
 from kits.polling import eventually_async
 from kits.profilekit import CLUSTER, NAMESPACE, Owner, request
 from kits.webhookkit import engine_pod, review
-from localcluster.process import python_module
+from localcluster.plane.process import python_module
 
 
 def _env() -> dict[str, str]:

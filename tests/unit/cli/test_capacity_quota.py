@@ -15,7 +15,7 @@ from inference_policy.tools.capacity import Deployment, replay
 from inference_policy.tools.quota_replay import within_quotas
 from kits.profilekit import CLUSTER, NAMESPACE, NOW, NOW_TEXT, Owner, with_profiles
 from kits.stackkit import LARGE, whole_h100_profile
-from localcluster.nodes import FakeNode
+from localcluster.nodes.kwok import FakeNode
 from tmi_cli.main import main
 
 GPU = "nvidia.com/gpu"

@@ -14,7 +14,7 @@ import pytest
 
 from inference_policy.planning.recipes import load_catalog
 from kits.profilekit import NOW_TEXT, Owner, catalog_image, request
-from localcluster.process import python_module
+from localcluster.plane.process import python_module
 from tmi_cli.detect import DetectionError
 from tmi_cli.main import main
 

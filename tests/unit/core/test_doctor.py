@@ -16,7 +16,7 @@ from inference_policy.tools.doctor import (
     serves,
 )
 from kits.fleetkit import h100, no_gfd
-from localcluster.nodes import FakeNode
+from localcluster.nodes.kwok import FakeNode
 
 
 def _statuses(checks: Any) -> dict[str, str]:

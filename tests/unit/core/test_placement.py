@@ -1,6 +1,6 @@
 """Placement rules: every filter reason, its resolvability, the requests arithmetic and best fit.
 
-Nodes are built with `localcluster.nodes.FakeNode`, which carries the labels GPU Feature
+Nodes are built with `localcluster.nodes.kwok.FakeNode`, which carries the labels GPU Feature
 Discovery publishes, so these tests pin the label names the extender reads to the ones the fake
 cluster (and GFD) writes.
 """
@@ -38,7 +38,7 @@ from inference_policy.trust.profile import CpuBinding, ExtendedResourceBinding, 
 from kits.fleetkit import A100_MIG, gh200, h100, l40s, no_gfd, t4
 from kits.fleetkit import r570 as fleet_r570
 from kits.profilekit import NOW, Owner, gpu_binding, gpu_profile, request, with_profiles
-from localcluster.nodes import FakeNode
+from localcluster.nodes.kwok import FakeNode
 
 GI = 1024**3
 

@@ -42,9 +42,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.append(str(ROOT))  # the checkout, for a script run by path
 
 from localcluster import ControlPlane, Kube, versions, wait_until  # noqa: E402
-from localcluster.admission_policies import enforced, render_policies  # noqa: E402
-from localcluster.guard import apply_guard  # noqa: E402
-from localcluster.webhook_objects import set_opt_in  # noqa: E402
+from localcluster.servers.admission_policies import enforced, render_policies  # noqa: E402
+from localcluster.servers.guard import apply_guard  # noqa: E402
+from localcluster.servers.webhook_objects import set_opt_in  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results" / "admission_policies.json"
 VOID = {"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"}
@@ -59,7 +59,7 @@ VARIANTS = (
     "seed-guard",
     "seed-guard+tmi",
 )
-# The namespaces seed 001's guard binds by name (`localcluster.guard`).
+# The namespaces seed 001's guard binds by name (`localcluster.servers.guard`).
 SEED_NAMESPACES = {"seed-guard": "kamiwaza-extensions", "seed-guard+tmi": "kamiwaza"}
 TARGET = 1.2
 

@@ -52,12 +52,12 @@ from allocation_controller.kubeapi import HttpKube  # noqa: E402
 from allocation_controller.leader import LeaderSettings  # noqa: E402
 from inference_policy.granting.grant import CONDITION_TYPE  # noqa: E402
 from inference_policy.trust.signing import DEFAULT_CONFIGMAP_NAME  # noqa: E402
-from localcluster.metrics import parse_metrics  # noqa: E402
-from localcluster.process import python_module  # noqa: E402
+from kits.controllerkit import MemoryKube, bind, planned_pod  # noqa: E402
+from kits.polling import Timeout, eventually  # noqa: E402
+from kits.profilekit import CLUSTER, NOW, Owner, request  # noqa: E402
+from localcluster.plane.metrics import parse_metrics  # noqa: E402
+from localcluster.plane.process import python_module  # noqa: E402
 from serving.informer import Collection, list_all  # noqa: E402
-from tests.controllerkit import MemoryKube, bind, planned_pod  # noqa: E402
-from tests.polling import Timeout, eventually  # noqa: E402
-from tests.profilekit import CLUSTER, NOW, Owner, request  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results" / "controller.json"
 NAMESPACE = "kamiwaza"

@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.append(str(ROOT))  # the checkout, for a script run by path
 
 from inference_policy.trust.signing import verify_configmap  # noqa: E402
-from tests.profilekit import NOW, Owner, request  # noqa: E402
+from kits.profilekit import NOW, Owner, request  # noqa: E402
 
 
 def timed(fn: Callable[[], object], rounds: int) -> dict[str, float]:

@@ -2,7 +2,7 @@
 
 One local control plane (etcd, kube-apiserver, kube-controller-manager, KWOK) holds two fleets
 of the same size in devices: KWOK nodes whose GPUs a test identity publishes as NVIDIA's DRA
-driver would (ResourceSlices of 8 devices a node, `localcluster.dra_driver`), and KWOK nodes
+driver would (ResourceSlices of 8 devices a node, `localcluster.nodes.dra_driver`), and KWOK nodes
 advertising `nvidia.com/gpu` with GPU Feature Discovery's labels. The signed profile has a
 `dra` binding for the first and a device-plugin binding for the second; the owner's DeviceClass
 and claim templates are the core's (`inference_policy.trust.dra_claims`). Three runs per size, in
@@ -58,13 +58,9 @@ from inference_policy.trust.dra_claims import (  # noqa: E402
     template_object,
 )
 from inference_policy.trust.profile import DraBinding, parse_envelope  # noqa: E402
-from localcluster import ControlPlane, FakeNode, create_fake_nodes  # noqa: E402
-from localcluster.dra_driver import Driver, published_device  # noqa: E402
-from localcluster.process import free_port, wait_until  # noqa: E402
-from localcluster.webhook import apply_runtime_class  # noqa: E402
-from tests.fleetkit import h100  # noqa: E402
-from tests.integration.extenderkit import block, plan_for, planned_pod, request  # noqa: E402
-from tests.profilekit import (  # noqa: E402
+from kits.extenderkit import block, plan_for, planned_pod, request  # noqa: E402
+from kits.fleetkit import h100  # noqa: E402
+from kits.profilekit import (  # noqa: E402
     NAMESPACE,
     Owner,
     dra_binding,
@@ -72,6 +68,10 @@ from tests.profilekit import (  # noqa: E402
     gpu_profile,
     with_profiles,
 )
+from localcluster import ControlPlane, FakeNode, create_fake_nodes  # noqa: E402
+from localcluster.nodes.dra_driver import Driver, published_device  # noqa: E402
+from localcluster.plane.process import free_port, wait_until  # noqa: E402
+from localcluster.servers.webhook import apply_runtime_class  # noqa: E402
 
 SIZES = (500, 5000)
 GPUS_PER_NODE = 8

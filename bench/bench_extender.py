@@ -28,9 +28,7 @@ sys.path.append(str(ROOT))  # the checkout, for a script run by path
 import aiohttp  # noqa: E402
 import orjson  # noqa: E402
 
-from localcluster.nodes import FakeNode  # noqa: E402
-from tests.fleetkit import a100_mig, cpu_only, gh200, h100, l40s, t4  # noqa: E402
-from tests.integration.extenderkit import (  # noqa: E402
+from kits.extenderkit import (  # noqa: E402
     block,
     bound,
     fleet_envelope,
@@ -39,7 +37,9 @@ from tests.integration.extenderkit import (  # noqa: E402
     published,
     request,
 )
-from tests.profilekit import Owner  # noqa: E402
+from kits.fleetkit import a100_mig, cpu_only, gh200, h100, l40s, t4  # noqa: E402
+from kits.profilekit import Owner  # noqa: E402
+from localcluster.nodes.kwok import FakeNode  # noqa: E402
 
 SIZES = (500, 5000)
 ROUNDS = 400
@@ -73,7 +73,7 @@ def _serve(port: int, owner_key: bytes, size: int, ready: Any) -> None:
     from cryptography.hazmat.primitives.serialization import load_pem_private_key
 
     from extender.app import create_app
-    from tests.integration.memory_sources import ExtenderMemorySource as MemorySource
+    from kits.memory_sources import ExtenderMemorySource as MemorySource
 
     key = load_pem_private_key(owner_key, None)
     owner = Owner(key)  # type: ignore[arg-type]

@@ -80,13 +80,9 @@ from peer_measure import clear, memory_of, schedule_run, stranded, summary  # no
 from inference_policy.base.wire import ENGINE_LABEL  # noqa: E402
 from inference_policy.placing.schedconfig import render_scheduler_config  # noqa: E402
 from inference_policy.trust.signing import DEFAULT_CONFIGMAP_NAME  # noqa: E402
-from localcluster import ControlPlane, create_fake_nodes, versions  # noqa: E402
-from localcluster.process import free_port  # noqa: E402
-from localcluster.webhook import WebhookSettings, deploy_webhook, is_planned  # noqa: E402
-from tests.fleetkit import h100, l40s  # noqa: E402
-from tests.integration.extenderkit import SHARE, VRAM, WHOLE, block  # noqa: E402
-from tests.integration.webhookkit import engine_pod  # noqa: E402
-from tests.profilekit import (  # noqa: E402
+from kits.extenderkit import SHARE, VRAM, WHOLE, block  # noqa: E402
+from kits.fleetkit import h100, l40s  # noqa: E402
+from kits.profilekit import (  # noqa: E402
     CLUSTER,
     NAMESPACE,
     Owner,
@@ -95,6 +91,10 @@ from tests.profilekit import (  # noqa: E402
     request,
     with_profiles,
 )
+from kits.webhookkit import engine_pod  # noqa: E402
+from localcluster import ControlPlane, create_fake_nodes, versions  # noqa: E402
+from localcluster.plane.process import free_port  # noqa: E402
+from localcluster.servers.webhook import WebhookSettings, deploy_webhook, is_planned  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results" / "peer.json"
 H100_NODES = 16

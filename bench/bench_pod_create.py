@@ -78,11 +78,13 @@ sys.path.append(str(ROOT))  # the checkout, for a script run by path
 
 
 from inference_policy.base.access import unshielded  # noqa: E402
+from kits.profilekit import CLUSTER, NAMESPACE, Owner, request  # noqa: E402
+from kits.webhookkit import engine_pod, plain_pod, review  # noqa: E402
 from localcluster import ControlPlane, Kube, versions, wait_until  # noqa: E402
-from localcluster.controlplane import HOST  # noqa: E402
-from localcluster.metrics import metric, parse_metrics  # noqa: E402
-from localcluster.process import free_port  # noqa: E402
-from localcluster.webhook import (  # noqa: E402
+from localcluster.plane.controlplane import HOST  # noqa: E402
+from localcluster.plane.metrics import metric, parse_metrics  # noqa: E402
+from localcluster.plane.process import free_port  # noqa: E402
+from localcluster.servers.webhook import (  # noqa: E402
     DEFAULT_BUNDLE_CONFIGMAP,
     OPT_IN_LABEL,
     LocalWebhook,
@@ -91,8 +93,6 @@ from localcluster.webhook import (  # noqa: E402
     is_planned,
     webhook_configuration,
 )
-from tests.integration.webhookkit import engine_pod, plain_pod, review  # noqa: E402
-from tests.profilekit import CLUSTER, NAMESPACE, Owner, request  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results" / "pod_create.json"
 TARGET_P99_VS_CONSTANT = 1.15

@@ -1,7 +1,7 @@
 """Benchmark of the real node: what its tests and the demo pay, and what a Pod's start costs.
 
-One run brings up a plane with a pod network and the real node (``localcluster.realnode``), and
-times: the node from nothing to Ready with the fixture's GPUs allocatable; the tmi image's
+One run brings up a plane with a pod network and the real node (``localcluster.nodes.realnode``),
+and times: the node from nothing to Ready with the fixture's GPUs allocatable; the tmi image's
 assembly and import; the chart installed with its Deployments until every one is available;
 Pods of the probe image from create to every container running (default scheduler, no tmi in
 the namespace); and engine Pods from create to Ready through the chart's own Pods (webhook,
@@ -30,23 +30,23 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from kits.nodekit import is_ready, probe_pod, running  # noqa: E402
+from kits.profilekit import CLUSTER, Owner, with_profiles  # noqa: E402
+from kits.stackkit import LARGE, dated, whole_h100_profile  # noqa: E402
 from localcluster import ControlPlane, Kube  # noqa: E402
-from localcluster.binaries import versions  # noqa: E402
-from localcluster.engine_pods import engine_pod  # noqa: E402
-from localcluster.node_images import (  # noqa: E402
+from localcluster.install.stack_settings import StackSettings  # noqa: E402
+from localcluster.nodes.node_images import (  # noqa: E402
     PROBE,
     engine_image_map,
     scheduler_image,
     tmi_image,
 )
-from localcluster.node_stack import deploy_chart  # noqa: E402
-from localcluster.podnet import PodNetwork  # noqa: E402
-from localcluster.process import wait_until  # noqa: E402
-from localcluster.realnode import RealNode  # noqa: E402
-from localcluster.stack_settings import StackSettings  # noqa: E402
-from tests.e2e.nodekit import is_ready, probe_pod, running  # noqa: E402
-from tests.e2e.stackkit import LARGE, dated, whole_h100_profile  # noqa: E402
-from tests.profilekit import CLUSTER, Owner, with_profiles  # noqa: E402
+from localcluster.nodes.node_stack import deploy_chart  # noqa: E402
+from localcluster.nodes.podnet import PodNetwork  # noqa: E402
+from localcluster.nodes.realnode import RealNode  # noqa: E402
+from localcluster.plane.binaries import versions  # noqa: E402
+from localcluster.plane.process import wait_until  # noqa: E402
+from localcluster.servers.engine_pods import engine_pod  # noqa: E402
 
 RESULT = ROOT / "bench" / "results" / "real_node.json"
 

@@ -46,7 +46,7 @@ import aiohttp  # noqa: E402
 import orjson  # noqa: E402
 from bench_extender import _free_port, _plans, _summary, fleet  # noqa: E402
 
-from tests.integration.extenderkit import (  # noqa: E402
+from kits.extenderkit import (  # noqa: E402
     bound,
     fleet_envelope,
     plan_for,
@@ -54,7 +54,7 @@ from tests.integration.extenderkit import (  # noqa: E402
     published,
     request,
 )
-from tests.profilekit import Owner  # noqa: E402
+from kits.profilekit import Owner  # noqa: E402
 
 NODES = 15_000
 PODS_PER_NODE = 10
@@ -88,7 +88,7 @@ def _serve(port: int, owner_key: bytes, size: int, per_node: int, out: Any, read
     from extender.app import create_app
     from extender.view import ClusterView
     from inference_policy.placing.ledger import holding_part
-    from tests.integration.memory_sources import ExtenderMemorySource as MemorySource
+    from kits.memory_sources import ExtenderMemorySource as MemorySource
 
     key = load_pem_private_key(owner_key, None)
     owner = Owner(key)  # type: ignore[arg-type]

@@ -56,19 +56,19 @@ sys.path.append(str(ROOT))  # the checkout, for a script run by path
 from inference_policy.base.wire import ENGINE_LABEL as DEPLOYMENT_LABEL  # noqa: E402
 from inference_policy.placing.schedconfig import render_scheduler_config  # noqa: E402
 from inference_policy.trust.signing import DEFAULT_CONFIGMAP_NAME  # noqa: E402
-from localcluster import ApiError, ControlPlane, FakeNode, create_fake_nodes  # noqa: E402
-from localcluster.metrics import parse_metrics  # noqa: E402
-from localcluster.process import free_port, wait_until  # noqa: E402
-from localcluster.webhook import apply_runtime_class  # noqa: E402
-from tests.fleetkit import a100_mig, cpu_only, h100, l40s, no_gfd, t4  # noqa: E402
-from tests.integration.extenderkit import (  # noqa: E402
+from kits.extenderkit import (  # noqa: E402
     block,
     fleet_envelope,
     plan_for,
     planned_pod,
     request,
 )
-from tests.profilekit import CLUSTER, NAMESPACE, Owner  # noqa: E402
+from kits.fleetkit import a100_mig, cpu_only, h100, l40s, no_gfd, t4  # noqa: E402
+from kits.profilekit import CLUSTER, NAMESPACE, Owner  # noqa: E402
+from localcluster import ApiError, ControlPlane, FakeNode, create_fake_nodes  # noqa: E402
+from localcluster.plane.metrics import parse_metrics  # noqa: E402
+from localcluster.plane.process import free_port, wait_until  # noqa: E402
+from localcluster.servers.webhook import apply_runtime_class  # noqa: E402
 
 # The kustomize base's (the chart's default) name, which its extender Role names.
 PROFILE_CONFIGMAP = DEFAULT_CONFIGMAP_NAME

@@ -1,10 +1,11 @@
 """What the tenant's junk costs the owner's parts: their memory while the tenant's namespace admin
 writes hundreds of labelled ConfigMaps where every part looks for signed profile revisions.
 
-The whole stack runs on the local control plane as the e2e tests run it (`localcluster.stack`:
-the chart installed, the extender, two allocation-controller replicas and the tenant's webhook
-as local processes under their ServiceAccounts, following revisions), with one fake H100 node
-and one engine Pod placed and verified. Then, as the namespace's admin identity, in phases:
+The whole stack runs on the local control plane as the e2e tests run it
+(`localcluster.install.stack`: the chart installed, the extender, two allocation-controller
+replicas and the tenant's webhook as local processes under their ServiceAccounts, following
+revisions), with one fake H100 node and one engine Pod placed and verified. Then, as the
+namespace's admin identity, in phases:
 
 * `large`: ConfigMaps of 900,000 bytes of data each, near the API server's 1 MiB limit and
   over the 256 KiB cap (`policy_io.caps`): refused unread. Each is the costliest junk there is
@@ -53,6 +54,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.append(str(ROOT))  # the checkout, for a script run by path
 
 from inference_policy.trust.signing import BUNDLE_KEY, DIGEST_KEY, PAYLOAD_TYPE  # noqa: E402
+from kits.profilekit import CLUSTER, Owner, with_profiles  # noqa: E402
+from kits.stackkit import LARGE, dated, whole_h100_profile  # noqa: E402
 from localcluster import (  # noqa: E402
     ControlPlane,
     FakeNode,
@@ -61,9 +64,7 @@ from localcluster import (  # noqa: E402
     create_fake_nodes,
     wait_until,
 )
-from localcluster.metrics import metric  # noqa: E402
-from localcluster.server import LocalServer  # noqa: E402
-from localcluster.stack import (  # noqa: E402
+from localcluster.install.stack import (  # noqa: E402
     CONDITION,
     StackSettings,
     TenantStack,
@@ -71,9 +72,9 @@ from localcluster.stack import (  # noqa: E402
     deploy_stack,
     engine_pod,
 )
+from localcluster.plane.metrics import metric  # noqa: E402
+from localcluster.servers.server import LocalServer  # noqa: E402
 from policy_io import caps  # noqa: E402
-from tests.e2e.stackkit import LARGE, dated, whole_h100_profile  # noqa: E402
-from tests.profilekit import CLUSTER, Owner, with_profiles  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results" / "tenant_junk.json"
 PROFILE = "kamiwaza-inference-profiles-r1"

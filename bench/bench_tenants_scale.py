@@ -13,7 +13,7 @@ each N (`--tenants`, default 100). Every run has the same fleet: ceil(largest N 
 nodes of 8 H100s each (`FakeNode(..., gpus=8)`). In each:
 
 1. the measured tenant (the first) and the owner side are installed from the chart as users
-   install them (`localcluster.stack.deploy_stack`): the tenant part by its namespace's
+   install them (`localcluster.install.stack.deploy_stack`): the tenant part by its namespace's
    installer, its webhook a local process under its ServiceAccount; the owner part by the
    cluster admin, the extender, the owner's kube-scheduler and two allocation-controller
    replicas local processes under theirs;
@@ -109,14 +109,14 @@ from tenants_scale_measure import (  # noqa: E402
 )
 from tenants_scale_setup import check_in_process, install_further, stored_difference  # noqa: E402
 
+from kits.profilekit import CLUSTER, Owner  # noqa: E402
+from kits.stackkit import LARGE, whole_h100_envelope  # noqa: E402
 from localcluster import ControlPlane, FakeNode, Kube, create_fake_nodes, versions  # noqa: E402
-from localcluster.engine_pods import engine_pod  # noqa: E402
-from localcluster.install import INSTALLER  # noqa: E402
-from localcluster.metrics import metric, parse_metrics  # noqa: E402
-from localcluster.process import ComponentError, wait_until  # noqa: E402
-from localcluster.stack import StackSettings, TenantStack, deploy_stack  # noqa: E402
-from tests.e2e.stackkit import LARGE, whole_h100_envelope  # noqa: E402
-from tests.profilekit import CLUSTER, Owner  # noqa: E402
+from localcluster.install.install import INSTALLER  # noqa: E402
+from localcluster.install.stack import StackSettings, TenantStack, deploy_stack  # noqa: E402
+from localcluster.plane.metrics import metric, parse_metrics  # noqa: E402
+from localcluster.plane.process import ComponentError, wait_until  # noqa: E402
+from localcluster.servers.engine_pods import engine_pod  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results" / "tenants_scale.json"
 TARGET = 1.1

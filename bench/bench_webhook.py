@@ -64,8 +64,8 @@ UID = "b3f1c2d4-0000-4000-8000-000000000001"
 def _review_body(index: int | None = None, distinct: bool = False) -> bytes:
     """The benchmark review, with its own uid per index as the API server sends it; with
     `distinct`, also a deployment request that no other index shares."""
-    from tests.integration.webhookkit import engine_pod, review
-    from tests.profilekit import request
+    from kits.profilekit import request
+    from kits.webhookkit import engine_pod, review
 
     if distinct and index is not None:
         body = request(model__weightsBytes=4_000_000_000 + index)
@@ -77,9 +77,9 @@ def _review_body(index: int | None = None, distinct: bool = False) -> bytes:
 
 def _our_app() -> web.Application:
     from inference_policy.trust.signing import DEFAULT_CONFIGMAP_NAME
-    from tests.integration.memory_sources import WebhookMemorySource as MemorySource
-    from tests.integration.webhookkit import published
-    from tests.profilekit import NOW, Owner
+    from kits.memory_sources import WebhookMemorySource as MemorySource
+    from kits.profilekit import NOW, Owner
+    from kits.webhookkit import published
     from webhook.app import create_app
     from webhook.profile_source import PolicyStore
 
@@ -93,8 +93,8 @@ def _our_app() -> web.Application:
 def _constant_app() -> web.Application:
     # Exactly the bytes our webhook answers the benchmark review with, computed once.
     from inference_policy.trust.signing import DEFAULT_CONFIGMAP_NAME
-    from tests.integration.webhookkit import published
-    from tests.profilekit import NOW, Owner
+    from kits.profilekit import NOW, Owner
+    from kits.webhookkit import published
     from webhook.admission import Reviewer, envelope
     from webhook.profile_source import PolicyStore
 

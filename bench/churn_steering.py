@@ -29,7 +29,7 @@ from inference_policy.placing.placement import (
     score_nodes,
 )
 from inference_policy.planning.plan import parse_plan
-from localcluster.nodes import FakeNode
+from localcluster.nodes.kwok import FakeNode
 
 CPU_NODES = 40
 

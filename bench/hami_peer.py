@@ -35,8 +35,8 @@ from typing import Any
 import yaml
 
 from localcluster import ApiError, ControlPlane
-from localcluster.binaries import bin_dir
-from localcluster.process import free_port, wait_until
+from localcluster.plane.binaries import bin_dir
+from localcluster.plane.process import free_port, wait_until
 
 ROOT = Path(__file__).resolve().parent.parent
 BUILD = ROOT / "tools" / "hami" / "build.sh"

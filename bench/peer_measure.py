@@ -26,7 +26,7 @@ import hami_peer
 from bench_scheduling import SCHEDULER_ARGS, _busy_seconds, _process_seconds
 
 from localcluster import ControlPlane, wait_until
-from localcluster.metrics import parse_metrics
+from localcluster.plane.metrics import parse_metrics
 
 SETTLE_TIMEOUT = 300.0
 POLL = 0.25

@@ -38,9 +38,9 @@ from bench_scheduling import PROFILE_CONFIGMAP, _pods, fleet  # noqa: E402
 from constant_extender import make_app  # noqa: E402
 
 from extender.app import create_app  # noqa: E402
-from tests.integration.extenderkit import fleet_envelope, published  # noqa: E402
-from tests.integration.memory_sources import ExtenderMemorySource  # noqa: E402
-from tests.profilekit import NAMESPACE, Owner  # noqa: E402
+from kits.extenderkit import fleet_envelope, published  # noqa: E402
+from kits.memory_sources import ExtenderMemorySource  # noqa: E402
+from kits.profilekit import NAMESPACE, Owner  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results" / "extender_profile.json"
 WARMUP = 50

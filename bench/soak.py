@@ -4,7 +4,7 @@ Why it exists: a leak (memory, file descriptors, asyncio tasks) or an error that
 a hundred thousand calls is invisible to the tests and to a short benchmark. This runs both
 servers the way a cluster runs them, `python -m webhook` / `python -m extender` entry points
 with their flags, TLS on loopback and a kubeconfig, against a fake API server in this process
-(`tests.integration.fakeapi`, the API server's list and watch wire protocol) that holds the
+(`kits.fakeapi`, the API server's list and watch wire protocol) that holds the
 signed profile, a fleet of GPU nodes and bound engine Pods. Each server runs inside a thin
 wrapper (`--serve`) that only adds a sampler task reporting the server's own asyncio task count
 once a second; everything else is the server's real `main`.
@@ -99,8 +99,7 @@ def serve(kind: str, stats: str, argv: list[str]) -> int:
 
 
 def _fixture() -> dict[str, Any]:
-    from tests.fleetkit import A100_MIG, CPU, h100
-    from tests.integration.extenderkit import (
+    from kits.extenderkit import (
         block,
         bound,
         fleet_envelope,
@@ -108,7 +107,8 @@ def _fixture() -> dict[str, Any]:
         planned_pod,
         published,
     )
-    from tests.profilekit import Owner, request
+    from kits.fleetkit import A100_MIG, CPU, h100
+    from kits.profilekit import Owner, request
 
     owner = Owner()
     envelope = fleet_envelope(owner)
@@ -134,9 +134,9 @@ class Load:
     """Builds each call's body and says what its answer must be."""
 
     def __init__(self, fixture: dict[str, Any]) -> None:
-        from tests.integration.extenderkit import cache_args, full_args, planned_pod
-        from tests.integration.webhookkit import engine_pod, plain_pod, review
-        from tests.profilekit import request
+        from kits.extenderkit import cache_args, full_args, planned_pod
+        from kits.profilekit import request
+        from kits.webhookkit import engine_pod, plain_pod, review
 
         self._review = review
         self._engine_pod = engine_pod
@@ -372,8 +372,8 @@ async def _start(kind: str, tmp: Path, flags: list[str], client: aiohttp.ClientS
 async def soak(args: argparse.Namespace) -> dict[str, Any]:
     import trustme
 
-    from tests.integration.fakeapi import FakeCluster
-    from tests.profilekit import CLUSTER, NAMESPACE
+    from kits.fakeapi import FakeCluster
+    from kits.profilekit import CLUSTER, NAMESPACE
 
     fixture = _fixture()
     api = FakeCluster()

@@ -22,13 +22,13 @@ from typing import Any
 
 from inference_policy.base.wire import ENGINE_LABEL
 from localcluster import Kube
-from localcluster.engine_pods import CONDITION, condition, engine_pod
-from localcluster.install import Rendered
-from localcluster.kube import JSON
-from localcluster.process import ManagedProcess
-from localcluster.server import LocalServer
-from localcluster.stack import TenantStack
-from localcluster.webhook import is_planned
+from localcluster.install.install import Rendered
+from localcluster.install.stack import TenantStack
+from localcluster.plane.kube import JSON
+from localcluster.plane.process import ManagedProcess
+from localcluster.servers.engine_pods import CONDITION, condition, engine_pod
+from localcluster.servers.server import LocalServer
+from localcluster.servers.webhook import is_planned
 
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 

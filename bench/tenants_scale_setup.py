@@ -2,8 +2,8 @@
 with every tenant in `owner.tenants`, and each further tenant's engine Pod stored as that
 tenant's own webhook would have stored it, without running that webhook.
 
-`localcluster.tenants.add_tenant` adds one tenant with a webhook process of its own and rolls
-the extender and the controller each time; for 99 tenants on 2 cores that would be 99 webhook
+`localcluster.install.tenants.add_tenant` adds one tenant with a webhook process of its own and
+rolls the extender and the controller each time; for 99 tenants on 2 cores that would be 99 webhook
 processes and 198 controller restarts. Here, instead, for every further tenant at once:
 
 * its namespace, its installer identity (seed 001) and its profile, signed for its namespace by
@@ -41,16 +41,18 @@ import jsonpatch
 
 from inference_policy.base.wire import ENGINE_LABEL, PLAN_ANNOTATION
 from inference_policy.planning.room import ROOM_CONFIGMAP
+from kits.profilekit import Owner
+from kits.stackkit import whole_h100_envelope
+from kits.webhookkit import review
 from localcluster import Kube, wait_until
-from localcluster.admission_policies import policy_docs
-from localcluster.controlplane import HOST
-from localcluster.engine_pods import engine_pod
-from localcluster.extender_process import LOCAL_FLAGS
-from localcluster.install import INSTALLER, Rendered, grant_installer, render_owner, wait_allowed
-from localcluster.kube import JSON, ApiError
-from localcluster.process import free_port
-from localcluster.server import START_TIMEOUT, LocalServer
-from localcluster.stack import (
+from localcluster.install.install import (
+    INSTALLER,
+    Rendered,
+    grant_installer,
+    render_owner,
+    wait_allowed,
+)
+from localcluster.install.stack import (
     CONTROLLER_DEPLOYMENT,
     EXTENDER_DEPLOYMENT,
     WEBHOOK_DEPLOYMENT,
@@ -58,11 +60,15 @@ from localcluster.stack import (
     _apply,
     _owner_applied,
 )
-from localcluster.tenants import _ours
-from localcluster.webhook import CONFIGURATION_NAME, publish_profile, set_opt_in
-from tests.e2e.stackkit import whole_h100_envelope
-from tests.integration.webhookkit import review
-from tests.profilekit import Owner
+from localcluster.install.tenants import _ours
+from localcluster.plane.controlplane import HOST
+from localcluster.plane.kube import JSON, ApiError
+from localcluster.plane.process import free_port
+from localcluster.servers.admission_policies import policy_docs
+from localcluster.servers.engine_pods import engine_pod
+from localcluster.servers.extender_process import LOCAL_FLAGS
+from localcluster.servers.server import START_TIMEOUT, LocalServer
+from localcluster.servers.webhook import CONFIGURATION_NAME, publish_profile, set_opt_in
 from webhook.admission import Reviewer
 from webhook.config import settings_from_args
 from webhook.profile_source import PolicyStore

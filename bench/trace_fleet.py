@@ -19,8 +19,8 @@ from typing import Any
 from inference_policy.placing.placement import Demand, demand_for
 from inference_policy.planning.plan import parse_plan
 from inference_policy.trust.profile import ExtendedResourceBinding, VramPluginBinding
-from localcluster.nodes import FakeNode
-from tests.profilekit import gpu_binding
+from kits.profilekit import gpu_binding
+from localcluster.nodes.kwok import FakeNode
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "bench" / "data"

@@ -5,8 +5,9 @@ controller and guard manifests against the real API server and scheduler rather 
 mocks, without a kubelet, containers or network access. See ``ControlPlane.start``.
 """
 
-from localcluster.binaries import BinariesMissingError, bin_dir, default_bin_dir, versions
-from localcluster.controlplane import (
+from localcluster.nodes.kwok import FakeNode, create_fake_nodes, delete_fake_nodes, node_table
+from localcluster.plane.binaries import BinariesMissingError, bin_dir, default_bin_dir, versions
+from localcluster.plane.controlplane import (
     DEFAULT_SCHEDULER,
     IDENTITIES,
     KWOK_NODE_ANNOTATION,
@@ -14,9 +15,8 @@ from localcluster.controlplane import (
     Scheduler,
     default_scheduler_config,
 )
-from localcluster.kube import ApiError, Kube, load_documents, pod_condition
-from localcluster.nodes import FakeNode, create_fake_nodes, delete_fake_nodes, node_table
-from localcluster.process import ComponentError, wait_until
+from localcluster.plane.kube import ApiError, Kube, load_documents, pod_condition
+from localcluster.plane.process import ComponentError, wait_until
 
 __all__ = [
     "DEFAULT_SCHEDULER",

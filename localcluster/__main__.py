@@ -12,9 +12,9 @@ import sys
 import time
 from pathlib import Path
 
-from localcluster.binaries import BinariesMissingError
-from localcluster.controlplane import ControlPlane
-from localcluster.nodes import FakeNode, create_fake_nodes, node_table
+from localcluster.nodes.kwok import FakeNode, create_fake_nodes, node_table
+from localcluster.plane.binaries import BinariesMissingError
+from localcluster.plane.controlplane import ControlPlane
 
 DEMO_NODES = (
     FakeNode("gpu-h100-0", gpus=4, vram_gb=80, gpu_memory_mib=81559, vram_budget=True),

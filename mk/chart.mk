@@ -5,7 +5,7 @@
 .PHONY: chart chart-lint
 
 chart: install controlplane
-	$(PYTHON) -m localcluster.chartgen
+	$(PYTHON) -m chart_tools.generate
 
 chart-lint: install controlplane
 	$(PYTEST) tests/chart

@@ -33,14 +33,14 @@ test-e2e: node
 
 # First demo step: plane up, fake GPU nodes, the pod guard refusing a privileged pod.
 demo-guard:
-	$(PYTHON) -m localcluster.demo_guard
+	$(PYTHON) -m localcluster.demo.guard
 
 # The chart on every Kubernetes minor from the guard's floor to the newest the Go module proxy
-# serves (localcluster/version_check.py): each release's kube-apiserver and kube-scheduler are
+# serves (localcluster/install/version_check.py): each release's kube-apiserver and kube-scheduler are
 # built once into ~/.cache/tmi/release/<version>/ (about five minutes each on two cores), the
 # chart dry-run there and the whole stack probed on them (about a minute each), and the results
 # land in docs/compatibility.md. Not part of `make test`: the pinned release runs the e2e suite.
 K8S_RANGE ?= v1.30.14 v1.31.14 v1.32.13 v1.33.13 v1.34.4 v1.35.4 v1.36.3 v1.37.2
 
 test-versions: install controlplane
-	$(PYTHON) -m localcluster.version_check $(K8S_RANGE)
+	$(PYTHON) -m localcluster.install.version_check $(K8S_RANGE)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from tests.integration.webhookkit import plain_pod
+from kits.webhookkit import plain_pod
 
 
 def _with_container(kind: str, **container: Any) -> dict[str, Any]:

@@ -19,8 +19,8 @@ from typing import Any
 
 from inference_policy.base.wire import ALLOCATION_VERIFIED, ENGINE_LABEL, PLAN_ANNOTATION
 from inference_policy.trust.dra_claims import CLAIM_NAME
-from tests.integration.extenderkit import NAMESPACE, block, bound, plan_for, planned_pod, request
-from tests.profilekit import NOW, NOW_TEXT, Owner
+from kits.extenderkit import NAMESPACE, block, bound, plan_for, planned_pod, request
+from kits.profilekit import NOW, NOW_TEXT, Owner
 
 DRA_BINDING = "h100-dra"
 VOID = {"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"}

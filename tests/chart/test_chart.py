@@ -19,15 +19,8 @@ import pytest
 import yaml
 
 from allocation_controller.config import settings_from_args as controller_settings
-from extender.config import settings_from_args
-from inference_policy.admission.access_cel import cel_condition
-from inference_policy.admission.owner_objects_cel import OWNER_LABEL
-from inference_policy.admission.policy_cel import policy_parts
-from inference_policy.placing.schedconfig import DEFAULT_SCHEDULER_NAME, render_scheduler_config
-from inference_policy.planning.room import ROOM_CONFIGMAP
-from inference_policy.trust.signing import DEFAULT_CONFIGMAP_NAME
-from localcluster import chartgen
-from localcluster.chart import (
+from chart_tools import generate as chartgen
+from chart_tools.render import (
     CHART,
     OWNER,
     TENANT,
@@ -38,7 +31,14 @@ from localcluster.chart import (
     part_values,
     render,
 )
-from localcluster.kube import JSON
+from extender.config import settings_from_args
+from inference_policy.admission.access_cel import cel_condition
+from inference_policy.admission.owner_objects_cel import OWNER_LABEL
+from inference_policy.admission.policy_cel import policy_parts
+from inference_policy.placing.schedconfig import DEFAULT_SCHEDULER_NAME, render_scheduler_config
+from inference_policy.planning.room import ROOM_CONFIGMAP
+from inference_policy.trust.signing import DEFAULT_CONFIGMAP_NAME
+from localcluster.plane.kube import JSON
 
 ROOT = Path(__file__).resolve().parents[2]
 # Where the chart mounts the extender's CA in the scheduler's container (_helpers.tpl).
@@ -480,7 +480,7 @@ def test_the_owners_servers_take_the_owners_settings_not_the_tenants(
 
 def test_the_generated_files_are_current() -> None:
     stale = chartgen.stale(chartgen.expected_files())
-    assert not stale, f"run `python -m localcluster.chartgen`: {stale}"
+    assert not stale, f"run `python -m chart_tools.generate`: {stale}"
 
 
 def _normalised(docs: list[JSON]) -> dict[tuple[str, str, str], JSON]:

@@ -14,12 +14,12 @@ from typing import Any
 
 import yaml
 
+from chart_tools import generate as chartgen
+from chart_tools.render import OWNER, find, part_values, render
 from inference_policy.admission.dra_cel import claim_policy_parts
 from inference_policy.trust.dra_claims import owner_objects, published_templates
 from inference_policy.trust.profile import parse_envelope
-from localcluster import chartgen
-from localcluster.chart import OWNER, find, part_values, render
-from tests.profilekit import Owner, dra_binding, gpu_profile, with_profiles
+from kits.profilekit import Owner, dra_binding, gpu_profile, with_profiles
 
 TENANT_NS = chartgen.TENANT_NAMESPACE
 OWNER_NS = chartgen.OWNER_NAMESPACE

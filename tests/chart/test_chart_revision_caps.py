@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from localcluster import chartgen
-from localcluster.chart import OWNER, TENANT, ChartError, find, part_values, render
-from localcluster.kube import JSON
+from chart_tools import generate as chartgen
+from chart_tools.render import OWNER, TENANT, ChartError, find, part_values, render
+from localcluster.plane.kube import JSON
 
 CAPS = {"TMI_MAX_PROFILE_REVISIONS": "8", "TMI_MAX_PROFILE_REVISION_BYTES": "65536"}
 

@@ -14,9 +14,9 @@ from typing import Any
 
 import pytest
 
-from localcluster import chartgen
-from localcluster.chart import OWNER, TENANT, find, part_values, render
-from localcluster.kube import JSON
+from chart_tools import generate as chartgen
+from chart_tools.render import OWNER, TENANT, find, part_values, render
+from localcluster.plane.kube import JSON
 
 TENANT_NS = chartgen.TENANT_NAMESPACE
 OWNER_NS = chartgen.OWNER_NAMESPACE

@@ -9,10 +9,10 @@ from typing import Any
 import pytest
 
 from allocation_controller.config import settings_from_args as controller_settings
+from chart_tools import generate as chartgen
+from chart_tools.render import OWNER, find, part_values, render
 from extender.config import settings_from_args
-from localcluster import chartgen
-from localcluster.chart import OWNER, find, part_values, render
-from localcluster.kube import JSON
+from localcluster.plane.kube import JSON
 
 FIRST, SECOND = chartgen.TENANT_NAMESPACE, "team-b"
 OWNER_NS = chartgen.OWNER_NAMESPACE

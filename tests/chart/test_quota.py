@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 
+from chart_tools import generate as chartgen
+from chart_tools.render import OWNER, TENANT, ChartError, find, part_values, render
 from inference_policy.placing.quota import QUOTA_NAME, Quota, parse_quota
-from localcluster import chartgen
-from localcluster.chart import OWNER, TENANT, ChartError, find, part_values, render
-from localcluster.kube import JSON
+from localcluster.plane.kube import JSON
 
 FIRST, SECOND, THIRD = chartgen.TENANT_NAMESPACE, "team-b", "team-c"
 KEY = "BwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwc="

@@ -2,7 +2,7 @@
 
 One control plane (etcd, kube-apiserver, kube-controller-manager, kube-scheduler, KWOK)
 serves the whole test session, its tmi servers local processes the tests can kill or pause
-(``localcluster.stack``); a second one (``node_plane``) carries the session's one real node
+(``localcluster.install.stack``); a second one (``node_plane``) carries the session's one real node
 (``real_node``), where ``test_real_node.py`` still runs local-process servers and
 ``test_real_node_chart.py`` runs the chart's own Deployments as Pods. Each test gets fresh
 namespaces rather than reusing deleted ones, since a namespace takes a while to finish
@@ -23,6 +23,7 @@ from pathlib import Path
 
 import pytest
 
+from kits.nodekit import node_images
 from localcluster import (
     ApiError,
     BinariesMissingError,
@@ -33,9 +34,8 @@ from localcluster import (
     create_fake_nodes,
     delete_fake_nodes,
 )
-from localcluster.podnet import PodNetwork
-from localcluster.realnode import RealNode
-from tests.e2e.nodekit import node_images
+from localcluster.nodes.podnet import PodNetwork
+from localcluster.nodes.realnode import RealNode
 
 ARTIFACTS = Path(__file__).resolve().parents[2] / ".artifacts"
 

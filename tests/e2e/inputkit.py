@@ -17,10 +17,10 @@ import pytest
 
 from inference_policy.base.codes import VERIFIED
 from inference_policy.base.wire import PLAN_ANNOTATION
+from kits.stackkit import LARGE
 from localcluster import ApiError, ControlPlane, Kube, pod_condition, wait_until
-from localcluster.stack import CONDITION, TenantStack, condition, engine_pod
-from localcluster.webhook_objects import CONFIGURATION_NAME
-from tests.e2e.stackkit import LARGE
+from localcluster.install.stack import CONDITION, TenantStack, condition, engine_pod
+from localcluster.servers.webhook_objects import CONFIGURATION_NAME
 
 MERGE_PATCH = "application/merge-patch+json"
 STRATEGIC = "application/strategic-merge-patch+json"

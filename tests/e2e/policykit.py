@@ -7,10 +7,10 @@ import copy
 import uuid
 from typing import Any
 
+from kits.profilekit import NAMESPACE
 from localcluster import ApiError
-from localcluster.admission_policies import guard_name
-from localcluster.webhook import LocalWebhook, is_planned
-from tests.profilekit import NAMESPACE
+from localcluster.servers.admission_policies import guard_name
+from localcluster.servers.webhook import LocalWebhook, is_planned
 
 VOID = {"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"}
 SCHEDULER = "kamiwaza-inference-scheduler"

@@ -12,13 +12,13 @@ from collections.abc import Callable
 from typing import Any
 
 from inference_policy.planning.room import ROOM_CONFIGMAP, ROOM_KEY, parse_figures
+from kits.profilekit import CLUSTER, Owner, gpu_binding, gpu_profile, request, with_profiles
+from kits.stackkit import dated
 from localcluster import ApiError, ControlPlane, Kube
-from localcluster.process import wait_until
-from localcluster.stack import CONDITION, condition, engine_pod
-from localcluster.stack_settings import StackSettings
-from localcluster.webhook_objects import publish_profile
-from tests.e2e.stackkit import dated
-from tests.profilekit import CLUSTER, Owner, gpu_binding, gpu_profile, request, with_profiles
+from localcluster.install.stack import CONDITION, condition, engine_pod
+from localcluster.install.stack_settings import StackSettings
+from localcluster.plane.process import wait_until
+from localcluster.servers.webhook_objects import publish_profile
 
 GPU0, GPU1 = "share-gpu0", "share-gpu1"
 VRAM = "kamiwaza.ai/vram-gb-gpu-"

@@ -4,7 +4,7 @@ real 1.36 API server, acting as the tenant's admin.
 Whatever makes the Pod (a Deployment, Job, StatefulSet or DaemonSet controller) meets the same
 policies; the tenant's ResourceClaims are refused outright; an uninstall of the tenant part or an
 upgrade of the owner's refuses no Pod that is not an engine Pod. The webhook is a local process
-(``localcluster.webhook``), so a test can stop it precisely.
+(``localcluster.servers.webhook``), so a test can stop it precisely.
 """
 
 from __future__ import annotations
@@ -17,8 +17,11 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from inference_policy.admission.access_cel import FORGERY_PREFIX
+from kits.profilekit import NAMESPACE, request
+from kits.stackkit import refusal
+from kits.webhookkit import engine_pod, plain_pod
 from localcluster import ApiError, ControlPlane, FakeNode, Kube, create_fake_nodes, wait_until
-from localcluster.install import (
+from localcluster.install.install import (
     CLEANUP_HOOK,
     Rendered,
     render_owner_admission,
@@ -26,13 +29,10 @@ from localcluster.install import (
     run_uninstall_hook,
     wait_allowed,
 )
-from localcluster.nodes import delete_fake_nodes
-from localcluster.webhook import webhook_configuration
-from localcluster.webhook_objects import apply_webhook_rbac, chart_values_for
+from localcluster.nodes.kwok import delete_fake_nodes
+from localcluster.servers.webhook import webhook_configuration
+from localcluster.servers.webhook_objects import apply_webhook_rbac, chart_values_for
 from tests.e2e.policykit import VOID, guard_prefix, named, plans
-from tests.e2e.stackkit import refusal
-from tests.integration.webhookkit import engine_pod, plain_pod
-from tests.profilekit import NAMESPACE, request
 
 if TYPE_CHECKING:
     from tests.e2e.webhook_fixtures import Deployed

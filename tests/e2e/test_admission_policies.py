@@ -1,8 +1,8 @@
 """The owner's admission policies in a real 1.36 API server, acting as the tenant's admin.
 
 The shield (MutatingAdmissionPolicy) and the guard (ValidatingAdmissionPolicy) are the chart's
-own objects (``localcluster.admission_policies``), installed with the webhook configuration;
-the webhook is a local process (``localcluster.webhook``) so that a test can stop it or take
+own objects (``localcluster.servers.admission_policies``), installed with the webhook configuration;
+the webhook is a local process (``localcluster.servers.webhook``) so that a test can stop it or take
 its configuration away precisely. Pods are created as ``tmi-installer``, the namespace's admin,
 which is the identity every attack here is made as: what it can change must not widen a grant,
 and what it breaks must refuse engine Pods only.
@@ -20,18 +20,18 @@ import pytest
 
 from inference_policy.admission.access_cel import FORGERY_PREFIX
 from inference_policy.admission.engine_pod import admission_refusal
+from kits.profilekit import NAMESPACE, request
+from kits.stackkit import refusal
+from kits.webhookkit import asking_for, engine_pod, plain_pod, plain_pod_with
 from localcluster import ApiError, ControlPlane, Kube, wait_until
-from localcluster.admission_policies import denied_by_guard
-from localcluster.webhook import (
+from localcluster.servers.admission_policies import denied_by_guard
+from localcluster.servers.webhook import (
     PLAN_ANNOTATION,
     LocalWebhook,
     webhook_configuration,
 )
-from localcluster.webhook_objects import CONFIGURATION_NAME, set_opt_in
+from localcluster.servers.webhook_objects import CONFIGURATION_NAME, set_opt_in
 from tests.e2e.policykit import SCHEDULER, VOID, guard_prefix, named, plans
-from tests.e2e.stackkit import refusal
-from tests.integration.webhookkit import asking_for, engine_pod, plain_pod, plain_pod_with
-from tests.profilekit import NAMESPACE, request
 
 if TYPE_CHECKING:
     from tests.e2e.webhook_fixtures import Deployed

@@ -1,10 +1,10 @@
 """The kamiwaza.ai/AllocationVerified condition and the readiness gate, end to end.
 
-The whole stack runs behind the real API server (``localcluster.stack``); the controller runs as two
-replicas electing a leader through their Lease, as the owner's part ships it: in the owner's
-namespace, under the Roles the chart binds to its ServiceAccount there. KWOK plays the kubelet and
-its pod-ready stage honours readiness gates, so a Pod's Ready condition here is what a kubelet would
-report: Running is not Ready until the controller has written the condition True.
+The whole stack runs behind the real API server (``localcluster.install.stack``); the controller
+runs as two replicas electing a leader through their Lease, as the owner's part ships it: in the
+owner's namespace, under the Roles the chart binds to its ServiceAccount there. KWOK plays the
+kubelet and its pod-ready stage honours readiness gates, so a Pod's Ready condition here is what a
+kubelet would report: Running is not Ready until the controller has written the condition True.
 
 What the tests prove is the seed's point that readiness alone is not proof of the grant: an
 honest Pod is verified and only then Ready; a Pod whose records were changed after admission,
@@ -22,16 +22,16 @@ from typing import Any
 
 import pytest
 
-from localcluster import ApiError, ControlPlane, Kube, pod_condition
-from localcluster.stack import CONDITION, TenantStack, condition, engine_pod
-from localcluster.webhook import PLAN_ANNOTATION, REQUEST_ANNOTATION, set_opt_in
-from tests.e2e.stackkit import (
+from kits.profilekit import request
+from kits.stackkit import (
     LARGE,
     WHOLE,
     h100_stack,
     pod_names,
 )
-from tests.profilekit import request
+from localcluster import ApiError, ControlPlane, Kube, pod_condition
+from localcluster.install.stack import CONDITION, TenantStack, condition, engine_pod
+from localcluster.servers.webhook import PLAN_ANNOTATION, REQUEST_ANNOTATION, set_opt_in
 
 pytestmark = pytest.mark.e2e
 VERDICT_REFUSALS = (

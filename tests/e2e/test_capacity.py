@@ -12,10 +12,10 @@ from typing import Any
 
 import pytest
 
+from kits.profilekit import CLUSTER, Owner
+from kits.stackkit import LARGE, whole_h100_envelope
 from localcluster import ControlPlane, FakeNode
-from localcluster.engine_pods import engine_pod
-from tests.e2e.stackkit import LARGE, whole_h100_envelope
-from tests.profilekit import CLUSTER, Owner
+from localcluster.servers.engine_pods import engine_pod
 from tmi_cli.main import main
 
 pytestmark = pytest.mark.e2e

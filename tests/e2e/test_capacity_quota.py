@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 
 from inference_policy.placing.quota import QUOTA_ANNOTATION, QUOTA_NAME
+from kits.profilekit import CLUSTER, Owner
+from kits.stackkit import LARGE, whole_h100_envelope
 from localcluster import ControlPlane, FakeNode
-from tests.e2e.stackkit import LARGE, whole_h100_envelope
-from tests.profilekit import CLUSTER, Owner
 from tmi_cli.main import main
 
 pytestmark = pytest.mark.e2e

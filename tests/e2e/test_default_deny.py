@@ -19,9 +19,9 @@ import pytest
 
 from inference_policy.admission.owner_objects_cel import OWNER_LABEL
 from inference_policy.base.wire import ENGINE_CONTAINER_ANNOTATION
+from kits.stackkit import LARGE, h100_stack, pod_names
 from localcluster import ApiError, ControlPlane, Kube, pod_condition
-from localcluster.stack import CONDITION, TenantStack, condition, engine_pod
-from tests.e2e.stackkit import LARGE, h100_stack, pod_names
+from localcluster.install.stack import CONDITION, TenantStack, condition, engine_pod
 
 pytestmark = pytest.mark.e2e
 MERGE_PATCH = "application/merge-patch+json"

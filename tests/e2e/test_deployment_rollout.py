@@ -22,15 +22,15 @@ from typing import Any
 
 import pytest
 
-from localcluster import ApiError, ControlPlane, Kube
-from localcluster.engine_pods import engine_deployment
-from localcluster.stack import CONDITION, TenantStack, condition, granted, metric
-from localcluster.webhook import PLAN_ANNOTATION, REQUEST_ANNOTATION
-from tests.e2e.stackkit import (
+from kits.stackkit import (
     LARGE,
     WHOLE,
     h100_stack,
 )
+from localcluster import ApiError, ControlPlane, Kube
+from localcluster.install.stack import CONDITION, TenantStack, condition, granted, metric
+from localcluster.servers.engine_pods import engine_deployment
+from localcluster.servers.webhook import PLAN_ANNOTATION, REQUEST_ANNOTATION
 
 pytestmark = pytest.mark.e2e
 

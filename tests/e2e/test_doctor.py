@@ -17,10 +17,10 @@ from typing import Any
 
 import pytest
 
+from kits.fleetkit import h100, no_gfd
 from localcluster import ApiError, ControlPlane, create_fake_nodes, delete_fake_nodes
-from localcluster.guard import apply_guard
-from localcluster.webhook_objects import apply_runtime_class
-from tests.fleetkit import h100, no_gfd
+from localcluster.servers.guard import apply_guard
+from localcluster.servers.webhook_objects import apply_runtime_class
 from tmi_cli.main import main
 
 pytestmark = pytest.mark.e2e

@@ -33,12 +33,12 @@ import pytest
 
 from inference_policy.trust.dra_claims import CLAIM_NAME, device_class_name, published_templates
 from inference_policy.trust.profile import DraBinding
+from kits.profilekit import Owner, dra_binding, gpu_profile, request, with_profiles
+from kits.stackkit import dated, tenant_stack
 from localcluster import ApiError, ControlPlane, Kube
-from localcluster.dra_driver import DRIVER, Driver, published_device
-from localcluster.nodes import FakeNode, create_fake_nodes, delete_fake_nodes
-from localcluster.stack import CONDITION, TenantStack, condition, engine_pod
-from tests.e2e.stackkit import dated, tenant_stack
-from tests.profilekit import Owner, dra_binding, gpu_profile, request, with_profiles
+from localcluster.install.stack import CONDITION, TenantStack, condition, engine_pod
+from localcluster.nodes.dra_driver import DRIVER, Driver, published_device
+from localcluster.nodes.kwok import FakeNode, create_fake_nodes, delete_fake_nodes
 
 pytestmark = pytest.mark.e2e
 

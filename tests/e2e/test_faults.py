@@ -1,9 +1,9 @@
 """Faults on the real control plane: what the stack does when its parts fail under it.
 
-The whole stack runs behind the session's API server (``localcluster.stack``), and each test
+The whole stack runs behind the session's API server (``localcluster.install.stack``), and each test
 breaks one thing the way production breaks it, then checks the property that must survive and
-measures how long the stack took to come back (``localcluster.faults.record_figure`` keeps the
-figures in ``.artifacts/faults.json``; RELIABILITY.md quotes the latest):
+measures how long the stack took to come back (``localcluster.servers.faults.record_figure`` keeps
+the figures in ``.artifacts/faults.json``; RELIABILITY.md quotes the latest):
 
 * a webhook replica SIGKILLed behind the Service address during a burst of creates: every create
   is stored rewritten as the core plans it or refused with a retryable 500, none stored as sent;
@@ -42,18 +42,14 @@ from inference_policy.planning.plan import PlanChoice
 from inference_policy.planning.planner import PROFILE_PREFIX, decide
 from inference_policy.planning.room import replaying
 from inference_policy.trust.signing import REFUSAL_PREFIX, Reason
-from localcluster import ApiError, ControlPlane, FakeNode, Kube, create_fake_nodes, wait_until
-from localcluster.faults import (
-    RoundRobinProxy,
-    condition_history,
-    record_figure,
-    restart_apiserver,
-    restart_etcd,
-    writes_of,
+from kits.profilekit import Owner
+from kits.stackkit import (
+    LARGE,
+    h100_stack,
+    whole_h100_envelope,
 )
-from localcluster.nodes import delete_fake_nodes
-from localcluster.process import http_get
-from localcluster.stack import (
+from localcluster import ApiError, ControlPlane, FakeNode, Kube, create_fake_nodes, wait_until
+from localcluster.install.stack import (
     CONDITION,
     TenantStack,
     condition,
@@ -61,7 +57,17 @@ from localcluster.stack import (
     metric,
     parse_metrics,
 )
-from localcluster.webhook import (
+from localcluster.nodes.kwok import delete_fake_nodes
+from localcluster.plane.process import http_get
+from localcluster.servers.faults import (
+    RoundRobinProxy,
+    condition_history,
+    record_figure,
+    restart_apiserver,
+    restart_etcd,
+    writes_of,
+)
+from localcluster.servers.webhook import (
     PLAN_ANNOTATION,
     LocalWebhook,
     delete_profile,
@@ -71,12 +77,6 @@ from localcluster.webhook import (
 )
 from policy_io.catalog import packaged_catalog
 from policy_io.state import PolicySettings, PolicyState
-from tests.e2e.stackkit import (
-    LARGE,
-    h100_stack,
-    whole_h100_envelope,
-)
-from tests.profilekit import Owner
 
 pytestmark = pytest.mark.e2e
 

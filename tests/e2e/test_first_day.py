@@ -24,9 +24,9 @@ from pathlib import Path
 import pytest
 
 from localcluster import ApiError, ControlPlane
-from localcluster.binaries import bin_dir
-from localcluster.node_images import SCHEDULER_REPOSITORY, TMI_REPOSITORY
-from localcluster.realnode import RealNode
+from localcluster.nodes.node_images import SCHEDULER_REPOSITORY, TMI_REPOSITORY
+from localcluster.nodes.realnode import RealNode
+from localcluster.plane.binaries import bin_dir
 
 pytestmark = pytest.mark.e2e
 

@@ -35,16 +35,16 @@ from inference_policy.admission.engine_pod import admission_refusal
 from inference_policy.admission.status_cel import STATUS_REFUSAL
 from inference_policy.base.wire import ALLOCATION_VERIFIED
 from localcluster import ApiError, ControlPlane, Kube
-from localcluster.admission_policies import (
+from localcluster.install.install import grant_installer
+from localcluster.plane.kube import JSON
+from localcluster.servers.admission_policies import (
     denied_by_guard,
     install_policies,
     remove_policies,
     render_policies,
     verdict_writer,
 )
-from localcluster.install import grant_installer
-from localcluster.kube import JSON
-from localcluster.webhook_objects import set_opt_in
+from localcluster.servers.webhook_objects import set_opt_in
 from tests.e2e.policykit import SCHEDULER
 from tests.fuzz.devicekit import add_one_device_surface, device_findings
 from tests.fuzz.fuzzkit import chance

@@ -1,7 +1,7 @@
 """The image, proven without a registry: assembled as an OCI layout and run from its files.
 
-``localcluster.image`` builds the image's two layers the way the Dockerfile does (Python 3.11
-from the Debian bookworm packages, then /opt/tmi from uv.lock and the packages the Dockerfile
+``localcluster.install.image`` builds the image's two layers the way the Dockerfile does (Python
+3.11 from the Debian bookworm packages, then /opt/tmi from uv.lock and the packages the Dockerfile
 copies), ``tmi-oci`` (go-containerregistry) writes them as an OCI image layout, and the layout's
 layers are unpacked into a root filesystem. The tests check the layout and what is (and is not)
 inside, then run each server's entry point from that filesystem as the image's user, and the
@@ -25,14 +25,19 @@ from pathlib import Path
 import pytest
 import yaml
 
+from kits.profilekit import CLUSTER, Owner
+from kits.stackkit import dated
 from localcluster import ControlPlane
-from localcluster.controlplane import HOST
-from localcluster.image import USER, Layout
-from localcluster.node_images import tmi_image
-from localcluster.process import ManagedProcess, free_port, http_get, http_ok, wait_until
-from localcluster.webhook import IDENTITY, WebhookSettings, apply_webhook_rbac, publish_profile
-from tests.e2e.stackkit import dated
-from tests.profilekit import CLUSTER, Owner
+from localcluster.install.image import USER, Layout
+from localcluster.nodes.node_images import tmi_image
+from localcluster.plane.controlplane import HOST
+from localcluster.plane.process import ManagedProcess, free_port, http_get, http_ok, wait_until
+from localcluster.servers.webhook import (
+    IDENTITY,
+    WebhookSettings,
+    apply_webhook_rbac,
+    publish_profile,
+)
 
 pytestmark = pytest.mark.e2e
 
@@ -86,7 +91,7 @@ def test_the_image_holds_the_lock_file_and_its_sbom_and_no_harness(built: Built)
     sbom = json.loads((built.rootfs / SHARE / "sbom.cdx.json").read_text())
     assert sbom["bomFormat"] == "CycloneDX"
     assert {"aiohttp", "kubernetes", "cryptography"} <= {c["name"] for c in sbom["components"]}
-    for harness in ("localcluster", "tests", "bench"):
+    for harness in ("localcluster", "kits", "tests", "bench"):
         assert not [n for n in names if f"site-packages/{harness}/" in n or n.startswith(harness)]
     packages = {n.split("site-packages/")[1].split("/")[0] for n in names if "site-packages/" in n}
     assert {"webhook", "extender", "allocation_controller", "inference_policy"} <= packages

@@ -23,13 +23,13 @@ from typing import Any
 import pytest
 
 from inference_policy.placing.schedconfig import DEFAULT_SCHEDULER_NAME, DEFAULT_SCHEDULER_NAMESPACE
+from kits.stackkit import LARGE, tenant_stack, whole_h100_envelope
 from localcluster import ApiError, ControlPlane, FakeNode, create_fake_nodes
-from localcluster.controller_process import CONTROLLER_LEASE
-from localcluster.install import CLEANUP_HOOK, run_uninstall_hook
-from localcluster.nodes import delete_fake_nodes
-from localcluster.stack import CONDITION, TenantStack, condition, engine_pod
-from localcluster.webhook import ENGINE_LABEL, REQUEST_ANNOTATION
-from tests.e2e.stackkit import LARGE, tenant_stack, whole_h100_envelope
+from localcluster.install.install import CLEANUP_HOOK, run_uninstall_hook
+from localcluster.install.stack import CONDITION, TenantStack, condition, engine_pod
+from localcluster.nodes.kwok import delete_fake_nodes
+from localcluster.servers.controller_process import CONTROLLER_LEASE
+from localcluster.servers.webhook import ENGINE_LABEL, REQUEST_ANNOTATION
 
 pytestmark = pytest.mark.e2e
 

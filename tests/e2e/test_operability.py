@@ -18,14 +18,14 @@ import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from localcluster import ApiError, ControlPlane
-from localcluster.stack import CONDITION, TenantStack, condition, engine_pod
-from localcluster.webhook import REQUEST_ANNOTATION
-from tests.e2e.stackkit import (
+from kits.stackkit import (
     LARGE,
     h100_stack,
     pod_names,
 )
+from localcluster import ApiError, ControlPlane
+from localcluster.install.stack import CONDITION, TenantStack, condition, engine_pod
+from localcluster.servers.webhook import REQUEST_ANNOTATION
 
 pytestmark = pytest.mark.e2e
 

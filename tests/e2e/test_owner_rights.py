@@ -1,7 +1,7 @@
 """An owner part that loses its rights in the tenant namespace fails closed there, and says so.
 
-The whole stack runs behind the real API server (``localcluster.stack``), every server under the
-ServiceAccount and Roles the chart gives it. The allocation controller's RoleBinding in the
+The whole stack runs behind the real API server (``localcluster.install.stack``), every server under
+the ServiceAccount and Roles the chart gives it. The allocation controller's RoleBinding in the
 tenant namespace is deleted (by the cluster admin here, the way around the owner's admission
 policy that refuses it to the tenant's namespace admin). Then the controller can neither follow
 the namespace's Pods nor write their verdicts, so a verdict it wrote before stands; what must
@@ -24,10 +24,10 @@ from typing import Any
 
 import pytest
 
+from kits.stackkit import LARGE, pod_names, tenant_stack, whole_h100_envelope
 from localcluster import ControlPlane, FakeNode, Kube, create_fake_nodes, wait_until
-from localcluster.nodes import delete_fake_nodes
-from localcluster.stack import CONDITION, TenantStack, condition, engine_pod, metric
-from tests.e2e.stackkit import LARGE, pod_names, tenant_stack, whole_h100_envelope
+from localcluster.install.stack import CONDITION, TenantStack, condition, engine_pod, metric
+from localcluster.nodes.kwok import delete_fake_nodes
 from tmi_cli.main import main
 
 pytestmark = pytest.mark.e2e

@@ -1,7 +1,7 @@
 """Engine Pods placed by the owner's second scheduler and the tmi extender, end to end.
 
-The whole stack runs behind the real API server (``localcluster.stack``): the webhook plans each
-Pod, kube-scheduler ``kamiwaza-inference-scheduler`` runs the configuration ``tmi
+The whole stack runs behind the real API server (``localcluster.install.stack``): the webhook plans
+each Pod, kube-scheduler ``kamiwaza-inference-scheduler`` runs the configuration ``tmi
 render-scheduler-config`` renders for the profile (the extender over HTTPS, not ignorable), the
 extender judges KWOK nodes by their GPU Feature Discovery labels and its own accounting, and the
 controller writes AllocationVerified. Pods are created by ``tmi-installer``, the namespace admin.
@@ -26,13 +26,13 @@ from typing import Any
 
 import pytest
 
+from kits.fleetkit import a100_mig, h100
+from kits.profilekit import Owner, gpu_binding, gpu_profile, request, with_profiles
+from kits.stackkit import LARGE, WHOLE, dated, pod_names, tenant_stack, whole_h100_profile
 from localcluster import ControlPlane, FakeNode, Kube, create_fake_nodes, wait_until
-from localcluster.nodes import delete_fake_nodes
-from localcluster.stack import CONDITION, TenantStack, condition, engine_pod, metric
-from localcluster.webhook import CONFIGURATION_NAME
-from tests.e2e.stackkit import LARGE, WHOLE, dated, pod_names, tenant_stack, whole_h100_profile
-from tests.fleetkit import a100_mig, h100
-from tests.profilekit import Owner, gpu_binding, gpu_profile, request, with_profiles
+from localcluster.install.stack import CONDITION, TenantStack, condition, engine_pod, metric
+from localcluster.nodes.kwok import delete_fake_nodes
+from localcluster.servers.webhook import CONFIGURATION_NAME
 
 pytestmark = pytest.mark.e2e
 

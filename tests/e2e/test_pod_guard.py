@@ -17,7 +17,7 @@ import pytest
 
 from inference_policy.tools.doctor import EXEC_GUARD, POD_GUARD
 from localcluster import ApiError, ControlPlane, Kube
-from localcluster.guard import (
+from localcluster.servers.guard import (
     apply_guard,
     dry_run_create,
     post_exec,

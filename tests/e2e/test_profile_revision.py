@@ -25,10 +25,10 @@ from typing import Any
 
 import pytest
 
+from kits.profilekit import CLUSTER, Owner, with_profiles
+from kits.stackkit import LARGE, dated, whole_h100_profile
 from localcluster import ControlPlane, FakeNode, Kube, create_fake_nodes, wait_until
-from localcluster.kube import ApiError
-from localcluster.nodes import delete_fake_nodes
-from localcluster.stack import (
+from localcluster.install.stack import (
     CONDITION,
     CONTROLLER_DEPLOYMENT,
     EXTENDER_DEPLOYMENT,
@@ -39,9 +39,9 @@ from localcluster.stack import (
     deploy_stack,
     engine_pod,
 )
-from localcluster.webhook import PLAN_ANNOTATION, publish_profile
-from tests.e2e.stackkit import LARGE, dated, whole_h100_profile
-from tests.profilekit import CLUSTER, Owner, with_profiles
+from localcluster.nodes.kwok import delete_fake_nodes
+from localcluster.plane.kube import ApiError
+from localcluster.servers.webhook import PLAN_ANNOTATION, publish_profile
 
 pytestmark = pytest.mark.e2e
 

@@ -19,16 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from localcluster import ControlPlane, FakeNode, create_fake_nodes, delete_fake_nodes
-from localcluster.binaries import versions
-from localcluster.components import KWOK_NODE_ANNOTATION
-from localcluster.engine_pods import CONDITION, condition
-from localcluster.image import Layout
-from localcluster.node_images import PROBE
-from localcluster.nodes import is_node_ready
-from localcluster.realnode import RealNode, probe_report
-from localcluster.stack import TenantStack
-from tests.e2e.nodekit import (
+from kits.nodekit import (
     condition_is,
     engine_with_sidecar,
     is_ready,
@@ -36,6 +27,15 @@ from tests.e2e.nodekit import (
     real_node_stack,
     wait_pod,
 )
+from localcluster import ControlPlane, FakeNode, create_fake_nodes, delete_fake_nodes
+from localcluster.install.image import Layout
+from localcluster.install.stack import TenantStack
+from localcluster.nodes.kwok import is_node_ready
+from localcluster.nodes.node_images import PROBE
+from localcluster.nodes.realnode import RealNode, probe_report
+from localcluster.plane.binaries import versions
+from localcluster.plane.components import KWOK_NODE_ANNOTATION
+from localcluster.servers.engine_pods import CONDITION, condition
 from tests.evidencekit import H200_UUID, SHARED, FakeSmi
 from tmi_cli import evidence_command
 from tmi_cli.gpu_processes import NvidiaSmiReader

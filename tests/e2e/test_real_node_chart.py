@@ -2,7 +2,7 @@
 played by the harness.
 
 The webhook, the extender, the allocation controller and the owner's kube-scheduler run as the
-chart's Pods from the imported images (``localcluster.node_stack``); the API server calls the
+chart's Pods from the imported images (``localcluster.nodes.node_stack``); the API server calls the
 webhook through its Service and the scheduler Pod calls the extender through its Service's
 ClusterIP. The running processes are read on the host (``/proc``) through containerd's task
 list: their user, their read-only root and their environment are the runtime's, not the spec's.
@@ -19,18 +19,18 @@ from typing import Any
 
 import pytest
 
-from localcluster import ApiError, ControlPlane
-from localcluster.engine_pods import CONDITION, condition, engine_deployment, engine_pod
-from localcluster.node_stack import CONTROLLER, EXTENDER, WEBHOOK, ChartStack
-from localcluster.process import wait_until
-from localcluster.realnode import RealNode, probe_report
-from localcluster.webhook import PLAN_ANNOTATION, REQUEST_ANNOTATION
-from tests.e2e.nodekit import (
+from kits.nodekit import (
     chart_on_node,
     is_ready,
     wait_pod,
 )
-from tests.e2e.stackkit import LARGE
+from kits.stackkit import LARGE
+from localcluster import ApiError, ControlPlane
+from localcluster.nodes.node_stack import CONTROLLER, EXTENDER, WEBHOOK, ChartStack
+from localcluster.nodes.realnode import RealNode, probe_report
+from localcluster.plane.process import wait_until
+from localcluster.servers.engine_pods import CONDITION, condition, engine_deployment, engine_pod
+from localcluster.servers.webhook import PLAN_ANNOTATION, REQUEST_ANNOTATION
 
 pytestmark = pytest.mark.e2e
 

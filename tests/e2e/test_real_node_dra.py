@@ -21,14 +21,14 @@ from typing import Any
 import pytest
 
 from inference_policy.trust.dra_claims import CLAIM_NAME
+from kits.nodekit import engine_with_sidecar, real_node_stack, wait_pod
+from kits.profilekit import Owner, dra_binding, gpu_profile, with_profiles
+from kits.stackkit import dated
 from localcluster import ControlPlane
-from localcluster.engine_pods import CONDITION, condition
-from localcluster.process import wait_until
-from localcluster.realnode import RealNode, probe_report
-from localcluster.stack import TenantStack
-from tests.e2e.nodekit import engine_with_sidecar, real_node_stack, wait_pod
-from tests.e2e.stackkit import dated
-from tests.profilekit import Owner, dra_binding, gpu_profile, with_profiles
+from localcluster.install.stack import TenantStack
+from localcluster.nodes.realnode import RealNode, probe_report
+from localcluster.plane.process import wait_until
+from localcluster.servers.engine_pods import CONDITION, condition
 
 pytestmark = pytest.mark.e2e
 

@@ -30,6 +30,7 @@ from typing import Any
 
 import pytest
 
+from chart_tools.render import find
 from inference_policy.base.quantity import GI
 from inference_policy.evidence import judge
 from inference_policy.evidence.observations import (
@@ -40,11 +41,10 @@ from inference_policy.evidence.observations import (
     Sample,
 )
 from localcluster import ApiError, ControlPlane, FakeNode, Kube, create_fake_nodes
-from localcluster.chart import find
-from localcluster.install import render_owner
-from localcluster.nodes import delete_fake_nodes
-from localcluster.stack import CONDITION, TenantStack, condition, deploy_stack, engine_pod
-from localcluster.tenants import FurtherTenant, add_tenant
+from localcluster.install.install import render_owner
+from localcluster.install.stack import CONDITION, TenantStack, condition, deploy_stack, engine_pod
+from localcluster.install.tenants import FurtherTenant, add_tenant
+from localcluster.nodes.kwok import delete_fake_nodes
 from tests.e2e.shareskit import VRAM, Tenant, new_tenant, share, verified
 
 pytestmark = pytest.mark.e2e

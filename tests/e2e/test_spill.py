@@ -22,12 +22,12 @@ from typing import Any
 import pytest
 
 from inference_policy.planning.room import ROOM_CONFIGMAP, ROOM_KEY, WITH_ROOM, parse_figures
+from kits.fleetkit import a100_mig, l40s
+from kits.profilekit import Owner, gpu_binding, gpu_profile, request, with_profiles
+from kits.stackkit import dated, placed_and_verified, pod_names, tenant_stack
 from localcluster import ApiError, ControlPlane, Kube, create_fake_nodes
-from localcluster.nodes import delete_fake_nodes
-from localcluster.stack import CONDITION, TenantStack, condition, engine_pod
-from tests.e2e.stackkit import dated, placed_and_verified, pod_names, tenant_stack
-from tests.fleetkit import a100_mig, l40s
-from tests.profilekit import Owner, gpu_binding, gpu_profile, request, with_profiles
+from localcluster.install.stack import CONDITION, TenantStack, condition, engine_pod
+from localcluster.nodes.kwok import delete_fake_nodes
 
 pytestmark = pytest.mark.e2e
 

@@ -6,7 +6,7 @@ runs the same image on both): a `3g.40gb` MIG device (38Gi, the smaller, planned
 whole A100 (79Gi). The plan's claim lists both as `firstAvailable` sub-requests, so when the
 one MIG device is allocated kube-scheduler gives the next claim the whole GPU. KWOK nodes carry
 no devices: a test identity playing NVIDIA's DRA driver publishes the ResourceSlices
-(`localcluster.dra_driver`). The device-plugin half is `tests/e2e/test_spill.py`.
+(`localcluster.nodes.dra_driver`). The device-plugin half is `tests/e2e/test_spill.py`.
 """
 
 from __future__ import annotations
@@ -19,12 +19,12 @@ from typing import Any
 import pytest
 
 from inference_policy.trust.dra_claims import CLAIM_NAME
+from kits.profilekit import Owner, dra_binding, gpu_profile, request, with_profiles
+from kits.stackkit import dated, placed_and_verified, pod_names, tenant_stack
 from localcluster import ControlPlane, Kube
-from localcluster.dra_driver import Driver, published_device
-from localcluster.nodes import FakeNode, create_fake_nodes, delete_fake_nodes
-from localcluster.stack import CONDITION, TenantStack, condition, engine_pod
-from tests.e2e.stackkit import dated, placed_and_verified, pod_names, tenant_stack
-from tests.profilekit import Owner, dra_binding, gpu_profile, request, with_profiles
+from localcluster.install.stack import CONDITION, TenantStack, condition, engine_pod
+from localcluster.nodes.dra_driver import Driver, published_device
+from localcluster.nodes.kwok import FakeNode, create_fake_nodes, delete_fake_nodes
 
 pytestmark = pytest.mark.e2e
 

@@ -28,8 +28,9 @@ from inference_policy.base.codes import (
     RUNTIME_CLASS_MISMATCH,
 )
 from inference_policy.base.wire import ENGINE_LABEL, OPT_IN_LABEL
+from kits.stackkit import LARGE, h100_stack, pod_names
 from localcluster import ApiError, ControlPlane, Kube, pod_condition, wait_until
-from localcluster.stack import CONDITION, TenantStack, condition, engine_pod
+from localcluster.install.stack import CONDITION, TenantStack, condition, engine_pod
 from tests.e2e.inputkit import (
     MERGE_PATCH,
     PREFIX,
@@ -46,7 +47,6 @@ from tests.e2e.inputkit import (
     verified,
     webhook_removed,
 )
-from tests.e2e.stackkit import LARGE, h100_stack, pod_names
 
 pytestmark = pytest.mark.e2e
 

@@ -17,8 +17,9 @@ import pytest
 
 from inference_policy.base.codes import ENGINE_LABEL_REMOVED
 from inference_policy.base.wire import ENGINE_LABEL
+from kits.stackkit import LARGE, h100_stack, pod_names
 from localcluster import ControlPlane, Kube
-from localcluster.stack import CONDITION, TenantStack, condition, engine_pod
+from localcluster.install.stack import CONDITION, TenantStack, condition, engine_pod
 from tests.e2e.inputkit import (
     MERGE_PATCH,
     PREFIX,
@@ -28,7 +29,6 @@ from tests.e2e.inputkit import (
     pod_path,
     verified,
 )
-from tests.e2e.stackkit import LARGE, h100_stack, pod_names
 
 pytestmark = pytest.mark.e2e
 

@@ -17,10 +17,10 @@ from typing import Any
 
 import pytest
 
+from kits.profilekit import CLUSTER, Owner, with_profiles
+from kits.stackkit import LARGE, dated, whole_h100_profile
 from localcluster import ControlPlane, FakeNode, Kube, create_fake_nodes, wait_until
-from localcluster.metrics import Sample, metric
-from localcluster.nodes import delete_fake_nodes
-from localcluster.stack import (
+from localcluster.install.stack import (
     CONDITION,
     StackSettings,
     TenantStack,
@@ -28,8 +28,8 @@ from localcluster.stack import (
     deploy_stack,
     engine_pod,
 )
-from tests.e2e.stackkit import LARGE, dated, whole_h100_profile
-from tests.profilekit import CLUSTER, Owner, with_profiles
+from localcluster.nodes.kwok import delete_fake_nodes
+from localcluster.plane.metrics import Sample, metric
 
 pytestmark = pytest.mark.e2e
 

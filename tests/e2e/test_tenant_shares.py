@@ -21,9 +21,9 @@ import pytest
 
 from inference_policy.planning.room import SMALLEST, WITH_ROOM
 from localcluster import ControlPlane, FakeNode, create_fake_nodes
-from localcluster.nodes import delete_fake_nodes
-from localcluster.stack import CONDITION, condition, deploy_stack
-from localcluster.tenants import FurtherTenant, add_tenant
+from localcluster.install.stack import CONDITION, condition, deploy_stack
+from localcluster.install.tenants import FurtherTenant, add_tenant
+from localcluster.nodes.kwok import delete_fake_nodes
 from tests.e2e.shareskit import (
     GPU0,
     GPU1,

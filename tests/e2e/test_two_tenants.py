@@ -17,15 +17,15 @@ from typing import Any
 
 import pytest
 
+from kits.profilekit import CLUSTER, Owner
+from kits.stackkit import LARGE, tenant_stack, whole_h100_envelope
 from localcluster import ApiError, ControlPlane, FakeNode, Kube, create_fake_nodes, wait_until
-from localcluster.install import render_owner
-from localcluster.nodes import delete_fake_nodes
-from localcluster.stack import CONDITION, TenantStack, condition, engine_pod
-from localcluster.stack_settings import StackSettings
-from localcluster.tenants import FurtherTenant, add_tenant
-from localcluster.webhook import CONFIGURATION_NAME
-from tests.e2e.stackkit import LARGE, tenant_stack, whole_h100_envelope
-from tests.profilekit import CLUSTER, Owner
+from localcluster.install.install import render_owner
+from localcluster.install.stack import CONDITION, TenantStack, condition, engine_pod
+from localcluster.install.stack_settings import StackSettings
+from localcluster.install.tenants import FurtherTenant, add_tenant
+from localcluster.nodes.kwok import delete_fake_nodes
+from localcluster.servers.webhook import CONFIGURATION_NAME
 
 pytestmark = pytest.mark.e2e
 

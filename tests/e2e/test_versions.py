@@ -1,6 +1,6 @@
-"""The version-range check (`make test-versions`, `localcluster.version_check`) on the pinned
-release: the chart's every object passes a server-side dry run and the stack does what the chart
-promises, both ways; an object the API server does not serve is a failure naming it, so a
+"""The version-range check (`make test-versions`, `localcluster.install.version_check`) on the
+pinned release: the chart's every object passes a server-side dry run and the stack does what the
+chart promises, both ways; an object the API server does not serve is a failure naming it, so a
 release that lacks a kind the chart renders fails; and a release where the shield, the guard or
 the scheduler's calls to the extender do not happen fails the probe that needs them."""
 
@@ -11,10 +11,11 @@ from typing import Any
 
 import pytest
 
-from localcluster import ControlPlane, version_behaviour, version_check
-from localcluster.admission_policies import policy_docs, remove_policies
-from localcluster.binaries import bin_dir, versions
-from localcluster.stack import TenantStack, deploy_stack
+from localcluster import ControlPlane
+from localcluster.install import version_behaviour, version_check
+from localcluster.install.stack import TenantStack, deploy_stack
+from localcluster.plane.binaries import bin_dir, versions
+from localcluster.servers.admission_policies import policy_docs, remove_policies
 
 pytestmark = pytest.mark.e2e
 
@@ -64,7 +65,7 @@ def test_a_release_that_neither_enforces_the_policies_nor_schedules_fails_those_
         return stack
 
     monkeypatch.setattr(
-        "localcluster.version_behaviour.deploy_stack", without_policies_or_scheduler
+        "localcluster.install.version_behaviour.deploy_stack", without_policies_or_scheduler
     )
     monkeypatch.setattr(version_behaviour, "WAIT", 5.0)
     plane = ControlPlane.start(

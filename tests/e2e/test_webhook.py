@@ -1,7 +1,7 @@
 """The admission webhook behind a real 1.36 API server, configured by the shipped manifests.
 
 The webhook runs as its own process with the ``tmi-webhook`` identity under the shipped Role
-(``localcluster.webhook``); the API server calls it through the owner's
+(``localcluster.servers.webhook``); the API server calls it through the owner's
 MutatingWebhookConfiguration with only ``clientConfig`` rewritten. Pods are created as
 ``tmi-installer``, the kamiwaza namespace admin, so what reaches the client is what a platform
 install would see: the stored Pod after admission, or the API server's rendering of a denial
@@ -23,9 +23,12 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from inference_policy.base.access import is_accelerator_resource
+from kits.profilekit import CLUSTER, EXAMPLES, NAMESPACE, Owner, request
+from kits.stackkit import refusal
+from kits.webhookkit import asking_for, engine_pod, plain_pod
 from localcluster import ApiError, ControlPlane, FakeNode, Kube, pod_condition, wait_until
-from localcluster.admission_policies import verdict_writer
-from localcluster.webhook import (
+from localcluster.servers.admission_policies import verdict_writer
+from localcluster.servers.webhook import (
     DEFAULT_BUNDLE_CONFIGMAP,
     PLAN_ANNOTATION,
     REQUEST_ANNOTATION,
@@ -35,9 +38,6 @@ from localcluster.webhook import (
     publish_profile,
     webhook_configuration,
 )
-from tests.e2e.stackkit import refusal
-from tests.integration.webhookkit import asking_for, engine_pod, plain_pod
-from tests.profilekit import CLUSTER, EXAMPLES, NAMESPACE, Owner, request
 from tmi_cli.main import main as tmi
 
 if TYPE_CHECKING:

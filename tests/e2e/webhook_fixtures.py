@@ -16,14 +16,14 @@ from typing import Any
 
 import pytest
 
+from kits.profilekit import CLUSTER, NAMESPACE, Owner
 from localcluster import ApiError, ControlPlane, Kube
-from localcluster.webhook import (
+from localcluster.servers.webhook import (
     DEFAULT_BUNDLE_CONFIGMAP,
     LocalWebhook,
     WebhookSettings,
     deploy_webhook,
 )
-from tests.profilekit import CLUSTER, NAMESPACE, Owner
 
 GPU_SECRET = "kamiwaza-pull"
 CPU_SECRET = "kamiwaza-cpu-pull"

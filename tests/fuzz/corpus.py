@@ -13,10 +13,10 @@ from functools import cache
 from typing import Any
 
 from inference_policy.planning.plan import Plan
+from kits.extenderkit import block, fleet_envelope
+from kits.profilekit import EXAMPLES, NOW, Owner, request
+from kits.webhookkit import CPU_SECRET, GPU_SECRET, SCHEDULER
 from policy_io.state import PolicyState
-from tests.integration.extenderkit import block, fleet_envelope
-from tests.integration.webhookkit import CPU_SECRET, GPU_SECRET, SCHEDULER
-from tests.profilekit import EXAMPLES, NOW, Owner, request
 
 OWNER = Owner()
 # The settings the fuzzed webhook runs with; the oracle plans with the very same.

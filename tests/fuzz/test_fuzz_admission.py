@@ -54,6 +54,16 @@ from inference_policy.base.wire import (
     REQUEST_ANNOTATION,
 )
 from inference_policy.trust.signing import DEFAULT_CONFIGMAP_NAME
+from kits.profilekit import NAMESPACE, NOW
+from kits.webhookkit import (
+    CPU_SECRET,
+    GPU_SECRET,
+    SCHEDULER,
+    apply_patch,
+    published,
+    review,
+    webhook_app,
+)
 from tests.fuzz import corpus
 from tests.fuzz.devicekit import (
     add_device_surfaces,
@@ -77,16 +87,6 @@ from tests.fuzz.fuzzkit import (
     mutated,
     recorded,
 )
-from tests.integration.webhookkit import (
-    CPU_SECRET,
-    GPU_SECRET,
-    SCHEDULER,
-    apply_patch,
-    published,
-    review,
-    webhook_app,
-)
-from tests.profilekit import NAMESPACE, NOW
 
 ACCELERATORS = [
     "nvidia.com/gpu",
@@ -212,7 +212,7 @@ def pods(draw: st.DrawFn) -> dict[str, Any]:
 
 def planned_pods() -> list[dict[str, Any]]:
     """Engine Pods as the webhook left them: what an UPDATE starts from."""
-    from tests.integration.webhookkit import engine_pod
+    from kits.webhookkit import engine_pod
 
     found = []
     for document in corpus.requests():

@@ -52,7 +52,16 @@ from inference_policy.placing.nodes import node_facts
 from inference_policy.placing.placement import check, demand_for
 from inference_policy.planning.plan import PlanError, parse_plan
 from inference_policy.trust.signing import verify_configmap
-from tests.fleetkit import FLEET
+from kits.extenderkit import (
+    PlanBody,
+    bound,
+    extender_app,
+    planned_pod,
+    published,
+)
+from kits.fleetkit import FLEET
+from kits.memory_sources import ExtenderMemorySource as MemorySource
+from kits.profilekit import NAMESPACE, NOW
 from tests.fuzz import corpus
 from tests.fuzz.devicekit import add_device_surfaces, device_findings
 from tests.fuzz.fuzzkit import (
@@ -66,15 +75,6 @@ from tests.fuzz.fuzzkit import (
     mutated,
     recorded,
 )
-from tests.integration.extenderkit import (
-    PlanBody,
-    bound,
-    extender_app,
-    planned_pod,
-    published,
-)
-from tests.integration.memory_sources import ExtenderMemorySource as MemorySource
-from tests.profilekit import NAMESPACE, NOW
 
 MANIFESTS = [node.manifest() for node in FLEET]
 NAMES = [node.name for node in FLEET]

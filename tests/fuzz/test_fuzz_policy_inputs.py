@@ -53,6 +53,8 @@ from inference_policy.trust.signing import (
     pae,
     verify_configmap,
 )
+from kits.profilekit import CLUSTER, NAMESPACE, NOW, Owner
+from kits.webhookkit import published, webhook_app
 from policy_io.catalog import packaged_catalog
 from policy_io.state import PolicyState
 from serving.settings import ConfigError
@@ -66,8 +68,6 @@ from tests.fuzz.fuzzkit import (
     mutated,
     recorded,
 )
-from tests.integration.webhookkit import published, webhook_app
-from tests.profilekit import CLUSTER, NAMESPACE, NOW, Owner
 from webhook.config import settings_from_args as webhook_settings
 
 OWNER = corpus.OWNER

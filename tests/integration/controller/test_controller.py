@@ -36,12 +36,12 @@ from allocation_controller.reconciler import NotLeader, Reconciler, ReconcileSet
 from allocation_controller.revisions import PolicyView
 from inference_policy.granting.grant import CONDITION_TYPE
 from inference_policy.planning.recipes import render_catalog
+from kits import polling
+from kits.controllerkit import MemoryKube, bind, planned_pod, unschedulable
+from kits.profilekit import NAMESPACE, NOW, Owner, request
 from policy_io.state import PROFILE_SELECTOR, PolicySettings
 from serving.informer import Collection, Page
 from serving.settings import ConfigError
-from tests import polling
-from tests.controllerkit import MemoryKube, bind, planned_pod, unschedulable
-from tests.profilekit import NAMESPACE, NOW, Owner, request
 
 CREATED = "2026-11-29T12:00:00Z"
 ENGINE = "kamiwaza.ai/deployment-id"
@@ -958,7 +958,7 @@ async def test_pods_as_the_webhook_plans_them_are_verified(
 ) -> None:
     """The Pod the real admission webhook stores, bound, is what the controller verifies."""
     from inference_policy.trust.signing import DEFAULT_CONFIGMAP_NAME
-    from tests.integration.webhookkit import apply_patch, engine_pod, patch_of, published, review
+    from kits.webhookkit import apply_patch, engine_pod, patch_of, published, review
     from webhook.admission import Reviewer, envelope
     from webhook.profile_source import PolicyStore
 

@@ -22,9 +22,9 @@ from allocation_controller.fleet import Fleet
 from allocation_controller.leader import LeaderSettings
 from inference_policy.granting.grant import CONDITION_TYPE
 from inference_policy.granting.kept_pod import MAX_KEPT_POD_BYTES
-from tests import polling
-from tests.controllerkit import MemoryKube, bind, planned_pod
-from tests.profilekit import NOW, Owner, gpu_binding, gpu_profile, request, with_profiles
+from kits import polling
+from kits.controllerkit import MemoryKube, bind, planned_pod
+from kits.profilekit import NOW, Owner, gpu_binding, gpu_profile, request, with_profiles
 
 A, B = "team-a", "team-b"
 OWNER_NS = "tmi-system"

@@ -1,5 +1,5 @@
 """The allocation controller when the tenant takes its rights away, against the in-memory API
-server (`tests.controllerkit.MemoryKube`, whose `forbidden` operations RBAC refuses and whose
+server (`kits.controllerkit.MemoryKube`, whose `forbidden` operations RBAC refuses and whose
 SelfSubjectAccessReviews answer accordingly).
 
 A controller that may no longer list, watch or get the namespace's Pods, or patch their status,
@@ -23,7 +23,8 @@ from allocation_controller.config import settings_from_args
 from allocation_controller.ports import ApiError
 from allocation_controller.rights import CONFIRMED, MISSING, RESTORED
 from inference_policy.granting.owner_rights import CONTROLLER_RIGHTS
-from tests.controllerkit import RIGHT_OPERATIONS, MemoryKube
+from kits.controllerkit import RIGHT_OPERATIONS, MemoryKube
+from kits.profilekit import NAMESPACE, Owner
 from tests.integration.controller.test_controller import (
     PROFILE_NAME,
     Running,
@@ -34,7 +35,6 @@ from tests.integration.controller.test_controller import (
     set_image,
     verdict_of,
 )
-from tests.profilekit import NAMESPACE, Owner
 
 OWNER_NS = "tmi-owner"
 POD = "tmi-allocation-controller-7f9c-abcde"

@@ -17,9 +17,9 @@ from allocation_controller.config import ControllerSettings, settings_from_args
 from allocation_controller.controller import Controller
 from allocation_controller.leader import LeaderSettings
 from inference_policy.granting.grant import CONDITION_TYPE
-from tests import polling
-from tests.controllerkit import MemoryKube, bind, planned_pod
-from tests.profilekit import NOW, Owner, gpu_binding, gpu_profile, request, with_profiles
+from kits import polling
+from kits.controllerkit import MemoryKube, bind, planned_pod
+from kits.profilekit import NOW, Owner, gpu_binding, gpu_profile, request, with_profiles
 
 GPU0 = "kamiwaza.ai/vram-gb-gpu-0"
 OURS, THEIRS = "team-b", "team-a"

@@ -25,10 +25,10 @@ from allocation_controller.evidence import (
     add_evidence_routes,
 )
 from inference_policy.evidence import judge
-from localcluster.metrics import parse_metrics
+from kits.controllerkit import MemoryKube
+from localcluster.plane.metrics import parse_metrics
 from policy_io.state import PolicySettings
 from serving.app import READ_TIMEOUT
-from tests.controllerkit import MemoryKube
 from tests.evidencekit import GIB, H200_UUID, MIG, SHARED, nvml_observation, owners, pods
 from tmi_cli.evidence import post_report
 

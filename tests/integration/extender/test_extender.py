@@ -19,17 +19,7 @@ from aiohttp.test_utils import TestClient
 from pytest_aiohttp import AiohttpClient
 
 from inference_policy.base.wire import ENGINE_LABEL, PLAN_ANNOTATION
-from tests.fleetkit import (
-    FLEET,
-    H100_2,
-    H100_8,
-    H100_8B,
-    L40S,
-    T4,
-    h100,
-    l40s,
-)
-from tests.integration.extenderkit import (
+from kits.extenderkit import (
     MIG,
     NAMESPACE,
     SHARE,
@@ -46,8 +36,18 @@ from tests.integration.extenderkit import (
     published,
     request,
 )
-from tests.integration.memory_sources import ExtenderMemorySource as MemorySource
-from tests.profilekit import NOW, Owner
+from kits.fleetkit import (
+    FLEET,
+    H100_2,
+    H100_8,
+    H100_8B,
+    L40S,
+    T4,
+    h100,
+    l40s,
+)
+from kits.memory_sources import ExtenderMemorySource as MemorySource
+from kits.profilekit import NOW, Owner
 
 FILTER_KEYS = {"Nodes", "NodeNames", "FailedNodes", "FailedAndUnresolvableNodes", "Error"}
 PROFILE_PREFIX = "owner profile bundle: invalid inference profile authorization: "

@@ -19,9 +19,7 @@ from pytest_aiohttp import AiohttpClient
 
 from extender.view import ClusterView
 from inference_policy.placing.placement import check_nodes, score_nodes
-from tests.fleetkit import FLEET, h100
-from tests.integration.extender.test_extender import post
-from tests.integration.extenderkit import (
+from kits.extenderkit import (
     block,
     bound,
     cache_args,
@@ -31,8 +29,10 @@ from tests.integration.extenderkit import (
     planned_pod,
     request,
 )
-from tests.integration.memory_sources import ExtenderMemorySource as MemorySource
-from tests.profilekit import Owner
+from kits.fleetkit import FLEET, h100
+from kits.memory_sources import ExtenderMemorySource as MemorySource
+from kits.profilekit import Owner
+from tests.integration.extender.test_extender import post
 
 KINDS = {"whole": "nvidia-whole", "mig": "nvidia-mig-3g40gb", "share": "nvidia-vram-share"}
 

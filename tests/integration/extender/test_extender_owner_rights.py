@@ -35,12 +35,8 @@ from inference_policy.granting.owner_rights import (
 )
 from inference_policy.granting.pod_demand import Unplaceable
 from inference_policy.placing.placement import Demand
-from localcluster.nodes import FakeNode
-from serving.apiserver import from_kubeconfig
-from serving.settings import ConfigError
-from tests import polling
-from tests.fleetkit import FLEET
-from tests.integration.extenderkit import (
+from kits import polling
+from kits.extenderkit import (
     NAMESPACE,
     block,
     cache_args,
@@ -50,8 +46,12 @@ from tests.integration.extenderkit import (
     planned_pod,
     request,
 )
-from tests.integration.fakeapi import FakeCluster
-from tests.profilekit import NOW, Owner
+from kits.fakeapi import FakeCluster
+from kits.fleetkit import FLEET
+from kits.profilekit import NOW, Owner
+from localcluster.nodes.kwok import FakeNode
+from serving.apiserver import from_kubeconfig
+from serving.settings import ConfigError
 
 CONTROLLER = "system:serviceaccount:tmi-system:tmi-allocation-controller"
 LIST, WATCH, GET, PATCH = CONTROLLER_RIGHTS

@@ -24,12 +24,8 @@ from extender.sources import KubernetesSource
 from extender.tenants import Tenant
 from inference_policy.placing.ledger import HOLDING_PODS_FIELD_SELECTOR
 from inference_policy.placing.quota import QUOTA_ANNOTATION, QUOTA_NAME, Usage
-from localcluster.metrics import metric, parse_metrics
-from serving.apiserver import from_kubeconfig
-from serving.quota import usage_part
-from tests import polling
-from tests.fleetkit import FLEET
-from tests.integration.extenderkit import (
+from kits import polling
+from kits.extenderkit import (
     NAMESPACE,
     SCHEDULER,
     block,
@@ -41,9 +37,13 @@ from tests.integration.extenderkit import (
     published,
     request,
 )
-from tests.integration.fakeapi import FakeCluster
-from tests.integration.memory_sources import ExtenderMemorySource
-from tests.profilekit import NOW, Owner
+from kits.fakeapi import FakeCluster
+from kits.fleetkit import FLEET
+from kits.memory_sources import ExtenderMemorySource
+from kits.profilekit import NOW, Owner
+from localcluster.plane.metrics import metric, parse_metrics
+from serving.apiserver import from_kubeconfig
+from serving.quota import usage_part
 
 OTHER = "team-b"
 NODES = ["h100-8a", "cpu-1"]

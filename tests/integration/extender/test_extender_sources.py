@@ -1,6 +1,6 @@
 """The extender's informers against a fake API server: list, watch, 410 Gone, errors, restart.
 
-The fake (`tests.integration.fakeapi.FakeCluster`) speaks the API server's wire protocol for
+The fake (`kits.fakeapi.FakeCluster`) speaks the API server's wire protocol for
 Nodes, Pods (by label selector) and ConfigMaps (by field selector), so `KubernetesSource` runs
 unmodified against it, informers and client and all.
 """
@@ -18,10 +18,8 @@ from extender.sources import KubernetesSource
 from extender.view import ClusterView
 from inference_policy.base.wire import ENGINE_LABEL as DEPLOYMENT_LABEL
 from inference_policy.placing.ledger import HOLDING_PODS_FIELD_SELECTOR, holding_part
-from localcluster.nodes import FakeNode
-from serving.apiserver import from_kubeconfig
-from tests import polling
-from tests.integration.extenderkit import (
+from kits import polling
+from kits.extenderkit import (
     block,
     bound,
     fleet_envelope,
@@ -29,8 +27,10 @@ from tests.integration.extenderkit import (
     planned_pod,
     request,
 )
-from tests.integration.fakeapi import FakeCluster
-from tests.profilekit import NAMESPACE, NOW, Owner
+from kits.fakeapi import FakeCluster
+from kits.profilekit import NAMESPACE, NOW, Owner
+from localcluster.nodes.kwok import FakeNode
+from serving.apiserver import from_kubeconfig
 
 PROFILE = "kamiwaza-inference-profiles"
 

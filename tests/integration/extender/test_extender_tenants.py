@@ -21,8 +21,7 @@ from extender.app import create_app
 from extender.tenants import Tenant
 from inference_policy.placing.nodes import NodeFacts
 from inference_policy.placing.room_figures import figures_with
-from tests.fleetkit import h100, l40s
-from tests.integration.extenderkit import (
+from kits.extenderkit import (
     SCHEDULER,
     SHARE,
     block,
@@ -35,8 +34,9 @@ from tests.integration.extenderkit import (
     published,
     request,
 )
-from tests.integration.memory_sources import ExtenderMemorySource as MemorySource
-from tests.profilekit import NOW, Owner
+from kits.fleetkit import h100, l40s
+from kits.memory_sources import ExtenderMemorySource as MemorySource
+from kits.profilekit import NOW, Owner
 
 NODE = h100("shared-h100", gpus=2)
 

@@ -28,11 +28,8 @@ from inference_policy.planning.room import (
     WITH_ROOM,
     parse_figures,
 )
-from localcluster.nodes import FakeNode
-from serving.apiserver import from_kubeconfig
-from tests import polling
-from tests.fleetkit import a100_mig, l40s
-from tests.integration.extenderkit import (
+from kits import polling
+from kits.extenderkit import (
     MIG,
     SHARE,
     WHOLE,
@@ -41,8 +38,11 @@ from tests.integration.extenderkit import (
     plan_for,
     planned_pod,
 )
-from tests.integration.fakeapi import FakeApiServer, FakeCluster
-from tests.profilekit import NAMESPACE, NOW, Owner, request
+from kits.fakeapi import FakeApiServer, FakeCluster
+from kits.fleetkit import a100_mig, l40s
+from kits.profilekit import NAMESPACE, NOW, Owner, request
+from localcluster.nodes.kwok import FakeNode
+from serving.apiserver import from_kubeconfig
 from webhook.profile_source import KubernetesSource as WebhookSource
 from webhook.profile_source import PolicyStore
 

@@ -23,11 +23,11 @@ import orjson
 import pytest
 import trustme
 
+from kits.profilekit import Owner, request
+from kits.webhookkit import engine_pod, review, webhook_app
 from serving import process
 from serving.app import READ_TIMEOUT
 from serving.settings import ConnectionLimits
-from tests.integration.webhookkit import engine_pod, review, webhook_app
-from tests.profilekit import Owner, request
 
 HOST = "127.0.0.1"
 # Generous on a loaded two-core machine, and still far below the 60 s asyncio would give a

@@ -32,11 +32,11 @@ import orjson
 import pytest
 from aiohttp import web
 
+from kits.fakeapi import FakeCluster
+from kits.polling import eventually
 from serving import apiserver
 from serving.apiserver import ApiClient, from_kubeconfig
 from serving.informer import Collection, Delta, Informer
-from tests.integration.fakeapi import FakeCluster
-from tests.polling import eventually
 
 NODES = Collection("nodes", "Node")
 

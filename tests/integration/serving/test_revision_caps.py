@@ -22,12 +22,12 @@ from allocation_controller.config import ControllerSettings
 from allocation_controller.controller import Controller
 from inference_policy.granting.grant import CONDITION_TYPE
 from inference_policy.trust.signing import BUNDLE_KEY, DIGEST_KEY
+from kits import polling
+from kits.controllerkit import MemoryKube, bind, planned_pod
+from kits.profilekit import NAMESPACE, NOW, Owner, request
 from policy_io import caps
 from policy_io.state import PROFILE_LABEL, PolicyState
 from serving.metrics import profile_gauges
-from tests import polling
-from tests.controllerkit import MemoryKube, bind, planned_pod
-from tests.profilekit import NAMESPACE, NOW, Owner, request
 
 PROFILE_NAME = "kamiwaza-inference-profiles-r1"
 CREATED = "2026-11-29T12:00:00Z"

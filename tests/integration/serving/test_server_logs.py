@@ -19,13 +19,13 @@ from pytest_aiohttp import AiohttpClient
 
 from allocation_controller.reconciler import Reconciler, ReconcileSettings
 from allocation_controller.revisions import PolicyView
+from kits import extenderkit
+from kits.controllerkit import MemoryKube, bind, planned_pod
+from kits.fleetkit import FLEET
+from kits.profilekit import NAMESPACE, NOW, Owner, request
+from kits.webhookkit import engine_pod, plain_pod, review, webhook_app
 from serving.logs import JsonFormatter
-from tests.controllerkit import MemoryKube, bind, planned_pod
-from tests.fleetkit import FLEET
-from tests.integration import extenderkit
 from tests.integration.extender.test_extender import ALL
-from tests.integration.webhookkit import engine_pod, plain_pod, review, webhook_app
-from tests.profilekit import NAMESPACE, NOW, Owner, request
 from webhook.app import RUNTIME
 
 

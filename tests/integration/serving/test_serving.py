@@ -23,13 +23,13 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter
 from pytest_aiohttp import AiohttpClient
 
+from kits.polling import eventually
 from policy_io.state import PolicySettings
 from serving import process
 from serving.kube import ClientConfigError
 from serving.probes import add_probes
 from serving.settings import ConfigError, ServingSettings
 from serving.tls import CertificateError, CertificateReloader, reloading
-from tests.polling import eventually
 
 log = logging.getLogger("serving-test")
 

@@ -42,19 +42,19 @@ from inference_policy.placing.ledger import UsageLedger, accounted_pod, holding_
 from inference_policy.placing.spread import deployment_of
 from inference_policy.tools import tenant_inputs
 from inference_policy.trust.dra_claims import CLAIM_NAME
-from localcluster.dra_driver import resource_slice
-from serving.watched import Delta
-from tests.controllerkit import MemoryKube, merge_status_patch
-from tests.fleetkit import FLEET
-from tests.integration.extenderkit import (
+from kits.controllerkit import MemoryKube, merge_status_patch
+from kits.extenderkit import (
     NAMESPACE,
     cache_args,
     fleet_envelope,
     full_args,
     published,
 )
-from tests.integration.memory_sources import ExtenderMemorySource
-from tests.profilekit import NOW, Owner, dra_binding, gpu_profile
+from kits.fleetkit import FLEET
+from kits.memory_sources import ExtenderMemorySource
+from kits.profilekit import NOW, Owner, dra_binding, gpu_profile
+from localcluster.nodes.dra_driver import resource_slice
+from serving.watched import Delta
 from tests.recording import Reads, passing_through, recorded
 from tests.tenantpods import DRA_BINDING, corpus
 
@@ -146,7 +146,7 @@ class Claims:
         }
 
     async def list_resource_slices(self, node: str) -> list[JSON]:
-        from localcluster.dra_driver import published_device
+        from localcluster.nodes.dra_driver import published_device
 
         return [resource_slice(node, [published_device("gpu-0")])]
 

@@ -16,8 +16,8 @@ from aiohttp.test_utils import TestClient
 from pytest_aiohttp import AiohttpClient
 
 from inference_policy.trust.signing import DEFAULT_CONFIGMAP_NAME
-from localcluster.metrics import metric, parse_metrics
-from tests.integration.webhookkit import (
+from kits.profilekit import EXAMPLES, NAMESPACE, Owner, catalog_image, request
+from kits.webhookkit import (
     CPU_SECRET,
     GPU_SECRET,
     PLAN_ANNOTATION,
@@ -31,7 +31,7 @@ from tests.integration.webhookkit import (
     review,
     webhook_app,
 )
-from tests.profilekit import EXAMPLES, NAMESPACE, Owner, catalog_image, request
+from localcluster.plane.metrics import metric, parse_metrics
 
 MLX_DETAIL = (
     "cannot derive inference resources for this deployment: engine 'mlx' is not qualified in "
@@ -777,8 +777,8 @@ async def test_memoised_plans_respect_the_profile_window(
     from datetime import timedelta
 
     from inference_policy.trust.signing import DEFAULT_CONFIGMAP_NAME as NAME
-    from tests.integration.memory_sources import WebhookMemorySource as MemorySource
-    from tests.profilekit import NOW
+    from kits.memory_sources import WebhookMemorySource as MemorySource
+    from kits.profilekit import NOW
     from webhook.app import create_app
     from webhook.profile_source import PolicyStore
 

@@ -14,8 +14,8 @@ import pytest
 from pytest_aiohttp import AiohttpClient
 
 from inference_policy.trust.signing import DEFAULT_CONFIGMAP_NAME
-from tests.integration.webhookkit import published, webhook_app
-from tests.profilekit import CLUSTER, EXAMPLES, NAMESPACE, NOW_TEXT, Owner, catalog_image, request
+from kits.profilekit import CLUSTER, EXAMPLES, NAMESPACE, NOW_TEXT, Owner, catalog_image, request
+from kits.webhookkit import published, webhook_app
 from tmi_cli.main import main as tmi_main
 
 REQUESTS: list[tuple[str, dict[str, Any]]] = [

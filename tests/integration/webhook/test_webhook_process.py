@@ -21,11 +21,11 @@ import pytest
 import trustme
 from cryptography import x509
 
-from localcluster.process import python_module
-from tests.integration.fakeapi import FakeApiServer
-from tests.integration.webhookkit import engine_pod, review
-from tests.polling import eventually_async
-from tests.profilekit import CLUSTER, NAMESPACE, Owner, request
+from kits.fakeapi import FakeApiServer
+from kits.polling import eventually_async
+from kits.profilekit import CLUSTER, NAMESPACE, Owner, request
+from kits.webhookkit import engine_pod, review
+from localcluster.plane.process import python_module
 
 
 def _env() -> dict[str, str]:

@@ -1,7 +1,7 @@
 """KubernetesSource against a fake API server: list, watch, revisions, deletion, errors, 410.
 
 The informer and its aiohttp client run for real; only the server is fake. Each test waits for
-the store to reach a state (`tests.polling`, naming what it waits for) rather than sleeping a
+the store to reach a state (`kits.polling`, naming what it waits for) rather than sleeping a
 fixed time.
 """
 
@@ -14,11 +14,11 @@ import pytest
 
 from inference_policy.planning.recipe_inputs import CatalogUnavailable
 from inference_policy.trust.signing import DEFAULT_CONFIGMAP_NAME, Reason
+from kits import polling
+from kits.fakeapi import FakeApiServer
+from kits.profilekit import NAMESPACE, NOW, Owner, request
 from serving.apiserver import from_kubeconfig
 from serving.kube import ClientConfigError
-from tests import polling
-from tests.integration.fakeapi import FakeApiServer
-from tests.profilekit import NAMESPACE, NOW, Owner, request
 from webhook.profile_source import KubernetesSource, PolicyStore
 
 

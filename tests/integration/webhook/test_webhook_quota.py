@@ -13,11 +13,11 @@ from aiohttp.test_utils import TestClient
 from pytest_aiohttp import AiohttpClient
 
 from inference_policy.placing.quota import QUOTA_ANNOTATION, QUOTA_NAME
-from localcluster.metrics import metric, parse_metrics
+from kits.profilekit import NAMESPACE, Owner, request
+from kits.webhookkit import apply_patch, engine_pod, patch_of, review, webhook_app
+from localcluster.plane.metrics import metric, parse_metrics
 from serving.quota import TenantQuota, usage_part
 from tests.integration.webhook.test_webhook_admission import admit, denial
-from tests.integration.webhookkit import apply_patch, engine_pod, patch_of, review, webhook_app
-from tests.profilekit import NAMESPACE, Owner, request
 from webhook.profile_source import PolicyStore
 
 GPU = "nvidia.com/mig-3g.40gb"

@@ -22,10 +22,10 @@ import trustme
 from aiohttp import web
 from cryptography import x509
 
+from kits.polling import eventually
+from kits.profilekit import Owner, request
+from kits.webhookkit import engine_pod, review, webhook_app
 from serving.tls import CertificateError, CertificateReloader
-from tests.integration.webhookkit import engine_pod, review, webhook_app
-from tests.polling import eventually
-from tests.profilekit import Owner, request
 from webhook.app import RUNTIME
 
 

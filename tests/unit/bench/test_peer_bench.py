@@ -19,7 +19,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 import hami_peer  # noqa: E402
 import peer_measure  # noqa: E402
 
-from localcluster.nodes import FakeNode  # noqa: E402
+from localcluster.nodes.kwok import FakeNode  # noqa: E402
 
 
 def test_the_registration_has_the_fields_hamis_scheduler_unmarshals() -> None:

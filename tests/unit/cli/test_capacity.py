@@ -11,9 +11,9 @@ import pytest
 
 from inference_policy.placing.nodes import node_facts
 from inference_policy.tools.capacity import Deployment, Fill, replay
-from localcluster.nodes import FakeNode
-from tests.e2e.stackkit import LARGE, whole_h100_profile
-from tests.profilekit import CLUSTER, NAMESPACE, NOW, NOW_TEXT, Owner, request, with_profiles
+from kits.profilekit import CLUSTER, NAMESPACE, NOW, NOW_TEXT, Owner, request, with_profiles
+from kits.stackkit import LARGE, whole_h100_profile
+from localcluster.nodes.kwok import FakeNode
 from tmi_cli.main import main
 
 ROOT = Path(__file__).resolve().parents[3]

@@ -13,9 +13,9 @@ import pytest
 from inference_policy.placing.quota import QUOTA_ANNOTATION, QUOTA_NAME, Quota
 from inference_policy.tools.capacity import Deployment, replay
 from inference_policy.tools.quota_replay import within_quotas
-from localcluster.nodes import FakeNode
-from tests.e2e.stackkit import LARGE, whole_h100_profile
-from tests.profilekit import CLUSTER, NAMESPACE, NOW, NOW_TEXT, Owner, with_profiles
+from kits.profilekit import CLUSTER, NAMESPACE, NOW, NOW_TEXT, Owner, with_profiles
+from kits.stackkit import LARGE, whole_h100_profile
+from localcluster.nodes.kwok import FakeNode
 from tmi_cli.main import main
 
 GPU = "nvidia.com/gpu"

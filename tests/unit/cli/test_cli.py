@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 
 from inference_policy.planning.recipes import load_catalog
-from localcluster.process import python_module
-from tests.profilekit import NOW_TEXT, Owner, catalog_image, request
+from kits.profilekit import NOW_TEXT, Owner, catalog_image, request
+from localcluster.plane.process import python_module
 from tmi_cli.detect import DetectionError
 from tmi_cli.main import main
 

@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from inference_policy.trust.signing import DEFAULT_CONFIGMAP_NAME
-from tests.profilekit import CLUSTER, NAMESPACE, NOW_TEXT, Owner, request
+from kits.profilekit import CLUSTER, NAMESPACE, NOW_TEXT, Owner, request
 from tmi_cli.main import main
 
 
@@ -232,7 +232,7 @@ def test_the_documented_recipe_catalog_renders_and_pins_its_image(
 ) -> None:
     """examples/recipe-catalog-gpu.json, as docs/contract.md section 7 shows it: rendered, and
     a request it matches planned with its image and named recipe."""
-    from tests.profilekit import EXAMPLES, catalog_image
+    from kits.profilekit import EXAMPLES, catalog_image
 
     example = EXAMPLES / "recipe-catalog-gpu.json"
     catalog = json.loads(example.read_text())

@@ -19,9 +19,9 @@ from inference_policy.tools.draft import (
     observed_node,
     usable_memory_gi,
 )
+from kits.profilekit import request
 from policy_io.catalog import packaged_catalog
 from tests.gpukit import FIXTURE
-from tests.profilekit import request
 from tmi_cli.main import main
 
 NOW = datetime(2026, 12, 1, tzinfo=UTC)
@@ -148,7 +148,7 @@ def test_sign_fills_in_the_key_id_an_envelope_leaves_out(
 def test_a_draft_from_gfd_labels_of_the_nodes(capsys: pytest.CaptureFixture[str]) -> None:
     """`kubectl get nodes -o json` as GPU Feature Discovery labels them: the same rules, with
     the reserve assumed and no peer path drafted (labels carry neither)."""
-    from tests.fleetkit import a100_mig, h100
+    from kits.fleetkit import a100_mig, h100
 
     nodes = [
         h100("h100-a", gpus=8).manifest(),
@@ -177,7 +177,7 @@ def test_a_draft_from_gfd_labels_of_the_nodes(capsys: pytest.CaptureFixture[str]
 
 
 def test_draft_from_a_nodes_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from tests.fleetkit import h100
+    from kits.fleetkit import h100
 
     nodes = tmp_path / "nodes.json"
     nodes.write_text(json.dumps({"kind": "NodeList", "items": [h100("gpu-1").manifest()]}))

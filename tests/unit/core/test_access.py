@@ -20,7 +20,7 @@ from inference_policy.admission.engine_pod import admission_refusal, update_refu
 from inference_policy.admission.shield_cel import has_unshielded, not_an_engine_pod, shield_mutation
 from inference_policy.base.access import Reach, is_accelerator_resource, new_reaches, reaches
 from inference_policy.base.codes import RefusalCode
-from tests.integration.webhookkit import plain_pod
+from kits.webhookkit import plain_pod
 from tests.podcorpus import CORPUS, EPHEMERAL
 
 ROOT = Path(__file__).resolve().parents[3]

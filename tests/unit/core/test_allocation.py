@@ -18,7 +18,7 @@ from inference_policy.allocation import (
 )
 from inference_policy.base.codes import NodeVerdictCode
 from inference_policy.trust.profile import ExtendedResourceBinding
-from tests.profilekit import gpu_binding
+from kits.profilekit import gpu_binding
 
 
 @pytest.mark.parametrize(

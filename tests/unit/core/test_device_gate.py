@@ -16,8 +16,8 @@ from inference_policy.admission.device_gate import FREE, device_gate
 from inference_policy.base.codes import UNPLANNED_DEVICE_ACCESS, NodeVerdictCode
 from inference_policy.base.wire import PLAN_ANNOTATION
 from inference_policy.granting.grant import check_grant
-from tests.integration.webhookkit import plain_pod
-from tests.profilekit import NOW, Owner
+from kits.profilekit import NOW, Owner
+from kits.webhookkit import plain_pod
 
 
 @pytest.fixture(scope="module")
@@ -83,7 +83,7 @@ def test_an_unreadable_plan_is_refused() -> None:
 
 
 def test_a_gpu_plan_goes_on_to_the_grant_check(owner: Owner) -> None:
-    from tests.integration.extenderkit import plan_for, request
+    from kits.extenderkit import plan_for, request
 
     plan = plan_for(owner, owner.envelope(), request())
     gate = device_gate(_planned(dict(plan), resources={"limits": {"nvidia.com/gpu": "8"}}))

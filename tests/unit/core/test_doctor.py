@@ -15,8 +15,8 @@ from inference_policy.tools.doctor import (
     runtime_class_check,
     serves,
 )
-from localcluster.nodes import FakeNode
-from tests.fleetkit import h100, no_gfd
+from kits.fleetkit import h100, no_gfd
+from localcluster.nodes.kwok import FakeNode
 
 
 def _statuses(checks: Any) -> dict[str, str]:

@@ -23,8 +23,7 @@ from inference_policy.trust.dra_claims import (
     template_for,
 )
 from inference_policy.trust.profile import DraBinding, ProfileSchemaError, parse_envelope
-from localcluster.dra_driver import published_device
-from tests.profilekit import (
+from kits.profilekit import (
     NOW,
     Owner,
     clone,
@@ -34,6 +33,7 @@ from tests.profilekit import (
     request,
     with_profiles,
 )
+from localcluster.nodes.dra_driver import published_device
 
 OWNER = Owner()
 SMALL = dra_binding("h100-40", device_memory="80Gi", usable="39Gi")
@@ -317,7 +317,7 @@ def allocated(plan: Any, device: str = "gpu-0", sub: str = "b0", **extra: Any) -
 
 
 def slices_with(*devices: dict[str, Any]) -> list[dict[str, Any]]:
-    from localcluster.dra_driver import resource_slice
+    from localcluster.nodes.dra_driver import resource_slice
 
     return [resource_slice("node-a", list(devices))]
 

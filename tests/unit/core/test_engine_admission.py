@@ -18,7 +18,7 @@ from inference_policy.base.wire import (
 )
 from inference_policy.planning.decision import Decision
 from inference_policy.planning.plan import Plan
-from tests.profilekit import NOW, Owner, request
+from kits.profilekit import NOW, Owner, request
 
 SCHEDULER = "kamiwaza-inference-scheduler"
 STATE = Owner().state()

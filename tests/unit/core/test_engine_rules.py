@@ -14,9 +14,9 @@ from inference_policy.base.quantity import GI, MI
 from inference_policy.planning.catalog import CatalogError, EngineCatalog, WorkingMemory
 from inference_policy.planning.planner import decide
 from inference_policy.planning.sizing import CUDA_CONTEXT_BYTES, overhead_bytes
+from kits.profilekit import NOW, Owner, request
 from policy_io.catalog import catalog_bytes, packaged_catalog
 from policy_io.state import PolicyState
-from tests.profilekit import NOW, Owner, request
 
 OWNER = Owner()
 

@@ -15,8 +15,8 @@ from inference_policy.placing.fragmentation import (
 from inference_policy.placing.nodes import NodeFacts, node_facts
 from inference_policy.placing.placement import demand_for, has_accelerator, score_nodes
 from inference_policy.planning.plan import parse_plan
-from localcluster.nodes import FakeNode
-from tests.fleetkit import l40s
+from kits.fleetkit import l40s
+from localcluster.nodes.kwok import FakeNode
 from tests.unit.core.test_placement import GI, cpu_plan, plan, vram, whole
 
 GPU = "nvidia.com/gpu"

@@ -27,8 +27,8 @@ from inference_policy.granting.grant import CONDITION_TYPE, Lapse, check_grant, 
 from inference_policy.planning.plan import PlanResources
 from inference_policy.planning.planner import Decision, PlanContext
 from inference_policy.trust.signing import ProfileRefused, Reason, VerifiedProfile
+from kits.profilekit import NOW, Owner, request
 from policy_io.state import PolicyState
-from tests.profilekit import NOW, Owner, request
 
 EXPIRES = NOW.replace(year=2027, month=11, day=1, hour=0)
 

@@ -13,7 +13,7 @@ from inference_policy.base.codes import POD_TOO_LARGE
 from inference_policy.base.wire import ALLOCATION_VERIFIED, ENGINE_LABEL
 from inference_policy.granting.grant import evaluate
 from inference_policy.granting.kept_pod import MAX_KEPT_POD_BYTES, kept_pod, too_large
-from tests.profilekit import NOW, Owner
+from kits.profilekit import NOW, Owner
 
 
 def _pod(junk: int) -> dict[str, Any]:

@@ -1,6 +1,6 @@
 """Placement rules: every filter reason, its resolvability, the requests arithmetic and best fit.
 
-Nodes are built with `localcluster.nodes.FakeNode`, which carries the labels GPU Feature
+Nodes are built with `localcluster.nodes.kwok.FakeNode`, which carries the labels GPU Feature
 Discovery publishes, so these tests pin the label names the extender reads to the ones the fake
 cluster (and GFD) writes.
 """
@@ -35,10 +35,10 @@ from inference_policy.placing.placement import (
 )
 from inference_policy.planning.plan import Plan, PlanError, parse_plan
 from inference_policy.trust.profile import CpuBinding, ExtendedResourceBinding, VramPluginBinding
-from localcluster.nodes import FakeNode
-from tests.fleetkit import A100_MIG, gh200, h100, l40s, no_gfd, t4
-from tests.fleetkit import r570 as fleet_r570
-from tests.profilekit import NOW, Owner, gpu_binding, gpu_profile, request, with_profiles
+from kits.fleetkit import A100_MIG, gh200, h100, l40s, no_gfd, t4
+from kits.fleetkit import r570 as fleet_r570
+from kits.profilekit import NOW, Owner, gpu_binding, gpu_profile, request, with_profiles
+from localcluster.nodes.kwok import FakeNode
 
 GI = 1024**3
 

@@ -18,7 +18,7 @@ import pytest
 from inference_policy.granting import grant
 from inference_policy.planning.plan import MAX_PLAN_BYTES, Plan, PlanError, parse_plan
 from inference_policy.planning.planner import Decision
-from tests.profilekit import NOW, Owner, request
+from kits.profilekit import NOW, Owner, request
 
 CONTRACT_ORDER = [
     "status",

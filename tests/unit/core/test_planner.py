@@ -12,9 +12,7 @@ from inference_policy.planning.planner import decide
 from inference_policy.planning.recipes import parse_catalog
 from inference_policy.planning.sizing import estimate_gpu, kv_cache_bytes
 from inference_policy.trust.signing import DIGEST_KEY
-from policy_io.catalog import packaged_catalog
-from policy_io.state import PolicySettings, PolicyState
-from tests.profilekit import (
+from kits.profilekit import (
     DELETE,
     NOW,
     Owner,
@@ -24,6 +22,8 @@ from tests.profilekit import (
     request,
     with_profiles,
 )
+from policy_io.catalog import packaged_catalog
+from policy_io.state import PolicySettings, PolicyState
 
 OWNER = Owner()
 STATE = OWNER.state()

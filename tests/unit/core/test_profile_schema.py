@@ -7,7 +7,7 @@ from typing import Any, cast
 import pytest
 
 from inference_policy.trust.profile import ProfileSchemaError, parse_envelope, parse_timestamp
-from tests.profilekit import Owner, clone
+from kits.profilekit import Owner, clone
 
 OWNER = Owner()
 BASE = OWNER.envelope()

@@ -14,7 +14,7 @@ from inference_policy.planning.plan import Plan, parse_plan
 from inference_policy.planning.planner import decide
 from inference_policy.trust.profile import ProfileSchemaError, parse_envelope
 from inference_policy.trust.signing import ProfileRefused, canonical, verify_configmap
-from tests.profilekit import NOW, Owner, request
+from kits.profilekit import NOW, Owner, request
 
 OWNER = Owner()
 STATE = OWNER.state()

@@ -26,7 +26,7 @@ from inference_policy.placing.quota import (
     refusal_body,
 )
 from inference_policy.planning.plan import Plan
-from tests.profilekit import NAMESPACE, NOW, Owner, gpu_binding, gpu_profile, request, with_profiles
+from kits.profilekit import NAMESPACE, NOW, Owner, gpu_binding, gpu_profile, request, with_profiles
 
 WHOLE = "nvidia-whole-amd64"
 SHARE = "nvidia-vram-l40s-amd64"

@@ -11,7 +11,7 @@ import yaml
 
 from inference_policy.tools.revisions_compare import binding_changes
 from inference_policy.trust.profile import parse_envelope
-from tests.profilekit import CLUSTER, NAMESPACE, NOW_TEXT, Owner, request
+from kits.profilekit import CLUSTER, NAMESPACE, NOW_TEXT, Owner, request
 from tmi_cli.main import main
 
 MIG = "nvidia-mig-3g40gb-amd64"

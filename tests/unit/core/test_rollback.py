@@ -9,9 +9,9 @@ import pytest
 
 from inference_policy.trust.rollback import Floor, FloorUnreadable, floor_of
 from inference_policy.trust.signing import Reason
+from kits.profilekit import Owner
 from policy_io.feed import FLOOR, PolicyFeed
 from policy_io.snapshot import RefusedRevision
-from tests.profilekit import Owner
 
 OWNER = Owner()
 RECORD = "kamiwaza"

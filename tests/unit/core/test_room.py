@@ -25,8 +25,8 @@ from inference_policy.planning.room import (
     replaying,
 )
 from inference_policy.trust.profile import parse_envelope
-from tests.fleetkit import h100
-from tests.profilekit import (
+from kits.fleetkit import h100
+from kits.profilekit import (
     NOW,
     Owner,
     gpu_binding,

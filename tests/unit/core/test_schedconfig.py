@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from inference_policy.placing.schedconfig import SchedulerConfigError, render_scheduler_config
-from tests.profilekit import CLUSTER, NAMESPACE, NOW_TEXT, Owner
+from kits.profilekit import CLUSTER, NAMESPACE, NOW_TEXT, Owner
 from tmi_cli.main import main
 
 CA = b"-----BEGIN CERTIFICATE-----\nMIIBfake\n-----END CERTIFICATE-----\n"

@@ -28,7 +28,7 @@ from inference_policy.trust.signing import (
     usable_profile,
     verify_configmap,
 )
-from tests.profilekit import NOW, Owner, clone
+from kits.profilekit import NOW, Owner, clone
 
 OWNER = Owner()
 L = 2**252 + 27742317777372353535851937790883648493

@@ -49,9 +49,9 @@ from inference_policy.trust.profile import (
     VramPluginBinding,
     parse_envelope,
 )
-from tests.controllerkit import bind, planned_pod
-from tests.fleetkit import h100, l40s
-from tests.profilekit import NOW, Owner, gpu_binding, gpu_profile, request, with_profiles
+from kits.controllerkit import bind, planned_pod
+from kits.fleetkit import h100, l40s
+from kits.profilekit import NOW, Owner, gpu_binding, gpu_profile, request, with_profiles
 
 GPU0 = "kamiwaza.ai/vram-gb-gpu-0"
 GPU1 = "kamiwaza.ai/vram-gb-gpu-1"

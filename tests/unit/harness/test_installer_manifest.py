@@ -1,5 +1,5 @@
 """manifests/installer: the seed's installer identity as the owner applies it, the same Role
-the tests' installer holds (`localcluster.install.DELEGATION_RULES`), admin in the namespace
+the tests' installer holds (`localcluster.install.install.DELEGATION_RULES`), admin in the namespace
 only, and nothing cluster-scoped."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import yaml
 
-from localcluster.install import DELEGATION_ROLE, DELEGATION_RULES
+from localcluster.install.install import DELEGATION_ROLE, DELEGATION_RULES
 
 MANIFEST = (
     Path(__file__).resolve().parents[3] / "manifests" / "installer" / "kamiwaza-installer.yaml"

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from localcluster.fake_gpus import GpuFixture
-from localcluster.node_images import NodeImage, _file_layer, engine_image_map
-from localcluster.podnet import PodNetwork
+from localcluster.nodes.fake_gpus import GpuFixture
+from localcluster.nodes.node_images import NodeImage, _file_layer, engine_image_map
+from localcluster.nodes.podnet import PodNetwork
 from policy_io.catalog import packaged_catalog
 
 FIXTURES = Path(__file__).resolve().parents[3] / "localcluster" / "data" / "fake-gpus"

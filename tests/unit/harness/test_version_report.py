@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from localcluster import version_check
+from localcluster.install import version_check
 
 
 def test_the_report_round_trips_and_orders_by_minor(

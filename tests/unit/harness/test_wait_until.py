@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from localcluster.process import ComponentError, wait_until
+from localcluster.plane.process import ComponentError, wait_until
 
 
 def _answers(*values: object) -> Iterator[object]:

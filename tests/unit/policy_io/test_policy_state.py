@@ -14,10 +14,10 @@ import pytest
 
 from inference_policy.planning.recipe_inputs import CatalogUnavailable, Cause
 from inference_policy.planning.recipes import RecipeCatalog, render_catalog
+from kits.profilekit import NOW, Owner
 from policy_io.catalog import packaged_catalog
 from policy_io.feed import PolicyFeed
 from policy_io.state import PolicyState, revision_of
-from tests.profilekit import NOW, Owner
 
 OWNER = Owner()
 
@@ -194,7 +194,7 @@ def test_a_configured_catalog_is_unread_then_absent_refused_or_loaded_once() -> 
 
 
 def test_the_planner_refuses_while_a_configured_catalog_is_unusable() -> None:
-    from tests.profilekit import request
+    from kits.profilekit import request
 
     name = _catalog()["metadata"]["name"]
     feed = PolicyFeed(OWNER.settings(gpu_recipe_catalog_configmap=name))

@@ -24,12 +24,12 @@ from inference_policy.trust.signing import (
     RefusalRecord,
     VerifiedProfile,
 )
+from kits.profilekit import NOW, Owner
 from policy_io import caps
 from policy_io.feed import PolicyFeed
 from policy_io.snapshot import RefusedRevision
 from policy_io.state import PolicyState, ProfileRevisions, verify_revision
 from serving.settings import ConfigError
-from tests.profilekit import NOW, Owner
 from webhook.config import settings_from_args
 
 OWNER = Owner()

@@ -13,15 +13,18 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict
 
-STRICT = ConfigDict(
-    extra="forbid", strict=True, frozen=True, allow_inf_nan=False, hide_input_in_errors=True
-)
-
 
 class Strict(BaseModel):
     """A wire model: strict, frozen, closed to unknown keys, quiet about refused values."""
 
-    model_config = STRICT
+    # Written out here, not through a constant: the type checker's pydantic plugin reads a
+    # literal config, and then refuses an assignment to a frozen model's field.
+    model_config = ConfigDict(
+        extra="forbid", strict=True, frozen=True, allow_inf_nan=False, hide_input_in_errors=True
+    )
+
+
+STRICT = Strict.model_config
 
 
 __all__ = ["STRICT", "Strict"]

@@ -43,7 +43,8 @@ class ImageMapError(CatalogError):
     detail = "engine image map carries no image from this release's catalog"
 
 
-_Model = Strict
+class _Model(Strict):
+    """This module\'s wire models: `Strict`, the one base."""
 
 
 class CatalogImage(_Model):

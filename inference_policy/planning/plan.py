@@ -63,7 +63,8 @@ class PlanError(ValueError):
     """A plan annotation that is not a plan; the message names what is wrong."""
 
 
-_Wire = Strict
+class _Wire(Strict):
+    """This module\'s wire models: `Strict`, the one base."""
 
 
 class PlanResources(_Wire):

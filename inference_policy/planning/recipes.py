@@ -30,7 +30,8 @@ class RecipeCatalogError(ValueError):
     """The recipe catalog is malformed; the message names the field."""
 
 
-_Strict = Strict
+class _Strict(Strict):
+    """This module\'s wire models: `Strict`, the one base."""
 
 
 class Recipe(_Strict):

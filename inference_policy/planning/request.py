@@ -24,7 +24,8 @@ class RequestError(ValueError):
     """The request is malformed; the message names the field."""
 
 
-_Strict = Strict
+class _Strict(Strict):
+    """This module\'s wire models: `Strict`, the one base."""
 
 
 class ModelInfo(_Strict):

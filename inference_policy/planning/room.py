@@ -63,7 +63,8 @@ class RoomError(ValueError):
     """Room figures that cannot be read; the message says what is wrong."""
 
 
-_Wire = Strict
+class _Wire(Strict):
+    """This module\'s wire models: `Strict`, the one base."""
 
 
 class BindingRoom(_Wire):

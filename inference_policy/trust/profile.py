@@ -100,7 +100,8 @@ PinnedImage = Annotated[
 ]
 
 
-_Strict = Strict
+class _Strict(Strict):
+    """This module\'s wire models: `Strict`, the one base."""
 
 
 def _unique(values: list[str], what: str) -> list[str]:

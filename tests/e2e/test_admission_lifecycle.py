@@ -416,6 +416,7 @@ def test_an_upgrade_from_per_tenant_policies_admits_nothing_unchecked_and_fails_
         stop.set()
         worker.join(timeout=30)
     assert failures == []
+
     # The shared guard alone refuses, once the API server has let the deleted ones go (it
     # drops a policy asynchronously, like a webhook configuration).
     def refused_by_the_shared_guard_alone() -> bool:

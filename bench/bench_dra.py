@@ -53,11 +53,12 @@ from bench_scheduling import (  # noqa: E402
 from inference_policy.base.wire import ENGINE_LABEL  # noqa: E402
 from inference_policy.placing.schedconfig import render_scheduler_config  # noqa: E402
 from inference_policy.trust.dra_claims import (  # noqa: E402
+    claimed_bindings,
     device_class_object,
     published_templates,
     template_object,
 )
-from inference_policy.trust.profile import DraBinding, parse_envelope  # noqa: E402
+from inference_policy.trust.profile import parse_envelope  # noqa: E402
 from localcluster import ControlPlane, FakeNode, create_fake_nodes  # noqa: E402
 from localcluster.dra_driver import Driver, published_device  # noqa: E402
 from localcluster.process import free_port, wait_until  # noqa: E402
@@ -161,9 +162,8 @@ def main() -> None:
         plane.create_namespace(OTHER_NAMESPACE)
         apply_runtime_class(plane, "nvidia")
         admin.create({**configmap, "metadata": {**configmap["metadata"]}})
-        for _, binding in parsed.gpu_bindings():
-            if isinstance(binding, DraBinding):
-                admin.apply(device_class_object(binding))
+        for _, binding in claimed_bindings(parsed):
+            admin.apply(device_class_object(binding))
         for template in published_templates(parsed):
             for ns in (NAMESPACE, OTHER_NAMESPACE):
                 admin.apply(template_object(template, ns))

@@ -26,7 +26,13 @@ from inference_policy.planning.request_rules import PlannerBase
 from inference_policy.planning.room import choose
 from inference_policy.planning.sizing import estimate_gpu
 from inference_policy.trust.dra_claims import template_for
-from inference_policy.trust.profile import ARCH_KEY, DraBinding, GpuBinding, Profile
+from inference_policy.trust.profile import (
+    ARCH_KEY,
+    GpuBinding,
+    Profile,
+    as_claimed,
+    as_counted,
+)
 from inference_policy.trust.signing import VerifiedProfile
 
 T = TypeVar("T")
@@ -217,7 +223,7 @@ class GpuPath(PlannerBase):
         if self.ctx.room is not None and not pinned:
             index, choice = choose(
                 self.ctx.room,
-                [(o.binding.id, f[1], isinstance(o.binding, DraBinding)) for _, o, f in fits],
+                [(o.binding.id, f[1], not o.binding.allocation.room_published) for _, o, f in fits],
             )
         _, best, best_fit = fits[index]
         request_bytes, quantity, args = best_fit
@@ -330,13 +336,16 @@ def _gpu_body(
     assert not isinstance(option.chosen, str)
     image, variant = option.chosen
     quantity = str(sizing.quantity)
-    if isinstance(binding, DraBinding):
+    claimed = as_claimed(binding)
+    counted = as_counted(binding)
+    if claimed is not None:
         # The devices come through the claim; the container's resources name none.
         granted: dict[str, str] = {}
         spill = sizing.isolation == "any-qualified" and not sizing.pinned_profile
-        claim = template_for(profile.envelope, binding, sizing.devices, spill).plan_claim()
+        claim = template_for(profile.envelope, claimed, sizing.devices, spill).plan_claim()
     else:
-        granted = {binding.resource.name: quantity}
+        assert counted is not None
+        granted = {counted.resource.name: quantity}
         claim = None
     body: dict[str, Any] = {
         "status": 200,

@@ -185,7 +185,7 @@ class GpuPath(PlannerBase):
         need = self._need_per_device(engine)
         recipe = self._recipe("gpu")
         # A decision made without a server's table keeps its own, for this decision only.
-        kept = self.ctx.options if self.ctx.options is not None else GpuOptions()
+        kept = self.options if self.options is not None else GpuOptions()
         options = kept.options(self, engine, recipe)
         image_reasons: list[str] = []
         count_reasons: list[str] = []

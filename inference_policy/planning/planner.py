@@ -44,11 +44,13 @@ EXTERNAL_ALLOCATION = (
 )
 
 
-def decide(document: Any, ctx: PlanContext) -> Decision:
-    """Plan one request (an already strictly-decoded JSON value)."""
+def decide(document: Any, ctx: PlanContext, options: GpuOptions | None = None) -> Decision:
+    """Plan one request (an already strictly-decoded JSON value). `options` is where a server
+    keeps the per-revision part of GPU decisions between them (`GpuOptions`; it changes no
+    decision); None works it out for this decision alone."""
     try:
         request = parse_request(document)
-        decision = _Planner(request, ctx).plan()
+        decision = _Planner(request, ctx, options).plan()
     except RequestError as exc:
         decision = Refusal(422, str(exc), C.REQUEST_INVALID).decision()
     except Refusal as refusal:

@@ -8,7 +8,7 @@ agree on, and whether the request is for CPU: each refused with the seed's text 
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from inference_policy.base.codes import WIRE_NO_FIT
 from inference_policy.base.codes import RefusalCode as C
@@ -17,6 +17,9 @@ from inference_policy.planning.decision import PlanContext, Refusal
 from inference_policy.planning.recipes import Recipe, RecipeCatalog
 from inference_policy.planning.request import DeploymentRequest
 from inference_policy.trust.signing import VerifiedProfile
+
+if TYPE_CHECKING:
+    from inference_policy.planning.gpu_plan import GpuOptions
 
 DERIVE_PREFIX = "cannot derive inference resources for this deployment: "
 NO_GPU = "Core cannot see a GPU on this install"
@@ -29,9 +32,14 @@ class PlannerBase:
 
     devices: int
 
-    def __init__(self, request: DeploymentRequest, ctx: PlanContext) -> None:
+    def __init__(
+        self, request: DeploymentRequest, ctx: PlanContext, options: GpuOptions | None = None
+    ) -> None:
         self.req = request
         self.ctx = ctx
+        # Where the per-revision part of a GPU decision is kept between decisions; None: this
+        # decision works it out for itself.
+        self.options = options
         self.block = request.inferenceResources
         self.derived = self.block is None
 

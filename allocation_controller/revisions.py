@@ -122,4 +122,5 @@ class PolicyView:
             now,
             scheduling_timeout=scheduling_timeout,
             lapse=self.lapse(snapshot),
+            options=snapshot.options,
         )

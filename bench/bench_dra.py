@@ -53,11 +53,12 @@ from bench_scheduling import (  # noqa: E402
 from inference_policy.base.wire import ENGINE_LABEL  # noqa: E402
 from inference_policy.placing.schedconfig import render_scheduler_config  # noqa: E402
 from inference_policy.trust.dra_claims import (  # noqa: E402
+    claimed_bindings,
     device_class_object,
     published_templates,
     template_object,
 )
-from inference_policy.trust.profile import DraBinding, parse_envelope  # noqa: E402
+from inference_policy.trust.profile import parse_envelope  # noqa: E402
 from kits.extenderkit import block, plan_for, planned_pod, request  # noqa: E402
 from kits.fleetkit import h100  # noqa: E402
 from kits.profilekit import (  # noqa: E402
@@ -161,9 +162,8 @@ def main() -> None:
         plane.create_namespace(OTHER_NAMESPACE)
         apply_runtime_class(plane, "nvidia")
         admin.create({**configmap, "metadata": {**configmap["metadata"]}})
-        for _, binding in parsed.gpu_bindings():
-            if isinstance(binding, DraBinding):
-                admin.apply(device_class_object(binding))
+        for _, binding in claimed_bindings(parsed):
+            admin.apply(device_class_object(binding))
         for template in published_templates(parsed):
             for ns in (NAMESPACE, OTHER_NAMESPACE):
                 admin.apply(template_object(template, ns))

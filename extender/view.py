@@ -402,7 +402,7 @@ class ClusterView:
         version = meta.get("resourceVersion") if isinstance(meta, Mapping) else None
         if not isinstance(uid, str) or not isinstance(version, str):
             found: Demand | Refusal | None = pod_demand(
-                pod, snapshot.context(now), snapshot.revisions
+                pod, snapshot.context(now), snapshot.revisions, snapshot.options
             )
         else:
             key = (uid, version, snapshot.generation, int(now.timestamp()))
@@ -410,7 +410,9 @@ class ClusterView:
                 found = self._demands[key]
             else:
                 try:
-                    found = pod_demand(pod, snapshot.context(now), snapshot.revisions)
+                    found = pod_demand(
+                        pod, snapshot.context(now), snapshot.revisions, snapshot.options
+                    )
                 except Unplaceable as refusal:
                     # The reason, not the exception: that would keep its traceback's frames.
                     found = Refusal(refusal.reason, refusal.code)

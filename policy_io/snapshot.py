@@ -70,12 +70,11 @@ class PolicySnapshot:
             catalog_refusal=self.catalog_refusal,
             gpu_recipes=self.gpu_recipes,
             cpu_recipes=self.cpu_recipes,
-            options=self.options,
             room=room,
         )
 
     def decide(self, request: Any, now: datetime, room: Room | None = None) -> Decision:
-        return decide(request, self.context(now, room))
+        return decide(request, self.context(now, room), self.options)
 
 
 __all__ = ["PolicySnapshot", "RefusedRevision", "Revision"]

@@ -443,8 +443,7 @@ class PolicyState:
             catalog_refusal=self.catalog_refusal,
             gpu_recipes=self.gpu_recipes,
             cpu_recipes=self.cpu_recipes,
-            options=self.gpu_options,
         )
 
     def decide(self, request: Any, now: datetime) -> Decision:
-        return decide(request, self.context(now))
+        return decide(request, self.context(now), self.gpu_options)

@@ -256,8 +256,11 @@ def cmd_capacity(args: argparse.Namespace) -> int:
     quotas = _quotas(args)
     # Each tenant's quota admits first, as its webhook would at create
     # (inference_policy.placing.quota).
-    passed = within_quotas(deployments, ctx, quotas) if quotas else QuotaPass(list(deployments))
-    report = replay(passed.admitted, nodes, ctx)
+    options = state.gpu_options
+    passed = (
+        within_quotas(deployments, ctx, quotas, options) if quotas else QuotaPass(list(deployments))
+    )
+    report = replay(passed.admitted, nodes, ctx, options)
     report.refused.extend(passed.refused)
     if args.output == "json":
         body = report.to_json()

@@ -17,12 +17,12 @@ import orjson
 import yaml
 
 from inference_policy.trust.dra_claims import (
+    claimed_bindings,
     device_class_object,
     owner_objects,
     published_templates,
     template_object,
 )
-from inference_policy.trust.profile import DraBinding
 from inference_policy.trust.signing import ProfileRefused, verify_configmap
 from policy_io.files import read_json
 from tmi_cli.policy_args import (
@@ -48,9 +48,7 @@ def cmd_render_dra(args: argparse.Namespace) -> int:
     envelope = verified.envelope
     rendered: Any
     if args.objects:
-        items = [
-            device_class_object(b) for _, b in envelope.gpu_bindings() if isinstance(b, DraBinding)
-        ]
+        items = [device_class_object(b) for _, b in claimed_bindings(envelope)]
         items += [template_object(t, args.namespace) for t in published_templates(envelope)]
         rendered = {"apiVersion": "v1", "kind": "List", "items": items}
     else:

@@ -90,7 +90,13 @@ def cmd_diff(args: argparse.Namespace) -> int:
         "bindings": [c.wire() for c in binding_changes(old.profile.envelope, new.profile.envelope)],
     }
     if args.requests:
-        report["plans"] = plan_changes(_requests(args.requests), old.context(now), new.context(now))
+        report["plans"] = plan_changes(
+            _requests(args.requests),
+            old.context(now),
+            new.context(now),
+            old.gpu_options,
+            new.gpu_options,
+        )
     if new.profile.version <= old.profile.version:
         sys.stderr.write(
             f"warning: the new revision's version {new.profile.version} is not above the old "
@@ -116,7 +122,7 @@ def cmd_test(args: argparse.Namespace) -> int:
         request = copy.deepcopy(case.request)
         if case.requestFile is not None:
             request = read_json(str(base / case.requestFile), f"case {case.name!r} request")
-        results.append(run_case(case.name, request, case.expect, ctx))
+        results.append(run_case(case.name, request, case.expect, ctx, state.gpu_options))
     failed = [r for r in results if not r.passed]
     if args.output == "table":
         for result in results:

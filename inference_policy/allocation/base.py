@@ -58,8 +58,18 @@ class AllocationClass:
     @property
     def claimed(self) -> bool:
         """Devices come through a resource claim (DRA), not a counted extended resource: the
-        scheduler allocates them against the DeviceClass, and no node label attests them."""
+        scheduler allocates them against the DeviceClass, and no node label attests them. It
+        decides what a plan grants (a claim, not resources in the container's requests), what
+        placement judges a Pod by (the node's architecture, nothing counted) and which bindings
+        the owner's DeviceClasses and claim templates are rendered for."""
         return bool(self.device_type)
+
+    @property
+    def room_published(self) -> bool:
+        """The extender counts this class's free devices and publishes them in a tenant's room
+        figures, and the planner passes a binding whose published room is too small. False for a
+        claimed class: kube-scheduler finds a claim's devices, and the claim spills itself."""
+        return not self.claimed
 
     @property
     def multi_device(self) -> bool:

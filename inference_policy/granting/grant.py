@@ -79,7 +79,7 @@ from inference_policy.granting.stored_pod import (
     verified_before,
 )
 from inference_policy.planning.plan import Plan
-from inference_policy.planning.planner import PlanContext, decide
+from inference_policy.planning.planner import GpuOptions, PlanContext, decide
 from inference_policy.planning.recipe_inputs import unavailable
 from inference_policy.planning.room import replaying
 from inference_policy.trust.profile import ARCH_KEY, format_timestamp
@@ -185,8 +185,10 @@ def _rederive(
     profile: VerifiedProfile | None,
     ctx: PlanContext,
     now: datetime,
+    options: GpuOptions | None = None,
 ) -> Verdict | None:
-    """None when the core gives this exact plan for the Pod's request; else the PlanMismatch."""
+    """None when the core gives this exact plan for the Pod's request; else the PlanMismatch.
+    `options` is the server's table of GPU options (`planner.decide`), or None."""
     try:
         document = _request(pod)
     except ValueError as exc:
@@ -197,7 +199,7 @@ def _rederive(
     context = ctx._replace(
         profile=profile, profile_refusal=None, now=at, room=replaying(plan.choice)
     )
-    decision = decide(document, context)
+    decision = decide(document, context, options)
     under = _revision_text(profile) if profile is not None else "this install's settings"
     if not decision.allowed:
         return _false(
@@ -249,6 +251,7 @@ def check_grant(
     *,
     lapse: Lapse | None = None,
     plan: Plan | str | None = None,
+    options: GpuOptions | None = None,
 ) -> Verdict:
     """The verdict for a bound engine Pod.
 
@@ -257,6 +260,7 @@ def check_grant(
     revision"). `ctx` is this install's planning context (catalog, recipes, tenant mode); its
     profile and time are replaced here. `now` is the current time, for the window policy.
     `plan` is the Pod's plan annotation as `read_plan` gives it, when the caller has it already.
+    `options` is the server's table of GPU options the re-derived plan is made with, if any.
     """
     if plan is None:
         plan = read_plan(pod)
@@ -294,7 +298,7 @@ def check_grant(
             f"the plan names bundle sha256 {digest}, not the revision it is checked against "
             f"({profile.sha256})",
         )
-    mismatch = _rederive(pod, plan, profile, ctx, now)
+    mismatch = _rederive(pod, plan, profile, ctx, now, options)
     if mismatch is not None:
         return mismatch
     if profile is not None:
@@ -324,6 +328,7 @@ def check_placement(
     current: VerifiedProfile | None,
     ctx: PlanContext,
     now: datetime,
+    options: GpuOptions | None = None,
 ) -> Verdict:
     """The grant check a Pod passes before it is placed (the owner's extender asks this, since
     the plan was written by the tenant's webhook). A GPU plan gets `check_grant` against the
@@ -340,7 +345,7 @@ def check_placement(
     profile = known if isinstance(known, VerifiedProfile) else None
     if profile is None and current is not None and current.sha256 == digest:
         profile = current
-    return check_grant(pod, profile, ctx, now, plan=plan)
+    return check_grant(pod, profile, ctx, now, plan=plan, options=options)
 
 
 def scheduling_verdict(pod: Mapping[str, Any], now: datetime, timeout_seconds: float) -> Evaluation:
@@ -376,6 +381,7 @@ def evaluate(
     *,
     scheduling_timeout: float = DEFAULT_SCHEDULING_TIMEOUT,
     lapse: Lapse | None = None,
+    options: GpuOptions | None = None,
 ) -> Evaluation:
     """The whole decision for one engine Pod: bound, it gets the grant check; unbound, the
     scheduling deadline. `revisions` maps bundle sha256 to the verified revision or to why the
@@ -402,7 +408,7 @@ def evaluate(
         lapse = catalog_lapse(ctx)
     if lapse is None and isinstance(known, Lapse):
         lapse = known
-    verdict = check_grant(pod, profile, ctx, now, lapse=lapse, plan=plan)
+    verdict = check_grant(pod, profile, ctx, now, lapse=lapse, plan=plan, options=options)
     recheck = None
     if profile is not None and verdict.reason == VERIFIED:
         recheck = max(profile.seconds_until_expiry(now), 0.0)

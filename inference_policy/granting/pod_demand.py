@@ -28,7 +28,7 @@ from inference_policy.granting.grant import check_placement
 from inference_policy.placing.placement import Demand, demand_for
 from inference_policy.planning.decision import PlanContext
 from inference_policy.planning.plan import Plan, PlanError
-from inference_policy.planning.planner import PROFILE_PREFIX
+from inference_policy.planning.planner import PROFILE_PREFIX, GpuOptions
 from inference_policy.trust.signing import VerifiedProfile, usable_profile
 
 
@@ -42,7 +42,10 @@ class Unplaceable(Exception):
 
 
 def pod_demand(
-    pod: Mapping[str, Any], ctx: PlanContext, revisions: Mapping[str, object]
+    pod: Mapping[str, Any],
+    ctx: PlanContext,
+    revisions: Mapping[str, object],
+    options: GpuOptions | None = None,
 ) -> Demand | None:
     """The Pod's demand; None for a Pod that reaches for nothing and holds no local plan (none,
     or an external one). Raises Unplaceable, first for what the core's gate refuses
@@ -67,7 +70,7 @@ def pod_demand(
             demand = demand_for(plan, binding, pod, profile.sha256, tenant)
     except PlanError as exc:
         raise Unplaceable(str(exc), NodeVerdictCode.PLAN_INVALID) from None
-    check_plan_is_granted(pod, plan, ctx, revisions)
+    check_plan_is_granted(pod, plan, ctx, revisions, options)
     return demand
 
 
@@ -88,11 +91,15 @@ def outside_every_tenant(pod: Mapping[str, Any]) -> None:
 
 
 def check_plan_is_granted(
-    pod: Mapping[str, Any], plan: Plan, ctx: PlanContext, revisions: Mapping[str, object]
+    pod: Mapping[str, Any],
+    plan: Plan,
+    ctx: PlanContext,
+    revisions: Mapping[str, object],
+    options: GpuOptions | None = None,
 ) -> None:
     """The Pod passes the core's placement check (`grant.check_placement`), or Unplaceable
     says how it does not."""
-    verdict = check_placement(pod, plan, revisions, ctx.profile, ctx, ctx.now)
+    verdict = check_placement(pod, plan, revisions, ctx.profile, ctx, ctx.now, options)
     if not verdict.verified:
         raise Unplaceable(f"{verdict.reason}: {verdict.message}", NodeVerdictCode.GRANT_MISMATCH)
 

@@ -56,6 +56,8 @@ from inference_policy.trust.profile import (
     CpuBinding,
     DraBinding,
     VramPluginBinding,
+    as_claimed,
+    as_counted,
 )
 
 MAX_SCORE = 10
@@ -130,8 +132,12 @@ def demand_for(
             f"the plan places binding {binding.id} on {plan.arch}, but the binding runs on "
             f"{binding.architecture}"
         )
-    if isinstance(binding, DraBinding):
-        return _claimed_demand(plan, binding, requests, profile_sha256)
+    claimed = as_claimed(binding)
+    if claimed is not None:
+        return _claimed_demand(plan, claimed, requests, profile_sha256)
+    counted = as_counted(binding)
+    assert counted is not None
+    binding = counted
     resource = binding.resource.name
     granted = granted_units.get(resource)
     if not granted:

@@ -17,7 +17,7 @@ from inference_policy.placing.nodes import NodeFacts
 from inference_policy.placing.placement import Demand, binding_demand, free_of
 from inference_policy.placing.tenancy import Tenancy
 from inference_policy.planning.room import BindingRoom, RoomFigures
-from inference_policy.trust.profile import DraBinding, Envelope, format_timestamp
+from inference_policy.trust.profile import Envelope, as_counted, format_timestamp
 
 
 def figures_with(
@@ -29,13 +29,16 @@ def figures_with(
     """Each device-plugin binding's free capacity, from `frees`: the free amount of a demand
     for each node it vouches for (None or 0: none there), as the extender judges a Pod of that
     binding in the envelope's namespace (`placement.free_of`: a GPU another tenant's share keeps
-    from this tenant's has no room). DRA bindings are left out: their claims spill through the
-    scheduler. The extender hands in its remembered frees; `figures_of` computes them."""
+    from this tenant's has no room). Bindings whose class publishes no room are left out
+    (`AllocationClass.room_published`): DRA claims spill through the scheduler. The extender
+    hands in its remembered frees; `figures_of` computes them."""
     bindings: dict[str, BindingRoom] = {}
     for _, binding in envelope.gpu_bindings():
-        if isinstance(binding, DraBinding) or binding.id in bindings:
+        if not binding.allocation.room_published or binding.id in bindings:
             continue
-        demand = binding_demand(binding, {}, bundle_sha256, envelope.namespace)
+        counted = as_counted(binding)
+        assert counted is not None
+        demand = binding_demand(counted, {}, bundle_sha256, envelope.namespace)
         room = [free for free in frees(demand) if free]
         bindings[binding.id] = BindingRoom(free=sum(room), largestOnNode=max(room, default=0))
     return RoomFigures(

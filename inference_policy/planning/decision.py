@@ -3,7 +3,8 @@
 Every edge (the webhook, the plan API, the CLI, the extender, the controller) receives a
 `Decision` and maps it to its own wire format in one place; the planner raises a `Refusal`
 inside and turns it into one. `PlanContext` is everything a decision depends on besides the
-request.
+request: immutable data only. What a server keeps between decisions (`gpu_plan.GpuOptions`) is
+no part of it; the planner's entry takes it beside the context.
 """
 
 from __future__ import annotations
@@ -19,7 +20,6 @@ from inference_policy.planning.recipe_inputs import RecipeInput
 from inference_policy.trust.signing import ProfileRefused, VerifiedProfile
 
 if TYPE_CHECKING:
-    from inference_policy.planning.gpu_plan import GpuOptions
     from inference_policy.planning.room import Room
 
 
@@ -96,9 +96,6 @@ class PlanContext(NamedTuple):
     cpu_recipes: RecipeInput = None
     """Each configured recipe catalog, or why it cannot be used (`recipe_inputs`): a decision
     that would plan locally is then refused (`planner.decide`)."""
-    options: GpuOptions | None = None
-    """Where the per-revision part of a GPU decision is kept between decisions (a server's
-    state holds one); None works it out for each decision."""
     room: Room | None = None
     """The owner's room figures to choose among compatible device-plugin bindings with, or a
     plan's recorded choice to replay (`inference_policy.planning.room`); None: the smallest binding

@@ -22,11 +22,22 @@ from inference_policy.planning.catalog import Engine, EngineCatalog
 from inference_policy.planning.decision import Decision, PlanContext, Refusal
 from inference_policy.planning.plan import Plan, PlanChoice
 from inference_policy.planning.recipes import Recipe
-from inference_policy.planning.request_rules import PlannerBase
+from inference_policy.planning.request_rules import (
+    Planning,
+    context_length,
+    recipe_of,
+    unservable,
+)
 from inference_policy.planning.room import choose
 from inference_policy.planning.sizing import estimate_gpu
 from inference_policy.trust.dra_claims import template_for
-from inference_policy.trust.profile import ARCH_KEY, DraBinding, GpuBinding, Profile
+from inference_policy.trust.profile import (
+    ARCH_KEY,
+    GpuBinding,
+    Profile,
+    as_claimed,
+    as_counted,
+)
 from inference_policy.trust.signing import VerifiedProfile
 
 T = TypeVar("T")
@@ -63,16 +74,14 @@ class GpuOptions:
         self._options: dict[Any, tuple[Recipe | None, tuple[_Option, ...]]] = {}
         self._plans: dict[Any, tuple[Recipe | None, Decision]] = {}
 
-    def options(
-        self, planner: GpuPath, engine: Engine, recipe: Recipe | None
-    ) -> tuple[_Option, ...]:
-        """What each binding offers this engine and recipe under the planner's revision."""
+    def options(self, p: Planning, engine: Engine, recipe: Recipe | None) -> tuple[_Option, ...]:
+        """What each binding offers this engine and recipe under the decision's revision."""
         return self._kept(
-            planner.ctx,
+            p.ctx,
             self._options,
             engine.name,
             recipe,
-            lambda: planner.gpu_options(engine, recipe),
+            lambda: gpu_options(p, engine, recipe),
         )
 
     def plan(
@@ -131,191 +140,193 @@ class GpuSizing(NamedTuple):
     pinned_profile: bool
 
 
-class GpuPath(PlannerBase):
+def _need_per_device(p: Planning, engine: Engine) -> int:
+    """The memory one device must hold: the request's own minimum, or the model's estimate."""
+    block = p.block
+    if block is not None and block.accelerator is not None:
+        try:
+            return parse_bytes(block.accelerator.memory.minimum)
+        except QuantityError as exc:
+            raise Refusal(
+                422,
+                f"invalid deployment request: inferenceResources.accelerator.memory.minimum: {exc}",
+                C.REQUEST_INVALID,
+            ) from None
+    model = p.req.model
+    assert model is not None
+    context = context_length(p) if "text-generation" in engine.serves else None
+    assert engine.working_memory is not None  # the catalog requires it of a GPU engine
+    return estimate_gpu(
+        engine.working_memory,
+        model.weightsBytes,
+        context,
+        model.layers,
+        model.kvHeads,
+        model.headDim,
+        p.devices,
+    ).per_device
+
+
+def gpu_options(p: Planning, engine: Engine, recipe: Recipe | None) -> tuple[_Option, ...]:
+    """Every GPU binding of the profile with what this engine (and recipe) makes of it."""
+    profile = p.ctx.profile
+    assert profile is not None
+    return tuple(
+        _Option(
+            order,
+            prof,
+            binding,
+            binding.allocation,
+            _binding_image(p, engine, prof, binding, recipe),
+        )
+        for order, (prof, binding) in enumerate(profile.envelope.gpu_bindings())
+    )
+
+
+def plan_gpu(p: Planning, engine: Engine, profile: VerifiedProfile) -> Decision:
     """The GPU path: the need per device, each binding's option, and the best fit among them."""
-
-    def _need_per_device(self, engine: Engine) -> int:
-        block = self.block
-        if block is not None and block.accelerator is not None:
-            try:
-                return parse_bytes(block.accelerator.memory.minimum)
-            except QuantityError as exc:
-                raise Refusal(
-                    422,
-                    f"invalid deployment request: inferenceResources.accelerator.memory."
-                    f"minimum: {exc}",
-                    C.REQUEST_INVALID,
-                ) from None
-        model = self.req.model
-        assert model is not None
-        context = self._context() if "text-generation" in engine.serves else None
-        assert engine.working_memory is not None  # the catalog requires it of a GPU engine
-        return estimate_gpu(
-            engine.working_memory,
-            model.weightsBytes,
-            context,
-            model.layers,
-            model.kvHeads,
-            model.headDim,
-            self.devices,
-        ).per_device
-
-    def gpu_options(self, engine: Engine, recipe: Recipe | None) -> tuple[_Option, ...]:
-        """Every GPU binding of the profile with what this engine (and recipe) makes of it."""
-        profile = self.ctx.profile
-        assert profile is not None
-        return tuple(
-            _Option(
-                order,
-                prof,
-                binding,
-                binding.allocation,
-                self._binding_image(engine, prof, binding, recipe),
-            )
-            for order, (prof, binding) in enumerate(profile.envelope.gpu_bindings())
-        )
-
-    def _gpu(self, engine: Engine, profile: VerifiedProfile) -> Decision:
-        need = self._need_per_device(engine)
-        recipe = self._recipe("gpu")
-        # A decision made without a server's table keeps its own, for this decision only.
-        kept = self.ctx.options if self.ctx.options is not None else GpuOptions()
-        options = kept.options(self, engine, recipe)
-        image_reasons: list[str] = []
-        count_reasons: list[str] = []
-        memory_misses: list[tuple[int, str]] = []
-        fits: list[tuple[tuple[int, int, int], _Option, Fit]] = []
-        accel = self.block.accelerator if self.block else None
-        for option in options:
-            order, prof, binding, allocation, chosen = option
-            if accel is not None:
-                if accel.profile is not None and prof.name != accel.profile:
-                    continue
-                if accel.isolation not in ("any-qualified", allocation.guarantee):
-                    continue
-            if isinstance(chosen, str):
-                image_reasons.append(chosen)
-                continue
-            count_reason = self._count_reason(binding, allocation)
-            if count_reason:
-                count_reasons.append(count_reason)
-                continue
-            fit = allocation.fit(binding, engine.gpu_memory_utilization, self.devices, need)
-            if fit is None:
-                memory_misses.append((binding.usable_memory_bytes, binding.id))
-                continue
-            # The smallest usable memory, then the stronger isolation, then envelope order
-            # (unique, so no two keys tie).
-            fits.append(((binding.usable_memory_bytes, allocation.rank, order), option, fit))
-        if not fits:
-            raise self._no_fit(engine, need, image_reasons, count_reasons, memory_misses)
-        fits.sort(key=lambda entry: entry[0])
-        pinned = accel is not None and (
-            accel.profile is not None or accel.isolation != "any-qualified"
-        )
-        index, choice = 0, None
-        if self.ctx.room is not None and not pinned:
-            index, choice = choose(
-                self.ctx.room,
-                [(o.binding.id, f[1], isinstance(o.binding, DraBinding)) for _, o, f in fits],
-            )
-        _, best, best_fit = fits[index]
-        request_bytes, quantity, args = best_fit
-        sizing = GpuSizing(
-            engine.name,
-            self.derived,
-            self.devices,
-            request_bytes,
-            quantity,
-            tuple(args.items()),
-            accel.isolation if accel else "any-qualified",
-            accel is not None and accel.profile is not None,
-        )
-        return kept.plan(self.ctx, best, recipe, sizing, profile, choice)
-
-    def _binding_image(
-        self,
-        engine: Engine,
-        prof: Profile,
-        binding: GpuBinding,
-        recipe: Recipe | None,
-    ) -> tuple[str, str] | str:
-        vendor, arch = binding.accelerator.vendor, binding.architecture
-        if recipe is not None:
-            if binding.runtime.image != recipe.image:
-                return (
-                    f"binding {binding.id} runs {binding.runtime.image}, not the image recipe "
-                    f"{recipe.id} pins"
-                )
-            if recipe.variantId not in prof.compatibleVariantIds:
-                return f"profile {prof.name} does not list variant {recipe.variantId}"
-            return recipe.image, recipe.variantId
-        selection = self.ctx.catalog.select_gpu_image(
-            engine,
-            vendor,
-            arch,
-            binding.accelerator.capability_tuple,
-            binding.accelerator.cudaDriverMajor,
-        )
-        if selection.image is None:
-            assert selection.refusal is not None
-            return selection.refusal
-        variant = selection.image.variant_id
-        if variant not in prof.compatibleVariantIds:
-            return f"profile {prof.name} does not list variant {variant}"
-        return selection.image.reference, variant
-
-    def _count_field(self) -> str:
-        """Where the request said how many devices: what the tenant changes to fit a binding
-        of one device."""
-        recipe = self._recipe("gpu")
-        if recipe is not None and recipe.tensorParallelSize is not None:
-            return f"tensorParallelSize in the owner's GPU recipe {recipe.id}"
-        block = self.block
-        if block is not None and block.accelerator is not None:
-            return "inferenceResources.accelerator.count"
-        return "config.tensor_parallel_size"
-
-    def _count_reason(self, binding: GpuBinding, allocation: AllocationClass) -> str | None:
-        if self.devices == 1:
-            return None
-        if not allocation.multi_device:
-            return (
-                f"{self.devices} devices were requested, but {allocation.single_device}: "
-                f"binding {binding.id} serves one device (set {self._count_field()} to 1 for it)"
-            )
-        if "p2p" not in binding.accelerator.features:
-            return (
-                f"{self.devices} devices were requested, but binding {binding.id} does not "
-                "attest p2p, which tensor parallelism needs"
-            )
-        return None
-
-    def _no_fit(
-        self,
-        engine: Engine,
-        need: int,
-        image_reasons: list[str],
-        count_reasons: list[str],
-        memory_misses: list[tuple[int, str]],
-    ) -> Refusal:
-        if memory_misses:
-            largest, binding_id = max(memory_misses)
-            reason = (
-                f"no binding holds {engine.name} at {format_gib(need)} per device; the largest "
-                f"eligible binding, {binding_id}, offers {format_bytes(largest)}: lower "
-                "max_model_len or choose a smaller model"
-            )
-            return self._unservable(reason)
-        if count_reasons:
-            return self._unservable(count_reasons[0])
-        if image_reasons:
-            return self._unservable(image_reasons[0])
-        accel = self.block.accelerator if self.block else None
+    need = _need_per_device(p, engine)
+    recipe = recipe_of(p, "gpu")
+    # A decision made without a server's table keeps its own, for this decision only.
+    kept = p.options if p.options is not None else GpuOptions()
+    options = kept.options(p, engine, recipe)
+    image_reasons: list[str] = []
+    count_reasons: list[str] = []
+    memory_misses: list[tuple[int, str]] = []
+    fits: list[tuple[tuple[int, int, int], _Option, Fit]] = []
+    accel = p.block.accelerator if p.block else None
+    for option in options:
+        order, prof, binding, allocation, chosen = option
         if accel is not None:
-            wanted = f"profile {accel.profile!r}" if accel.profile else "the profile"
-            return self._unservable(f"no binding in {wanted} offers isolation {accel.isolation}")
-        return self._unservable("the profile declares no GPU binding")  # pragma: no cover
+            if accel.profile is not None and prof.name != accel.profile:
+                continue
+            if accel.isolation not in ("any-qualified", allocation.guarantee):
+                continue
+        if isinstance(chosen, str):
+            image_reasons.append(chosen)
+            continue
+        count_reason = _count_reason(p, binding, allocation)
+        if count_reason:
+            count_reasons.append(count_reason)
+            continue
+        fit = allocation.fit(binding, engine.gpu_memory_utilization, p.devices, need)
+        if fit is None:
+            memory_misses.append((binding.usable_memory_bytes, binding.id))
+            continue
+        # The smallest usable memory, then the stronger isolation, then envelope order
+        # (unique, so no two keys tie).
+        fits.append(((binding.usable_memory_bytes, allocation.rank, order), option, fit))
+    if not fits:
+        raise _no_fit(p, engine, need, image_reasons, count_reasons, memory_misses)
+    fits.sort(key=lambda entry: entry[0])
+    pinned = accel is not None and (accel.profile is not None or accel.isolation != "any-qualified")
+    index, choice = 0, None
+    if p.ctx.room is not None and not pinned:
+        index, choice = choose(
+            p.ctx.room,
+            [(o.binding.id, f[1], not o.binding.allocation.room_published) for _, o, f in fits],
+        )
+    _, best, best_fit = fits[index]
+    request_bytes, quantity, args = best_fit
+    sizing = GpuSizing(
+        engine.name,
+        p.derived,
+        p.devices,
+        request_bytes,
+        quantity,
+        tuple(args.items()),
+        accel.isolation if accel else "any-qualified",
+        accel is not None and accel.profile is not None,
+    )
+    return kept.plan(p.ctx, best, recipe, sizing, profile, choice)
+
+
+def _binding_image(
+    p: Planning,
+    engine: Engine,
+    prof: Profile,
+    binding: GpuBinding,
+    recipe: Recipe | None,
+) -> tuple[str, str] | str:
+    vendor, arch = binding.accelerator.vendor, binding.architecture
+    if recipe is not None:
+        if binding.runtime.image != recipe.image:
+            return (
+                f"binding {binding.id} runs {binding.runtime.image}, not the image recipe "
+                f"{recipe.id} pins"
+            )
+        if recipe.variantId not in prof.compatibleVariantIds:
+            return f"profile {prof.name} does not list variant {recipe.variantId}"
+        return recipe.image, recipe.variantId
+    selection = p.ctx.catalog.select_gpu_image(
+        engine,
+        vendor,
+        arch,
+        binding.accelerator.capability_tuple,
+        binding.accelerator.cudaDriverMajor,
+    )
+    if selection.image is None:
+        assert selection.refusal is not None
+        return selection.refusal
+    variant = selection.image.variant_id
+    if variant not in prof.compatibleVariantIds:
+        return f"profile {prof.name} does not list variant {variant}"
+    return selection.image.reference, variant
+
+
+def _count_field(p: Planning) -> str:
+    """Where the request said how many devices: what the tenant changes to fit a binding
+    of one device."""
+    recipe = recipe_of(p, "gpu")
+    if recipe is not None and recipe.tensorParallelSize is not None:
+        return f"tensorParallelSize in the owner's GPU recipe {recipe.id}"
+    block = p.block
+    if block is not None and block.accelerator is not None:
+        return "inferenceResources.accelerator.count"
+    return "config.tensor_parallel_size"
+
+
+def _count_reason(p: Planning, binding: GpuBinding, allocation: AllocationClass) -> str | None:
+    if p.devices == 1:
+        return None
+    if not allocation.multi_device:
+        return (
+            f"{p.devices} devices were requested, but {allocation.single_device}: "
+            f"binding {binding.id} serves one device (set {_count_field(p)} to 1 for it)"
+        )
+    if "p2p" not in binding.accelerator.features:
+        return (
+            f"{p.devices} devices were requested, but binding {binding.id} does not "
+            "attest p2p, which tensor parallelism needs"
+        )
+    return None
+
+
+def _no_fit(
+    p: Planning,
+    engine: Engine,
+    need: int,
+    image_reasons: list[str],
+    count_reasons: list[str],
+    memory_misses: list[tuple[int, str]],
+) -> Refusal:
+    if memory_misses:
+        largest, binding_id = max(memory_misses)
+        reason = (
+            f"no binding holds {engine.name} at {format_gib(need)} per device; the largest "
+            f"eligible binding, {binding_id}, offers {format_bytes(largest)}: lower "
+            "max_model_len or choose a smaller model"
+        )
+        return unservable(p, reason)
+    if count_reasons:
+        return unservable(p, count_reasons[0])
+    if image_reasons:
+        return unservable(p, image_reasons[0])
+    accel = p.block.accelerator if p.block else None
+    if accel is not None:
+        wanted = f"profile {accel.profile!r}" if accel.profile else "the profile"
+        return unservable(p, f"no binding in {wanted} offers isolation {accel.isolation}")
+    return unservable(p, "the profile declares no GPU binding")  # pragma: no cover
 
 
 def _gpu_body(
@@ -330,13 +341,16 @@ def _gpu_body(
     assert not isinstance(option.chosen, str)
     image, variant = option.chosen
     quantity = str(sizing.quantity)
-    if isinstance(binding, DraBinding):
+    claimed = as_claimed(binding)
+    counted = as_counted(binding)
+    if claimed is not None:
         # The devices come through the claim; the container's resources name none.
         granted: dict[str, str] = {}
         spill = sizing.isolation == "any-qualified" and not sizing.pinned_profile
-        claim = template_for(profile.envelope, binding, sizing.devices, spill).plan_claim()
+        claim = template_for(profile.envelope, claimed, sizing.devices, spill).plan_claim()
     else:
-        granted = {binding.resource.name: quantity}
+        assert counted is not None
+        granted = {counted.resource.name: quantity}
         claim = None
     body: dict[str, Any] = {
         "status": 200,

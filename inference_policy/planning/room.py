@@ -149,9 +149,9 @@ def replaying(choice: PlanChoice | None) -> Room | None:
 
 
 def choose(room: Room, ranked: Sequence[tuple[str, int, bool]]) -> tuple[int, PlanChoice]:
-    """Which of the ranked candidates (binding id, the Pod's quantity of its resource, whether it
-    is a claimed binding) the rule takes, and the choice to record. The candidates are in the
-    planner's order, smallest first, and there is at least one."""
+    """Which of the ranked candidates (binding id, the Pod's quantity of its resource, whether its
+    class publishes no room: a claimed binding) the rule takes, and the choice to record. The
+    candidates are in the planner's order, smallest first, and there is at least one."""
     if room.replay is not None:
         if room.replay.rule == SMALLEST:
             return 0, PlanChoice(rule=SMALLEST, passed=[])

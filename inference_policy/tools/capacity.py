@@ -46,7 +46,7 @@ from inference_policy.placing.tenancy import (
 )
 from inference_policy.planning.decision import PlanContext
 from inference_policy.planning.plan import PlanError
-from inference_policy.planning.planner import decide
+from inference_policy.planning.planner import GpuOptions, decide
 
 
 @dataclass(frozen=True)
@@ -214,16 +214,20 @@ class Fill:
 
 
 def replay(
-    deployments: Sequence[Deployment], nodes: Sequence[Mapping[str, Any]], ctx: PlanContext
+    deployments: Sequence[Deployment],
+    nodes: Sequence[Mapping[str, Any]],
+    ctx: PlanContext,
+    options: GpuOptions | None = None,
 ) -> Report:
-    """Plan and place every deployment in order on ``nodes`` (v1.Node objects)."""
+    """Plan and place every deployment in order on ``nodes`` (v1.Node objects); `options` is
+    the GPU options table the decisions are made with (`planner.decide`), if any."""
     report = Report()
     profile = ctx.profile
     trusted = crossing(profile.envelope if profile else None)
     fill = Fill([node_facts(n) for n in nodes], report, lambda _, resource: resource in trusted)
     own = profile.envelope.namespace if profile else ""
     for deployment in deployments:
-        decision = decide(deployment.request, ctx)
+        decision = decide(deployment.request, ctx, options)
         plan = decision.plan
         if plan is None:
             code = decision.wire_code or (decision.code.value if decision.code else "")

@@ -21,7 +21,7 @@ from typing import Any
 from inference_policy.base.codes import RefusalCode
 from inference_policy.placing.quota import Headroom, Quota, TenantUsage, check, headroom, plan_usage
 from inference_policy.planning.decision import PlanContext
-from inference_policy.planning.planner import decide
+from inference_policy.planning.planner import GpuOptions, decide
 from inference_policy.tools.capacity import Deployment, Refused
 
 
@@ -50,10 +50,13 @@ class QuotaPass:
 
 
 def within_quotas(
-    deployments: Sequence[Deployment], ctx: PlanContext, quotas: Mapping[str, Quota]
+    deployments: Sequence[Deployment],
+    ctx: PlanContext,
+    quotas: Mapping[str, Quota],
+    options: GpuOptions | None = None,
 ) -> QuotaPass:
     """The deployments each tenant's quota (`quotas`, by namespace) admits, in order, those it
-    refuses, and every quota's headroom after them."""
+    refuses, and every quota's headroom after them; `options` as `planner.decide` takes it."""
     profile = ctx.profile
     own = profile.envelope.namespace if profile is not None else ""
     held: dict[str, TenantUsage] = {namespace: TenantUsage() for namespace in quotas}
@@ -61,7 +64,7 @@ def within_quotas(
     for index, deployment in enumerate(deployments):
         namespace = deployment.tenant or own
         quota = quotas.get(namespace)
-        plan = decide(deployment.request, ctx).plan if quota is not None else None
+        plan = decide(deployment.request, ctx, options).plan if quota is not None else None
         if quota is None or plan is None or not plan.local:
             out.admitted.append(deployment)
             continue

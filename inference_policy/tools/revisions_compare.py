@@ -19,7 +19,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from inference_policy.planning.planner import PlanContext, decide
+from inference_policy.planning.planner import GpuOptions, PlanContext, decide
 from inference_policy.trust.profile import Envelope
 
 Change = Literal["added", "removed", "changed"]
@@ -90,13 +90,18 @@ def outcome(body: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def plan_changes(
-    requests: Sequence[tuple[str, Any]], old: PlanContext, new: PlanContext
+    requests: Sequence[tuple[str, Any]],
+    old: PlanContext,
+    new: PlanContext,
+    old_options: GpuOptions | None = None,
+    new_options: GpuOptions | None = None,
 ) -> list[dict[str, Any]]:
-    """Each named request whose decision differs between the two revisions."""
+    """Each named request whose decision differs between the two revisions (each decided with
+    its own GPU options table, if any: `planner.decide`)."""
     changed: list[dict[str, Any]] = []
     for name, request in requests:
-        before = outcome(decide(request, old).body)
-        after = outcome(decide(request, new).body)
+        before = outcome(decide(request, old, old_options).body)
+        after = outcome(decide(request, new, new_options).body)
         if before != after:
             changed.append({"name": name, "before": before, "after": after})
     return changed
@@ -135,8 +140,14 @@ def _missing(expected: Any, got: Any, where: str) -> list[tuple[str, Any, Any]]:
     return [] if expected == got else [(where, expected, got)]
 
 
-def run_case(name: str, request: Any, expect: Mapping[str, Any], ctx: PlanContext) -> CaseResult:
-    body = decide(request, ctx).body
+def run_case(
+    name: str,
+    request: Any,
+    expect: Mapping[str, Any],
+    ctx: PlanContext,
+    options: GpuOptions | None = None,
+) -> CaseResult:
+    body = decide(request, ctx, options).body
     mismatches = tuple(_missing(expect, body, ""))
     return CaseResult(name, not mismatches, mismatches, outcome(body))
 

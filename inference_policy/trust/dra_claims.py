@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from inference_policy.allocation.dra_facts import device_facts, selector_cel
-from inference_policy.trust.profile import DraBinding, Envelope, Profile
+from inference_policy.trust.profile import DraBinding, Envelope, Profile, as_claimed
 
 CLAIM_NAME = "tmi-devices"
 DRA_API_VERSION = "resource.k8s.io/v1"
@@ -124,13 +124,15 @@ def _interchangeable(a_profile: Profile, a: DraBinding, b_profile: Profile, b: D
     )
 
 
-def _dra_bindings(envelope: Envelope) -> list[tuple[Profile, DraBinding]]:
-    return [(p, b) for p, b in envelope.gpu_bindings() if isinstance(b, DraBinding)]
+def claimed_bindings(envelope: Envelope) -> list[tuple[Profile, DraBinding]]:
+    """The envelope's bindings whose class hands devices out through a claim
+    (`AllocationClass.claimed`), with their profiles, in envelope order."""
+    return [(p, c) for p, b in envelope.gpu_bindings() if (c := as_claimed(b)) is not None]
 
 
 def spill_targets(envelope: Envelope, binding: DraBinding, count: int) -> tuple[DraBinding, ...]:
     """The bindings a claim on `binding` for `count` devices may fall back to, in order."""
-    ordered = _dra_bindings(envelope)
+    ordered = claimed_bindings(envelope)
     rank = {b.id: _preference(b, i) for i, (_, b) in enumerate(ordered)}
     profile = next(p for p, b in ordered if b.id == binding.id)
     targets = [
@@ -165,7 +167,7 @@ def max_devices(binding: DraBinding) -> int:
 def published_templates(envelope: Envelope) -> list[ClaimTemplate]:
     """Every template a plan under this revision may name, each once."""
     out: dict[str, ClaimTemplate] = {}
-    for _, binding in _dra_bindings(envelope):
+    for _, binding in claimed_bindings(envelope):
         for count in range(1, max_devices(binding) + 1):
             for spill in (False, True):
                 template = template_for(envelope, binding, count, spill)
@@ -214,7 +216,7 @@ def owner_objects(envelope: Envelope) -> dict[str, Any]:
     `owner.dra.<namespace>` takes it: each DeviceClass (name, binding, selector) and each claim
     template (name, classes, count, the claim's spec), in a stable order."""
     classes = []
-    for _, binding in _dra_bindings(envelope):
+    for _, binding in claimed_bindings(envelope):
         classes.append(
             {
                 "name": device_class_name(binding),
@@ -229,7 +231,7 @@ def owner_objects(envelope: Envelope) -> dict[str, Any]:
 
 
 def binding_of_class(envelope: Envelope, class_name: str) -> DraBinding | None:
-    for _, binding in _dra_bindings(envelope):
+    for _, binding in claimed_bindings(envelope):
         if device_class_name(binding) == class_name:
             return binding
     return None
@@ -241,6 +243,7 @@ __all__ = [
     "ClaimTemplate",
     "binding_of_class",
     "binding_selector",
+    "claimed_bindings",
     "device_class_name",
     "device_class_object",
     "max_devices",

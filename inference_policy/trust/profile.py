@@ -337,6 +337,25 @@ AnyBinding = CpuBinding | ExtendedResourceBinding | VramPluginBinding | DraBindi
 Binding = Annotated[AnyBinding, Field(discriminator="allocator")]
 
 
+def as_claimed(binding: GpuBinding) -> DraBinding | None:
+    """The binding as a claim on its DeviceClass, when its allocation class hands its devices
+    out through a resource claim (`AllocationClass.claimed`); None when they are a counted
+    resource. The class decides; the schema pairs each class with the model that carries it."""
+    if not binding.allocation.claimed:
+        return None
+    assert isinstance(binding, DraBinding), f"binding {binding.id}: a claimed class, not a claim"
+    return binding
+
+
+def as_counted(binding: GpuBinding) -> CountedBinding | None:
+    """The binding as a counted extended resource, when its allocation class's devices are
+    counted on the node (`AllocationClass.claimed` false); None when they come through a claim."""
+    if binding.allocation.claimed:
+        return None
+    assert not isinstance(binding, DraBinding), f"binding {binding.id}: a claim, not counted"
+    return binding
+
+
 class Profile(_Strict):
     name: Annotated[str, _matches(DNS_SUBDOMAIN, "a profile name"), Field(max_length=63)]
     capability: Literal["cpu", "gpu"]

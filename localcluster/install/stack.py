@@ -35,8 +35,7 @@ from typing import Any
 import yaml
 
 from inference_policy.placing.schedconfig import render_scheduler_config
-from inference_policy.trust.dra_claims import owner_objects
-from inference_policy.trust.profile import DraBinding
+from inference_policy.trust.dra_claims import claimed_bindings, owner_objects
 from inference_policy.trust.signing import VerifiedProfile
 from localcluster.install.install import (
     INSTALLER,
@@ -386,7 +385,7 @@ def deploy_stack(
 
 def dra_values(verified: VerifiedProfile, namespace: str) -> dict[str, Any]:
     """The owner's `tmi render-dra` for a profile with dra bindings (the chart's owner.dra)."""
-    if not any(isinstance(b, DraBinding) for _, b in verified.envelope.gpu_bindings()):
+    if not claimed_bindings(verified.envelope):
         return {}
     return {namespace: owner_objects(verified.envelope)}
 

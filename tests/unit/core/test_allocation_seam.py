@@ -148,3 +148,39 @@ def test_the_listed_files_are_there() -> None:
             assert (ROOT / name).is_file(), name
     for stem in NOT_A_CLASS:
         assert (PACKAGE / f"{stem}.py").is_file(), stem
+
+
+# The binding models whose type says how their devices are handed out: whether a binding's
+# devices come through a claim is its class's answer (`AllocationClass.claimed`,
+# `room_published`), read through `profile.as_claimed` / `as_counted` where the model is needed.
+DECIDED_BY_THE_CLASS = {"DraBinding"}
+# The one file that may test a binding's model for that: the schema pairs classes with models.
+TELLS_A_MODEL = {"inference_policy/trust/profile.py"}
+
+
+def _isinstance_of_a_model(path: Path) -> bool:
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    for node in ast.walk(tree):
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and node.func.id == "isinstance"
+            and len(node.args) == 2
+        ):
+            named = {n.id for n in ast.walk(node.args[1]) if isinstance(n, ast.Name)}
+            if named & DECIDED_BY_THE_CLASS:
+                return True
+    return False
+
+
+def test_only_the_profile_decides_a_claim_by_the_binding_s_model() -> None:
+    found = {
+        path.relative_to(ROOT).as_posix()
+        for source in SOURCES
+        for path in sorted((ROOT / source).rglob("*.py"))
+        if _isinstance_of_a_model(path)
+    }
+    assert found == TELLS_A_MODEL, (
+        "ask the binding's class whether its devices come through a claim "
+        "(`binding.allocation.claimed`, `profile.as_claimed`), not the binding's model"
+    )

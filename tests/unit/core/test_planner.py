@@ -110,7 +110,7 @@ def test_options_kept_between_decisions_change_no_decision() -> None:
     state = OWNER.state()
     for document in _VARIED + _VARIED:
         kept = state.decide(document, NOW)
-        fresh = decide(document, state.context(NOW)._replace(options=None))
+        fresh = decide(document, state.context(NOW))
         assert kept.body == fresh.body
     # Two deployments that size alike share the plan made for the first; one sized otherwise
     # gets its own.
@@ -124,10 +124,10 @@ def test_options_kept_between_decisions_change_no_decision() -> None:
 def test_options_kept_for_one_revision_are_not_used_for_another() -> None:
     old = only(gpu_profile("w", "whole-device", [gpu_binding("w", cc="7.0", cuda=12)]))
     new = only(gpu_profile("w", "whole-device", [gpu_binding("w", cc="9.0", cuda=13)]))
-    options = old.context(NOW).options
+    options = old.gpu_options
     assert plan(request(), old)["image"] == catalog_image("llamacpp", "nvidia", "amd64", 12)
     # The same table handed a decision under another revision is rebuilt for it.
-    body = decide(request(), new.context(NOW)._replace(options=options)).body
+    body = decide(request(), new.context(NOW), options).body
     assert body["image"] == catalog_image("llamacpp", "nvidia", "amd64", 13)
 
 

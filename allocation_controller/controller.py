@@ -104,15 +104,19 @@ class CachedPods:
         if not fresh:
             return self.store.get(name)
         pod = await self.api.get_pod(name)
-        if pod is not None:
-            self.store.write_through(pod)
-        return pod
+        if pod is None:
+            return None
+        # Kept as the informer keeps it: a Pod read afresh is held to the same size cap, so a
+        # padded Pod is judged as its skeleton whichever way it was read.
+        kept = _kept(pod)
+        self.store.write_through(kept)
+        return kept
 
     async def list_pods(self, label_selector: str) -> list[JSON]:
         return await self.api.list_pods(label_selector)
 
     async def patch_pod_status(self, name: str, patch: Mapping[str, Any]) -> JSON:
-        updated = await self.api.patch_pod_status(name, patch)
+        updated = _kept(await self.api.patch_pod_status(name, patch))
         self.store.write_through(updated)
         return updated
 

@@ -74,7 +74,7 @@ from inference_policy.granting.grant import node_name, plan_revision
 from inference_policy.granting.kept_pod import kept_pod
 from inference_policy.trust.signing import VerifiedProfile
 from policy_io.feed import FeedChange
-from serving.informer import Collection, Delta, Informer, InformerFactory, ObjectStore
+from serving.informer import Collection, Delta, Informer, InformerFactory
 from serving.kube import not_permitted
 from serving.revisions import feed_informers
 
@@ -92,9 +92,10 @@ class CachedPods:
     """The reconciler's PodPort: reads come from the Pod informer's store, writes go to the API
     server and what they return goes into the store, so the next read sees the write."""
 
-    def __init__(self, api: PodPort, store: ObjectStore) -> None:
+    def __init__(self, api: PodPort, informer: Informer) -> None:
         self.api = api
-        self.store = store
+        self.informer = informer
+        self.store = informer.store
 
     @property
     def namespace(self) -> str:
@@ -104,21 +105,14 @@ class CachedPods:
         if not fresh:
             return self.store.get(name)
         pod = await self.api.get_pod(name)
-        if pod is None:
-            return None
-        # Kept as the informer keeps it: a Pod read afresh is held to the same size cap, so a
-        # padded Pod is judged as its skeleton whichever way it was read.
-        kept = _kept(pod)
-        self.store.write_through(kept)
-        return kept
+        # Kept as the informer keeps it: a padded Pod is judged as its skeleton, however read.
+        return None if pod is None else self.informer.write_through(pod)
 
     async def list_pods(self, label_selector: str) -> list[JSON]:
         return await self.api.list_pods(label_selector)
 
     async def patch_pod_status(self, name: str, patch: Mapping[str, Any]) -> JSON:
-        updated = _kept(await self.api.patch_pod_status(name, patch))
-        self.store.write_through(updated)
-        return updated
+        return self.informer.write_through(await self.api.patch_pod_status(name, patch))
 
     async def create_event(self, event: Mapping[str, Any]) -> None:
         await self.api.create_event(event)
@@ -212,7 +206,7 @@ class Controller:
         self.driven = leadership is not None
         self.leadership: Leadership | None = leadership or self.elector
         self.reconciler = Reconciler(
-            CachedPods(api, self.pods.store),
+            CachedPods(api, self.pods),
             self.policy,
             ReconcileSettings(
                 settings.scheduling_timeout,

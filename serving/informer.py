@@ -153,6 +153,14 @@ class Informer:
         self._watch_started = 0.0
         self._task: asyncio.Task[None] | None = None
 
+    def write_through(self, obj: JSON) -> JSON:
+        """An object a request of the owner's returned (a fresh read, a write's answer), kept
+        as this informer keeps what it delivers (`transform`) and stored if the store still
+        holds that object: every path into the store is held to the same cap."""
+        kept = self.transform(obj) if self.transform is not None else obj
+        self.store.write_through(kept)
+        return kept
+
     @property
     def what(self) -> str:
         return str(self.collection)

@@ -549,3 +549,29 @@ async def test_watches_past_the_request_pool_leave_room_for_requests(
             task.cancel()
         await asyncio.gather(*watches, return_exceptions=True)
         await api.close()
+
+
+async def test_an_object_written_through_is_kept_as_the_informer_keeps_what_it_delivers(
+    cluster: FakeCluster, client: ApiClient
+) -> None:
+    """A fresh read or a write's answer enters the store through the informer, held to its
+    transform (the controller's size cap): a padded Pod read afresh was once judged whole."""
+    cluster.put("pods", pod("team-a", "engine"))
+    recorder = Recorder()
+
+    def skeleton(obj: dict[str, Any]) -> dict[str, Any]:
+        return {"metadata": obj["metadata"], "kept": "skeleton"}
+
+    informer = Informer(client, Collection("pods", "Pod", "team-a"), recorder, transform=skeleton)
+    task = asyncio.get_running_loop().create_task(informer.run())
+    try:
+        await eventually(lambda: informer.store.get("engine"), what="the Pod listed")
+        stored = informer.store.get("engine")
+        assert stored is not None
+        padded = {**stored, "spec": {"padding": "x" * 1024}}
+        kept = informer.write_through(padded)
+        assert kept == {"metadata": stored["metadata"], "kept": "skeleton"}
+        assert informer.store.get("engine") == kept
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)

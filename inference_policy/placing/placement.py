@@ -1,12 +1,9 @@
 """Placement: may a planned engine Pod run on a node, and how well does it fit there.
 
-The webhook fixes a Pod's binding at admission; the scheduler then chooses among nodes it finds
-feasible for the Pod's native resources. This module is the extender's judgement on top of that:
-a Pod's plan (read by `inference_policy.planning.plan`, the one plan parser) joined with the binding
-it names becomes a `Demand`; the node must be the hardware the binding vouches for (`nodes`) and
-the binding's resource must have room once the Pod is added (`ledger` counts what is bound). It
-is pure: plain dicts in, verdicts and scores out, so the server, the benchmarks and the tests
-run the same decisions.
+The extender's judgement on top of the scheduler's: a Pod's plan (read by the one plan parser,
+`planning.plan`) joined with the binding it names becomes a `Demand`; the node must be the
+hardware the binding vouches for (`nodes`) and the binding's resource must have room once the
+Pod is added (`ledger` counts what is bound). Pure: plain dicts in, verdicts and scores out.
 
 Scores (0..10, kube-scheduler's extender range) for a GPU Pod are fragmentation-aware when the
 caller passes the workload's request distribution (`fragmentation.Workload`): the node where
@@ -132,13 +129,11 @@ def demand_for(
             f"the plan places binding {binding.id} on {plan.arch}, but the binding runs on "
             f"{binding.architecture}"
         )
-    claimed = as_claimed(binding)
-    if claimed is not None:
+    if (claimed := as_claimed(binding)) is not None:
         return _claimed_demand(plan, claimed, requests, profile_sha256)
     counted = as_counted(binding)
-    assert counted is not None
-    binding = counted
-    resource = binding.resource.name
+    assert counted is not None, "a binding not claimed is counted"
+    resource = counted.resource.name
     granted = granted_units.get(resource)
     if not granted:
         raise PlanError(
@@ -151,7 +146,7 @@ def demand_for(
             f"the Pod requests {asked} {resource} but its plan grants {granted}; the Pod was "
             "changed after admission"
         )
-    return binding_demand(binding, requests, profile_sha256, tenant)
+    return binding_demand(counted, requests, profile_sha256, tenant)
 
 
 def binding_demand(

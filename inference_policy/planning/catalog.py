@@ -43,11 +43,7 @@ class ImageMapError(CatalogError):
     detail = "engine image map carries no image from this release's catalog"
 
 
-class _Model(Strict):
-    """This module\'s wire models: `Strict`, the one base."""
-
-
-class CatalogImage(_Model):
+class CatalogImage(Strict):
     vendor: Literal["nvidia", "amd", "cpu"]
     architecture: Literal["amd64", "arm64"]
     cuda: Annotated[int, Field(ge=11, le=99)] | None
@@ -56,7 +52,7 @@ class CatalogImage(_Model):
     onlyComputeCapability: str | None = None
 
 
-class CpuFloor(_Model):
+class CpuFloor(Strict):
     cpu: str
     memory: str
 
@@ -65,7 +61,7 @@ ModelFormat = Literal["gguf", "safetensors", "diffusers", "checkpoint"]
 FORMAT_SLOT = "{format}"
 
 
-class ModelFormats(_Model):
+class ModelFormats(Strict):
     """The formats an engine serves, and the refusal for any other, with `{format}` where the
     request's format goes."""
 
@@ -79,7 +75,7 @@ class ModelFormats(_Model):
         return self
 
 
-class WorkingMemorySpec(_Model):
+class WorkingMemorySpec(Strict):
     """GPU memory the engine holds beside weights and cache, per device: at least `minimum`,
     and with `weightsDivisor` at least the weights divided by it."""
 
@@ -87,7 +83,7 @@ class WorkingMemorySpec(_Model):
     weightsDivisor: Annotated[int, Field(ge=1)] | None = None
 
 
-class CatalogEngine(_Model):
+class CatalogEngine(Strict):
     engine: Annotated[str, Field(pattern=r"^[a-z0-9]+$")]
     serves: list[str]
     placement: list[Placement]
@@ -110,7 +106,7 @@ class CatalogEngine(_Model):
         return self
 
 
-class CatalogDocument(_Model):
+class CatalogDocument(Strict):
     schemaVersion: Literal[1]
     release: str
     engines: list[CatalogEngine]

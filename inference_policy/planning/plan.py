@@ -63,16 +63,12 @@ class PlanError(ValueError):
     """A plan annotation that is not a plan; the message names what is wrong."""
 
 
-class _Wire(Strict):
-    """This module\'s wire models: `Strict`, the one base."""
-
-
-class PlanResources(_Wire):
+class PlanResources(Strict):
     requests: Quantities
     limits: Quantities | None = None
 
 
-class PlanClaim(_Wire):
+class PlanClaim(Strict):
     """A DRA plan's device claim: the owner's ResourceClaimTemplate the engine container's claim
     comes from, the DeviceClasses it may be allocated from (its binding's first, then the ones
     it spills to, in order), how many devices, and which rule chose the template."""
@@ -84,7 +80,7 @@ class PlanClaim(_Wire):
     spill: Literal["none", "firstAvailable"]
 
 
-class PlanChoice(_Wire):
+class PlanChoice(Strict):
     """Which rule chose the binding among the compatible ones (`inference_policy.planning.room`):
     `smallest-with-room` passed over the smaller bindings the owner's figures showed full,
     `smallest-that-fits` took the smallest because the figures were missing, stale or showed
@@ -94,13 +90,13 @@ class PlanChoice(_Wire):
     passed: Annotated[list[Name], Field(max_length=32)]
 
 
-class PlanBundle(_Wire):
+class PlanBundle(Strict):
     # A profile version, bounded as the profile bounds it.
     version: Annotated[int, Field(ge=1, le=MAX_VERSION)]
     sha256: Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]
 
 
-class Plan(_Wire):
+class Plan(Strict):
     """A plan (HTTP 200): the binding, image and resources a deployment request is granted."""
 
     status: Literal[200]

@@ -30,11 +30,7 @@ class RecipeCatalogError(ValueError):
     """The recipe catalog is malformed; the message names the field."""
 
 
-class _Strict(Strict):
-    """This module\'s wire models: `Strict`, the one base."""
-
-
-class Recipe(_Strict):
+class Recipe(Strict):
     id: Annotated[str, Field(pattern=VARIANT_ID.pattern)]
     engine: Annotated[str, Field(min_length=1, max_length=64)]
     model: Annotated[str, Field(min_length=1, max_length=512)]
@@ -44,7 +40,7 @@ class Recipe(_Strict):
     tensorParallelSize: Annotated[int, Field(ge=1, le=8)] | None = None
 
 
-class RecipeCatalog(_Strict):
+class RecipeCatalog(Strict):
     schemaVersion: Literal[1]
     capability: Literal["gpu", "cpu"]
     recipes: list[Recipe] = Field(max_length=4096)

@@ -24,11 +24,7 @@ class RequestError(ValueError):
     """The request is malformed; the message names the field."""
 
 
-class _Strict(Strict):
-    """This module\'s wire models: `Strict`, the one base."""
-
-
-class ModelInfo(_Strict):
+class ModelInfo(Strict):
     name: Annotated[str, Field(min_length=1, max_length=512)]
     format: ModelFormat
     weightsBytes: Annotated[int, Field(ge=1, le=2**50)]
@@ -56,11 +52,11 @@ class ModelConfig(BaseModel):
     dfloat11: Any = None
 
 
-class MemoryRequest(_Strict):
+class MemoryRequest(Strict):
     minimum: Annotated[str, Field(min_length=1, max_length=32)]
 
 
-class AcceleratorRequest(_Strict):
+class AcceleratorRequest(Strict):
     capability: Literal["gpu"]
     count: Any = 1
     memory: MemoryRequest
@@ -68,21 +64,21 @@ class AcceleratorRequest(_Strict):
     profile: Annotated[str, Field(min_length=1, max_length=63)] | None = None
 
 
-class CpuRequests(_Strict):
+class CpuRequests(Strict):
     cpu: Annotated[str, Field(min_length=1, max_length=32)]
     memory: Annotated[str, Field(min_length=1, max_length=32)]
 
 
-class CpuRequest(_Strict):
+class CpuRequest(Strict):
     architecture: Literal["amd64", "arm64"]
     requests: CpuRequests
 
 
-class RuntimeRequest(_Strict):
+class RuntimeRequest(Strict):
     selection: Literal["automatic"]
 
 
-class InferenceResources(_Strict):
+class InferenceResources(Strict):
     schemaVersion: Literal[1]
     accelerator: AcceleratorRequest | None = None
     cpu: CpuRequest | None = None
@@ -92,7 +88,7 @@ class InferenceResources(_Strict):
 NonNegative = Annotated[float, Field(ge=0)] | Annotated[int, Field(ge=0)]
 
 
-class DeploymentRequest(_Strict):
+class DeploymentRequest(Strict):
     schemaVersion: Literal[1]
     engine: Annotated[str, Field(min_length=1, max_length=64)]
     external: bool = False

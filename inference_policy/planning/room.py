@@ -63,11 +63,7 @@ class RoomError(ValueError):
     """Room figures that cannot be read; the message says what is wrong."""
 
 
-class _Wire(Strict):
-    """This module\'s wire models: `Strict`, the one base."""
-
-
-class BindingRoom(_Wire):
+class BindingRoom(Strict):
     """One binding's free capacity in its resource's units: the total, and the most on one
     node (what a one-node Pod needs)."""
 
@@ -75,7 +71,7 @@ class BindingRoom(_Wire):
     largestOnNode: Count
 
 
-class RoomFigures(_Wire):
+class RoomFigures(Strict):
     """The figures for one tenant namespace under one profile revision (by bundle sha256)."""
 
     schemaVersion: Literal[1]

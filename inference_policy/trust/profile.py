@@ -13,13 +13,7 @@ from datetime import UTC, datetime
 from functools import cached_property
 from typing import Annotated, Any, Literal
 
-from pydantic import (
-    AfterValidator,
-    Field,
-    ValidationError,
-    field_validator,
-    model_validator,
-)
+from pydantic import AfterValidator, Field, ValidationError, field_validator, model_validator
 
 from inference_policy.allocation import AllocationClass, Guarantee, class_of
 from inference_policy.allocation.dra_facts import DraDevice
@@ -100,10 +94,6 @@ PinnedImage = Annotated[
 ]
 
 
-class _Strict(Strict):
-    """This module\'s wire models: `Strict`, the one base."""
-
-
 def _unique(values: list[str], what: str) -> list[str]:
     seen: set[str] = set()
     for value in values:
@@ -113,7 +103,7 @@ def _unique(values: list[str], what: str) -> list[str]:
     return values
 
 
-class Accelerator(_Strict):
+class Accelerator(Strict):
     vendor: Literal["nvidia", "amd"]
     computeCapability: (
         Annotated[str, _matches(COMPUTE_CAPABILITY, "a compute capability such as 8.0")] | None
@@ -140,22 +130,22 @@ class Accelerator(_Strict):
         return (int(match["major"]), int(match["minor"])) if match else (0, 0)
 
 
-class SchedulerCapacity(_Strict):
+class SchedulerCapacity(Strict):
     kind: Literal["scheduler"]
     usableMemory: WholeMemory | None = None
 
 
-class AccountedCapacity(_Strict):
+class AccountedCapacity(Strict):
     kind: Literal["accounted"]
     usableMemory: WholeMemory
 
 
-class Resource(_Strict):
+class Resource(Strict):
     name: Annotated[str, Field(min_length=1, max_length=253)]
     quantity: Literal[1]
 
 
-class Runtime(_Strict):
+class Runtime(Strict):
     kind: Literal["cpu", "cuda", "rocm"]
     variantId: VariantId
     image: PinnedImage
@@ -173,7 +163,7 @@ def _node_selector(value: dict[str, str]) -> dict[str, str]:
 NodeSelector = Annotated[dict[str, str], AfterValidator(_node_selector)]
 
 
-class _BindingBase(_Strict):
+class _BindingBase(Strict):
     id: BindingId
     architecture: Architecture
     nodeSelector: NodeSelector
@@ -266,7 +256,7 @@ class ExtendedResourceBinding(_CountedBinding):
         return self.capacity.usableMemory
 
 
-class Sharing(_Strict):
+class Sharing(Strict):
     """Whom the physical GPU of a share may be shared with: by default only the Pods of the
     profile's own tenant (`tenancy`); `acrossTenants` is the owner's decision to trust others."""
 
@@ -338,9 +328,8 @@ Binding = Annotated[AnyBinding, Field(discriminator="allocator")]
 
 
 def as_claimed(binding: GpuBinding) -> DraBinding | None:
-    """The binding as a claim on its DeviceClass, when its allocation class hands its devices
-    out through a resource claim (`AllocationClass.claimed`); None when they are a counted
-    resource. The class decides; the schema pairs each class with the model that carries it."""
+    """The binding as a claim on its DeviceClass when its allocation class hands its devices out
+    by a resource claim (`AllocationClass.claimed`), else None. The class decides."""
     if not binding.allocation.claimed:
         return None
     assert isinstance(binding, DraBinding), f"binding {binding.id}: a claimed class, not a claim"
@@ -356,7 +345,7 @@ def as_counted(binding: GpuBinding) -> CountedBinding | None:
     return binding
 
 
-class Profile(_Strict):
+class Profile(Strict):
     name: Annotated[str, _matches(DNS_SUBDOMAIN, "a profile name"), Field(max_length=63)]
     capability: Literal["cpu", "gpu"]
     guarantees: list[Guarantee] = Field(max_length=1)
@@ -404,7 +393,7 @@ def binding_guarantee(binding: AnyBinding) -> str:
     return binding.allocation.guarantee  # type: ignore[union-attr]
 
 
-class Envelope(_Strict):
+class Envelope(Strict):
     schemaVersion: Literal[1]
     clusterBindingId: Annotated[
         str,

@@ -19,6 +19,7 @@ sys.path.append(str(ROOT))  # the checkout, for a script run by path
 
 from inference_policy.trust.signing import verify_configmap  # noqa: E402
 from kits.profilekit import NOW, Owner, request  # noqa: E402
+from policy_io.feed import PolicyFeed  # noqa: E402
 
 
 def timed(fn: Callable[[], object], rounds: int) -> dict[str, float]:
@@ -55,15 +56,16 @@ def main() -> None:
         "plan_cpu": timed(lambda: state.decide(cpu, NOW), 20000),
         "plan_refused_engine": timed(lambda: state.decide(refused, NOW), 20000),
     }
-    # Serving code hands every ConfigMap event to set_profile with its revision; only a new
+    # Serving code hands every ConfigMap event to the feed with its revision; only a new
     # revision costs a verification. 10,000 events and decisions on one revision -> 1.
-    state = owner.state()
+    feed = PolicyFeed(owner.settings(), clock=lambda: NOW)
+    first = {**configmap, "metadata": {**configmap["metadata"], "uid": "u", "resourceVersion": "1"}}
     for _ in range(10_000):
-        state.set_profile(configmap, "rev-1", NOW)
-        state.decide(derived_gpu, NOW)
-    state.set_profile(configmap, "rev-2", NOW)
+        feed.profile_read(first)
+        feed.snapshot.decide(derived_gpu, NOW)
+    feed.profile_read({**first, "metadata": {**first["metadata"], "resourceVersion": "2"}})
     results["verifications_for_10000_decisions_on_one_revision_then_one_more_revision"] = (
-        state.verifications
+        feed.verifications
     )
     out = ROOT / "bench" / "results" / "core.json"
     out.write_text(json.dumps(results, indent=2) + "\n")

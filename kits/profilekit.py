@@ -16,6 +16,7 @@ from typing import Any
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
+from inference_policy.planning.catalog import EngineCatalog
 from inference_policy.trust.signing import (
     DEFAULT_CONFIGMAP_NAME,
     TrustedKeys,
@@ -24,7 +25,9 @@ from inference_policy.trust.signing import (
     sign_envelope,
 )
 from policy_io.catalog import packaged_catalog
-from policy_io.state import PolicySettings, PolicyState
+from policy_io.offline import snapshot_of
+from policy_io.snapshot import PolicySnapshot
+from policy_io.state import PolicySettings
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
@@ -104,14 +107,19 @@ class Owner:
         self,
         envelope: dict[str, Any] | None = None,
         mutate: Callable[[dict[str, Any]], None] | None = None,
+        *,
+        catalog: EngineCatalog | None = None,
         **settings: Any,
-    ) -> PolicyState:
-        state = PolicyState(self.settings(**settings), packaged_catalog())
+    ) -> PolicySnapshot:
+        """What a server with these settings plans with, having read the profile signed from
+        `envelope` (changed by `mutate` after signing): the servers' own feed, fed the
+        ConfigMap (`policy_io.offline`)."""
         configmap = self.sign(envelope)
         if mutate is not None:
             mutate(configmap)
-        state.set_profile(configmap, "rev-1", NOW)
-        return state
+        return snapshot_of(
+            self.settings(**settings), NOW, profile=configmap, catalog=catalog or packaged_catalog()
+        )
 
 
 def request(engine: str = "llamacpp", **changes: Any) -> dict[str, Any]:

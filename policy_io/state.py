@@ -21,7 +21,7 @@ from inference_policy.planning.catalog import (
     ImageMapError,
     ImageSource,
 )
-from inference_policy.planning.planner import Decision, GpuOptions, PlanContext, decide
+from inference_policy.planning.planner import GpuOptions
 from inference_policy.planning.recipe_inputs import CAPABILITIES, Capability, RecipeInput
 from inference_policy.trust.signing import (
     DEFAULT_CONFIGMAP_NAME,
@@ -335,6 +335,11 @@ def told(current: ProfileRefused | None, record: RefusalRecord) -> ProfileRefuse
 
 @dataclass
 class PolicyState:
+    """The feed's working state (`policy_io.feed`): the trust, the relocated catalog, the pinned
+    profile and the followed revisions as last read. Nothing decides from it: a decision is made
+    from the immutable `PolicySnapshot` the feed draws from it, by the servers and, fed from
+    files, by the CLI (`policy_io.offline`)."""
+
     settings: PolicySettings
     base_catalog: EngineCatalog
     catalog: EngineCatalog = field(init=False)
@@ -432,18 +437,3 @@ class PolicyState:
         self.profile = None
         self.profile_revision = None
         self.profile_refusal = ProfileRefused(Reason.ARRIVAL, check)
-
-    def context(self, now: datetime) -> PlanContext:
-        return PlanContext(
-            catalog=self.catalog,
-            now=now,
-            enabled=self.settings.enabled,
-            profile=self.profile,
-            profile_refusal=self.profile_refusal,
-            catalog_refusal=self.catalog_refusal,
-            gpu_recipes=self.gpu_recipes,
-            cpu_recipes=self.cpu_recipes,
-        )
-
-    def decide(self, request: Any, now: datetime) -> Decision:
-        return decide(request, self.context(now), self.gpu_options)

@@ -34,7 +34,7 @@ from tmi_cli.policy_args import (
     CommandError,
     add_policy_arguments,
     now_from,
-    policy_state,
+    policy_snapshot,
 )
 
 
@@ -251,12 +251,12 @@ def cmd_capacity(args: argparse.Namespace) -> int:
         nodes = _nodes(read_json(args.fleet, "fleet"), args.fleet)
     else:
         nodes = _nodes(list_from_api(args.kubeconfig, "Nodes"), "the API's Nodes")
-    state = policy_state(args, now)
-    ctx = state.context(now)
+    snapshot = policy_snapshot(args, now)
+    ctx = snapshot.context(now)
     quotas = _quotas(args)
     # Each tenant's quota admits first, as its webhook would at create
     # (inference_policy.placing.quota).
-    options = state.gpu_options
+    options = snapshot.options
     passed = (
         within_quotas(deployments, ctx, quotas, options) if quotas else QuotaPass(list(deployments))
     )

@@ -47,7 +47,7 @@ from tmi_cli.policy_args import (
     add_policy_arguments,
     add_trust_arguments,
     now_from,
-    policy_state,
+    policy_snapshot,
     positive_int,
     verify_policy,
 )
@@ -169,8 +169,7 @@ def cmd_catalog(args: argparse.Namespace) -> int:
 def cmd_plan(args: argparse.Namespace) -> int:
     now = now_from(args.now)
     request = read_json(args.request, "deployment request")
-    state = policy_state(args, now, disabled=args.disabled)
-    decision = state.decide(request, now)
+    decision = policy_snapshot(args, now, disabled=args.disabled).decide(request, now)
     emit(decision.body, args)
     if decision.allowed:
         return EXIT_OK

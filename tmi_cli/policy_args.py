@@ -1,5 +1,5 @@
 """What the commands that decide as the servers do share: their exit statuses and error, the
-owner's trust and planning flags, and the policy state those flags make.
+owner's trust and planning flags, and the snapshot those flags make.
 
 `tmi plan` decides one request and `tmi capacity` replays many; both must read the same flags
 the same way, or the CLI would answer differently from the servers it stands in for.
@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from inference_policy.planning.recipes import RecipeCatalogError, load_catalog
+from inference_policy.planning.recipe_inputs import Capability, CatalogUnavailable, Cause
 from inference_policy.trust.profile import parse_timestamp
 from inference_policy.trust.signing import (
     DEFAULT_CONFIGMAP_NAME,
@@ -22,7 +22,9 @@ from inference_policy.trust.signing import (
 )
 from policy_io.catalog import packaged_catalog
 from policy_io.files import read_json
-from policy_io.state import PolicySettings, PolicyState
+from policy_io.offline import fed
+from policy_io.snapshot import PolicySnapshot
+from policy_io.state import PolicySettings
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_UNAVAILABLE = 0, 1, 2, 3
 
@@ -165,8 +167,11 @@ def verify_policy(args: argparse.Namespace, configmap: Any) -> VerifyPolicy:
     )
 
 
-def policy_state(args: argparse.Namespace, now: datetime, *, disabled: bool = False) -> PolicyState:
-    """The policy state the servers would hold with these flags, the profile set at ``now``."""
+def policy_snapshot(
+    args: argparse.Namespace, now: datetime, *, disabled: bool = False
+) -> PolicySnapshot:
+    """What the servers would plan with given these flags, their ConfigMaps read at ``now``: the
+    files go through the servers' own feed (`policy_io.offline`), so the CLI answers as they do."""
     configmap: Any = None
     if not disabled:
         missing = [
@@ -193,16 +198,24 @@ def policy_state(args: argparse.Namespace, now: datetime, *, disabled: bool = Fa
         image_registry_prefix=args.image_registry_prefix,
         airgap_registry=args.airgap_registry,
     )
-    state = PolicyState(settings, packaged_catalog())
-    if state.trust_error and not disabled:
-        raise CommandError(f"--owner-public-key: {state.trust_error}", EXIT_USAGE)
-    try:
-        if args.gpu_recipe_catalog:
-            state.gpu_recipes = load_catalog(read_json(args.gpu_recipe_catalog, "catalog"), "gpu")
-        if args.cpu_recipe_catalog:
-            state.cpu_recipes = load_catalog(read_json(args.cpu_recipe_catalog, "catalog"), "cpu")
-    except RecipeCatalogError as exc:
-        raise CommandError(str(exc)) from None
-    if configmap is not None:
-        state.set_profile(configmap, None, now)
-    return state
+    catalogs: dict[Capability, Any] = {}
+    if args.gpu_recipe_catalog:
+        catalogs["gpu"] = read_json(args.gpu_recipe_catalog, "catalog")
+    if args.cpu_recipe_catalog:
+        catalogs["cpu"] = read_json(args.cpu_recipe_catalog, "catalog")
+    feed = fed(
+        settings,
+        now,
+        profile=configmap if configmap is not None else None,
+        catalogs=catalogs,
+        catalog=packaged_catalog(),
+    )
+    if feed.state.trust_error and not disabled:
+        raise CommandError(f"--owner-public-key: {feed.state.trust_error}", EXIT_USAGE)
+    snapshot = feed.snapshot
+    for capability in catalogs:
+        recipes = snapshot.recipes(capability)
+        # A file that is no catalog is a mistake in the command, not a refusal to plan with.
+        if isinstance(recipes, CatalogUnavailable) and recipes.cause is Cause.INVALID:
+            raise CommandError(recipes.detail)
+    return snapshot

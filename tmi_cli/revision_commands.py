@@ -22,7 +22,7 @@ from inference_policy.base.errors import describe
 from inference_policy.base.strict import Strict
 from inference_policy.tools.revisions_compare import binding_changes, plan_changes, run_case
 from policy_io.files import read_json
-from policy_io.state import PolicyState
+from policy_io.snapshot import PolicySnapshot
 from tmi_cli.output import add_output_arguments, emit
 from tmi_cli.policy_args import (
     EXIT_FAILED,
@@ -30,14 +30,14 @@ from tmi_cli.policy_args import (
     CommandError,
     add_policy_arguments,
     now_from,
-    policy_state,
+    policy_snapshot,
 )
 
 Subparsers = Any
 
 
-def _verified(args: argparse.Namespace, bundle: str, which: str, now: Any) -> PolicyState:
-    state = policy_state(argparse.Namespace(**{**vars(args), "bundle": bundle}), now)
+def _verified(args: argparse.Namespace, bundle: str, which: str, now: Any) -> PolicySnapshot:
+    state = policy_snapshot(argparse.Namespace(**{**vars(args), "bundle": bundle}), now)
     if state.profile is None:
         refusal = state.profile_refusal
         reason = refusal.authorization_message if refusal is not None else "not read"
@@ -94,8 +94,8 @@ def cmd_diff(args: argparse.Namespace) -> int:
             _requests(args.requests),
             old.context(now),
             new.context(now),
-            old.gpu_options,
-            new.gpu_options,
+            old.options,
+            new.options,
         )
     if new.profile.version <= old.profile.version:
         sys.stderr.write(
@@ -114,7 +114,7 @@ def cmd_test(args: argparse.Namespace) -> int:
         suite = _Suite.model_validate(document)
     except ValidationError as exc:
         raise CommandError(f"suite {args.suite}: {describe(exc)}") from None
-    state = policy_state(args, now, disabled=args.disabled)
+    state = policy_snapshot(args, now, disabled=args.disabled)
     ctx = state.context(now)
     base = Path(args.suite).parent if args.suite != "-" else Path(".")
     results = []
@@ -122,7 +122,7 @@ def cmd_test(args: argparse.Namespace) -> int:
         request = copy.deepcopy(case.request)
         if case.requestFile is not None:
             request = read_json(str(base / case.requestFile), f"case {case.name!r} request")
-        results.append(run_case(case.name, request, case.expect, ctx, state.gpu_options))
+        results.append(run_case(case.name, request, case.expect, ctx, state.options))
     failed = [r for r in results if not r.passed]
     if args.output == "table":
         for result in results:

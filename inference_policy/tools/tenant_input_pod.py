@@ -72,7 +72,7 @@ METADATA_ROWS: tuple[Row, ...] = (
         "picks the tenant whose signed profile, policies and controller hold the Pod; a Pod in "
         "no tenant namespace that plans or reaches is placed nowhere; replicas are grouped "
         "within one namespace",
-        (E2E + "test_two_tenants.py::test_two_tenants_share_a_node_without_over_commit",),
+        (E2E + "tenants/test_two_tenants.py::test_two_tenants_share_a_node_without_over_commit",),
     ),
     row(
         "Pod",
@@ -157,7 +157,7 @@ METADATA_ROWS: tuple[Row, ...] = (
         (
             REPLACED,
             PLACEMENT + "test_a_plan_that_says_it_places_nothing_gets_no_device",
-            E2E + "test_webhook.py::test_plan_annotation_cannot_change_on_update",
+            E2E + "admission/test_webhook.py::test_plan_annotation_cannot_change_on_update",
         ),
     ),
     row(
@@ -304,7 +304,7 @@ METADATA_ROWS: tuple[Row, ...] = (
         "nothing its image's environment asks reaches a GPU",
         (
             MINE + "test_the_planned_image_is_frozen_and_a_sidecars_is_not_read",
-            E2E + "test_real_node.py::test_a_pod_whose_image_sets_all_runs_with_void",
+            E2E + "node/test_real_node.py::test_a_pod_whose_image_sets_all_runs_with_void",
         ),
     ),
     row(

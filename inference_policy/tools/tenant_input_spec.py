@@ -197,7 +197,10 @@ SPEC_ROWS: tuple[Row, ...] = (
         "the webhook adds `kamiwaza.ai/AllocationVerified`; no policy requires it, so an engine "
         "Pod whose (replaced) webhook leaves it out is Ready before its verdict, though it was "
         "placed only after the extender's grant check",
-        (E2E + "test_webhook.py::test_planned_pod_is_not_ready_until_allocation_verified",),
+        (
+            E2E
+            + "admission/test_webhook.py::test_planned_pod_is_not_ready_until_allocation_verified",
+        ),
     ),
     row(
         "Pod",
@@ -218,9 +221,9 @@ SPEC_ROWS: tuple[Row, ...] = (
         "refuses privileged containers, host namespaces, hostPath volumes and capabilities "
         "beyond baseline; no tmi part reads them",
         (
-            E2E + "test_pod_guard.py::test_privileged_pod_refused",
-            E2E + "test_pod_guard.py::test_host_path_refused",
-            E2E + "test_pod_guard.py::test_host_pid_refused",
+            E2E + "admission/test_pod_guard.py::test_privileged_pod_refused",
+            E2E + "admission/test_pod_guard.py::test_host_path_refused",
+            E2E + "admission/test_pod_guard.py::test_host_pid_refused",
         ),
     ),
     row(

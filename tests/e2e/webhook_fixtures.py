@@ -1,9 +1,10 @@
 """Fixtures that put the admission webhook behind the session's real API server.
 
-Loaded by tests/e2e/test_webhook.py through ``pytest_plugins``. The webhook configuration is
-cluster-scoped and fails closed, so the deployment is module-scoped and its teardown removes the
-configuration (waiting until the API server stops calling it) and the namespace's opt-in label
-before the process stops: the e2e modules that run afterwards see the cluster as it was.
+Loaded by the admission modules (tests/e2e/admission/) through ``pytest_plugins``. The webhook
+configuration is cluster-scoped and fails closed, so the deployment is module-scoped and its
+teardown removes the configuration (waiting until the API server stops calling it) and the
+namespace's opt-in label before the process stops: the e2e modules that run afterwards see the
+cluster as it was.
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ from inference_policy.planning.plan import Plan
 from kits.extenderkit import block, fleet_envelope
 from kits.profilekit import EXAMPLES, NOW, Owner, request
 from kits.webhookkit import CPU_SECRET, GPU_SECRET, SCHEDULER
-from policy_io.state import PolicyState
+from policy_io.snapshot import PolicySnapshot
 
 OWNER = Owner()
 # The settings the fuzzed webhook runs with; the oracle plans with the very same.
@@ -29,7 +29,7 @@ ENVELOPE = fleet_envelope(OWNER)
 
 
 @cache
-def state() -> PolicyState:
+def state() -> PolicySnapshot:
     """The core's planning state for the published profile: the `tmi plan` decision."""
     return OWNER.state(ENVELOPE, **WEBHOOK_SETTINGS)
 

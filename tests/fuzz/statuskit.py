@@ -7,7 +7,8 @@ nominated node reserves room, the AllocationVerified condition is the verdict). 
 status policy (`inference_policy.admission.status_cel`) is CEL inside the API server; no CEL
 evaluator is installed here, so the fuzz target holds what it generates to the policy's own lists
 (`STATUS_FIELDS`, `tenant_condition_type`) and the end-to-end sample
-(`tests/e2e/test_generated_admission.py`) sends generated patches through the real API server.
+(`tests/e2e/admission/test_generated_admission.py`) sends generated patches through the real API
+server.
 
 The rule, as the policy's docstring and `docs/threat-model.md` state it: an identity that is
 not the cluster's own (a kubelet, the schedulers, kube-controller-manager, the owner's listed

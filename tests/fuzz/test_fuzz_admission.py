@@ -28,7 +28,7 @@ A forgery is a Pod that reaches for an accelerator outside a plan, or carries a 
 envFrom source or CDI key the restated rule refuses (or an UPDATE that adds or raises a reach,
 or touches the plan); each one tried is counted, and a forged grant (an allowed forgery) fails
 the target at once. The CEL the API server runs is not evaluated here (no CEL evaluator is
-installed); `tests/e2e/test_generated_admission.py` sends a sample of the same device Pods
+installed); `tests/e2e/admission/test_generated_admission.py` sends a sample of the same device Pods
 through the owner's guard policy.
 """
 

@@ -15,7 +15,7 @@ text (`statuskit.judge`) to the policy's own tables:
 * the restated rule refuses every patch that changes a field or a condition of the system or
   the owner, and lets through every patch that changes only the tenant's own conditions.
 
-The real policy is held to the same rule by `tests/e2e/test_generated_admission.py`, which
+The real policy is held to the same rule by `tests/e2e/admission/test_generated_admission.py`, which
 sends a sample of these patches through the API server as the namespace admin. A forgery here
 is a patch the rule refuses (counted; nothing here can grant it).
 """

@@ -26,6 +26,7 @@ from kits import polling
 from kits.controllerkit import MemoryKube, bind, planned_pod
 from kits.profilekit import NAMESPACE, NOW, Owner, request
 from policy_io import caps
+from policy_io.catalog import packaged_catalog
 from policy_io.state import PROFILE_LABEL, PolicyState
 from serving.metrics import profile_gauges
 
@@ -163,7 +164,7 @@ async def test_junk_past_the_caps_is_refused_counted_and_told_and_the_owners_rev
 
 def test_the_extender_and_the_webhook_count_refused_revisions_of_every_tenant(owner: Owner) -> None:
     first, second = (
-        PolicyState(owner.settings(namespace=n), owner.state().base_catalog) for n in ("a", "b")
+        PolicyState(owner.settings(namespace=n), packaged_catalog()) for n in ("a", "b")
     )
     first.followed.apply("big", junk("big", caps.MAX_REVISION_BYTES), owner.policy())
     second.followed.apply("small", junk("small", 10), owner.policy())

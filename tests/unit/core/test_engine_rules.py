@@ -16,7 +16,7 @@ from inference_policy.planning.planner import decide
 from inference_policy.planning.sizing import CUDA_CONTEXT_BYTES, overhead_bytes
 from kits.profilekit import NOW, Owner, request
 from policy_io.catalog import catalog_bytes, packaged_catalog
-from policy_io.state import PolicyState
+from policy_io.snapshot import PolicySnapshot
 
 OWNER = Owner()
 
@@ -83,10 +83,8 @@ def test_an_unsupported_key_the_request_does_not_have_is_refused_at_load() -> No
         EngineCatalog.from_document(doc)
 
 
-def state_with(doc: dict[str, Any]) -> PolicyState:
-    state = PolicyState(OWNER.settings(), EngineCatalog.from_document(doc))
-    state.set_profile(OWNER.sign(), "rev-1", NOW)
-    return state
+def state_with(doc: dict[str, Any]) -> PolicySnapshot:
+    return OWNER.state(catalog=EngineCatalog.from_document(doc))
 
 
 def test_the_format_rule_is_the_catalogs() -> None:

@@ -28,7 +28,7 @@ from inference_policy.planning.plan import PlanResources
 from inference_policy.planning.planner import Decision, PlanContext
 from inference_policy.trust.signing import ProfileRefused, Reason, VerifiedProfile
 from kits.profilekit import NOW, Owner, request
-from policy_io.state import PolicyState
+from policy_io.snapshot import PolicySnapshot
 
 EXPIRES = NOW.replace(year=2027, month=11, day=1, hour=0)
 
@@ -39,18 +39,18 @@ def owner() -> Owner:
 
 
 @pytest.fixture(scope="module")
-def state(owner: Owner) -> PolicyState:
+def state(owner: Owner) -> PolicySnapshot:
     return owner.state()
 
 
 @pytest.fixture(scope="module")
-def profile(state: PolicyState) -> VerifiedProfile:
+def profile(state: PolicySnapshot) -> VerifiedProfile:
     assert state.profile is not None
     return state.profile
 
 
 @pytest.fixture(scope="module")
-def ctx(state: PolicyState) -> PlanContext:
+def ctx(state: PolicySnapshot) -> PlanContext:
     return state.context(NOW)
 
 
@@ -107,7 +107,7 @@ def bind(pod: dict[str, Any], node: str = "gpu-node-1") -> dict[str, Any]:
     return pod
 
 
-def planned(state: PolicyState, document: dict[str, Any] | None = None) -> dict[str, Any]:
+def planned(state: PolicySnapshot, document: dict[str, Any] | None = None) -> dict[str, Any]:
     document = document if document is not None else request()
     decision = state.decide(document, NOW)
     assert decision.allowed, decision.body
@@ -131,7 +131,7 @@ def engine(pod: dict[str, Any]) -> dict[str, Any]:
 
 
 def test_honest_gpu_pod_is_verified(
-    state: PolicyState, profile: VerifiedProfile, ctx: PlanContext
+    state: PolicySnapshot, profile: VerifiedProfile, ctx: PlanContext
 ) -> None:
     pod = planned(state)
     verdict = check_grant(pod, profile, ctx, NOW)
@@ -142,7 +142,7 @@ def test_honest_gpu_pod_is_verified(
 
 
 def test_honest_cpu_pod_is_verified(
-    state: PolicyState, profile: VerifiedProfile, ctx: PlanContext
+    state: PolicySnapshot, profile: VerifiedProfile, ctx: PlanContext
 ) -> None:
     pod = planned(state, request(config__force_cpu=True))
     assert "runtimeClassName" not in pod["spec"]
@@ -152,7 +152,7 @@ def test_honest_cpu_pod_is_verified(
 
 
 def test_quantities_compare_by_value_not_spelling(
-    state: PolicyState, profile: VerifiedProfile, ctx: PlanContext
+    state: PolicySnapshot, profile: VerifiedProfile, ctx: PlanContext
 ) -> None:
     pod = planned(state, request(config__force_cpu=True))
     requests = engine(pod)["resources"]["requests"]
@@ -162,7 +162,7 @@ def test_quantities_compare_by_value_not_spelling(
 
 
 def test_verified_later_within_the_window(
-    state: PolicyState, profile: VerifiedProfile, ctx: PlanContext
+    state: PolicySnapshot, profile: VerifiedProfile, ctx: PlanContext
 ) -> None:
     pod = planned(state)
     assert check_grant(pod, profile, ctx, NOW + timedelta(days=200)).reason == "Verified"
@@ -171,7 +171,7 @@ def test_verified_later_within_the_window(
 # -- the Pod against its plan --------------------------------------------------------------------
 
 
-def test_image_mismatch(state: PolicyState, profile: VerifiedProfile, ctx: PlanContext) -> None:
+def test_image_mismatch(state: PolicySnapshot, profile: VerifiedProfile, ctx: PlanContext) -> None:
     pod = planned(state)
     engine(pod)["image"] = "registry.invalid/other@sha256:" + "0" * 64
     verdict = check_grant(pod, profile, ctx, NOW)
@@ -180,7 +180,7 @@ def test_image_mismatch(state: PolicyState, profile: VerifiedProfile, ctx: PlanC
 
 
 def test_engine_container_annotation_pointing_elsewhere(
-    state: PolicyState, profile: VerifiedProfile, ctx: PlanContext
+    state: PolicySnapshot, profile: VerifiedProfile, ctx: PlanContext
 ) -> None:
     pod = planned(state)
     pod["metadata"]["annotations"]["kamiwaza.ai/engine-container"] = "metrics"
@@ -194,7 +194,7 @@ def test_engine_container_annotation_pointing_elsewhere(
 
 
 def test_resources_mismatch_in_the_engine_container(
-    state: PolicyState, profile: VerifiedProfile, ctx: PlanContext
+    state: PolicySnapshot, profile: VerifiedProfile, ctx: PlanContext
 ) -> None:
     pod = planned(state)
     engine(pod)["resources"]["limits"]["nvidia.com/mig-3g.40gb"] = "2"
@@ -204,7 +204,7 @@ def test_resources_mismatch_in_the_engine_container(
 
 
 def test_resources_mismatch_extra_accelerator_in_engine(
-    state: PolicyState, profile: VerifiedProfile, ctx: PlanContext
+    state: PolicySnapshot, profile: VerifiedProfile, ctx: PlanContext
 ) -> None:
     pod = planned(state)
     engine(pod)["resources"]["limits"]["nvidia.com/gpu"] = "1"
@@ -222,7 +222,7 @@ def test_resources_mismatch_extra_accelerator_in_engine(
     ],
 )
 def test_resources_mismatch_other_container_asks_for_accelerator(
-    state: PolicyState, profile: VerifiedProfile, ctx: PlanContext, kind: str, key: str
+    state: PolicySnapshot, profile: VerifiedProfile, ctx: PlanContext, kind: str, key: str
 ) -> None:
     pod = planned(state)
     sidecar = {"name": "sneaky", "image": "x", "resources": {"limits": {key: "1"}}}
@@ -233,7 +233,7 @@ def test_resources_mismatch_other_container_asks_for_accelerator(
 
 
 def test_cpu_plan_with_limits_is_a_resources_mismatch(
-    state: PolicyState, profile: VerifiedProfile, ctx: PlanContext
+    state: PolicySnapshot, profile: VerifiedProfile, ctx: PlanContext
 ) -> None:
     pod = planned(state, request(config__force_cpu=True))
     engine(pod)["resources"]["limits"] = {"memory": "6Gi"}
@@ -243,7 +243,7 @@ def test_cpu_plan_with_limits_is_a_resources_mismatch(
 
 
 def test_cpu_request_below_plan_is_a_resources_mismatch(
-    state: PolicyState, profile: VerifiedProfile, ctx: PlanContext
+    state: PolicySnapshot, profile: VerifiedProfile, ctx: PlanContext
 ) -> None:
     pod = planned(state, request(config__force_cpu=True))
     engine(pod)["resources"]["requests"]["memory"] = "1Gi"
@@ -251,7 +251,7 @@ def test_cpu_request_below_plan_is_a_resources_mismatch(
 
 
 def test_device_environment_is_unplanned_access(
-    state: PolicyState, profile: VerifiedProfile, ctx: PlanContext
+    state: PolicySnapshot, profile: VerifiedProfile, ctx: PlanContext
 ) -> None:
     pod = planned(state)
     pod["spec"]["containers"][1]["env"] = [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}]
@@ -260,7 +260,7 @@ def test_device_environment_is_unplanned_access(
 
 
 def test_runtime_class_mismatch(
-    state: PolicyState, profile: VerifiedProfile, ctx: PlanContext
+    state: PolicySnapshot, profile: VerifiedProfile, ctx: PlanContext
 ) -> None:
     pod = planned(state)
     pod["spec"]["runtimeClassName"] = "runc-privileged"
@@ -275,7 +275,7 @@ def test_runtime_class_mismatch(
 
 
 def test_node_selector_mismatch(
-    state: PolicyState, profile: VerifiedProfile, ctx: PlanContext
+    state: PolicySnapshot, profile: VerifiedProfile, ctx: PlanContext
 ) -> None:
     pod = planned(state)
     pod["spec"]["nodeSelector"] = {"kubernetes.io/arch": "arm64", "team": "a"}
@@ -285,7 +285,7 @@ def test_node_selector_mismatch(
 
 
 def test_several_findings_report_the_first_reason_and_list_all(
-    state: PolicyState, profile: VerifiedProfile, ctx: PlanContext
+    state: PolicySnapshot, profile: VerifiedProfile, ctx: PlanContext
 ) -> None:
     pod = planned(state)
     pod["spec"]["runtimeClassName"] = "other"
@@ -298,7 +298,7 @@ def test_several_findings_report_the_first_reason_and_list_all(
 # -- the plan itself -----------------------------------------------------------------------------
 
 
-def test_plan_missing(state: PolicyState, profile: VerifiedProfile, ctx: PlanContext) -> None:
+def test_plan_missing(state: PolicySnapshot, profile: VerifiedProfile, ctx: PlanContext) -> None:
     pod = planned(state)
     del pod["metadata"]["annotations"]["kamiwaza.ai/plan"]
     verdict = check_grant(pod, profile, ctx, NOW)
@@ -308,7 +308,7 @@ def test_plan_missing(state: PolicyState, profile: VerifiedProfile, ctx: PlanCon
 
 
 def test_forged_plan_that_the_pod_follows_is_a_plan_mismatch(
-    state: PolicyState, profile: VerifiedProfile, ctx: PlanContext
+    state: PolicySnapshot, profile: VerifiedProfile, ctx: PlanContext
 ) -> None:
     document = request()
     plan = state.decide(document, NOW).plan
@@ -330,7 +330,7 @@ def test_forged_plan_that_the_pod_follows_is_a_plan_mismatch(
 
 
 def test_edited_request_annotation_is_a_plan_mismatch(
-    state: PolicyState, profile: VerifiedProfile, ctx: PlanContext
+    state: PolicySnapshot, profile: VerifiedProfile, ctx: PlanContext
 ) -> None:
     pod = planned(state)
     pod["metadata"]["annotations"]["kamiwaza.ai/deployment-request"] = compact(request("mlx"))
@@ -342,7 +342,7 @@ def test_edited_request_annotation_is_a_plan_mismatch(
 
 
 def test_plan_naming_another_revision_than_the_one_given(
-    state: PolicyState, owner: Owner, ctx: PlanContext
+    state: PolicySnapshot, owner: Owner, ctx: PlanContext
 ) -> None:
     other = owner.state(owner.envelope(version=2))
     assert other.profile is not None
@@ -353,14 +353,16 @@ def test_plan_naming_another_revision_than_the_one_given(
 # -- the revision --------------------------------------------------------------------------------
 
 
-def test_unknown_revision(state: PolicyState, ctx: PlanContext, profile: VerifiedProfile) -> None:
+def test_unknown_revision(
+    state: PolicySnapshot, ctx: PlanContext, profile: VerifiedProfile
+) -> None:
     pod = planned(state)
     verdict = check_grant(pod, None, ctx, NOW)
     assert (verdict.status, verdict.reason) == ("False", "ProfileRevisionUnknown")
     assert profile.sha256 in verdict.message
 
 
-def test_refused_revision(state: PolicyState, ctx: PlanContext) -> None:
+def test_refused_revision(state: PolicySnapshot, ctx: PlanContext) -> None:
     refusal = ProfileRefused(Reason.KEY, "signed by sha256:abc; trusted: sha256:def")
     lapse = grant.refused_lapse("kamiwaza-inference-profiles-r1", refusal)
     verdict = check_grant(planned(state), None, ctx, NOW, lapse=lapse)
@@ -369,7 +371,7 @@ def test_refused_revision(state: PolicyState, ctx: PlanContext) -> None:
 
 
 def test_expired_revision_refuses_a_pod_not_yet_verified(
-    state: PolicyState, profile: VerifiedProfile, ctx: PlanContext
+    state: PolicySnapshot, profile: VerifiedProfile, ctx: PlanContext
 ) -> None:
     pod = planned(state)
     verdict = check_grant(pod, profile, ctx, EXPIRES + timedelta(seconds=1))
@@ -378,7 +380,7 @@ def test_expired_revision_refuses_a_pod_not_yet_verified(
 
 
 def test_expired_revision_keeps_a_verified_pod_verified_and_says_so(
-    state: PolicyState, profile: VerifiedProfile, ctx: PlanContext
+    state: PolicySnapshot, profile: VerifiedProfile, ctx: PlanContext
 ) -> None:
     pod = mark_verified(planned(state))
     verdict = check_grant(pod, profile, ctx, EXPIRES + timedelta(days=3))
@@ -387,7 +389,7 @@ def test_expired_revision_keeps_a_verified_pod_verified_and_says_so(
 
 
 def test_lapsed_authorization_never_excuses_a_changed_pod(
-    state: PolicyState, profile: VerifiedProfile, ctx: PlanContext
+    state: PolicySnapshot, profile: VerifiedProfile, ctx: PlanContext
 ) -> None:
     pod = mark_verified(planned(state))
     engine(pod)["image"] = "registry.invalid/x@sha256:" + "2" * 64
@@ -397,7 +399,7 @@ def test_lapsed_authorization_never_excuses_a_changed_pod(
 
 
 def test_removed_revision_keeps_a_verified_pod_verified(
-    state: PolicyState, ctx: PlanContext
+    state: PolicySnapshot, ctx: PlanContext
 ) -> None:
     pod = mark_verified(planned(state))
     verdict = check_grant(pod, None, ctx, NOW)
@@ -405,7 +407,7 @@ def test_removed_revision_keeps_a_verified_pod_verified(
 
 
 def test_a_later_revision_does_not_disturb_a_running_pod(
-    state: PolicyState, owner: Owner, profile: VerifiedProfile, ctx: PlanContext
+    state: PolicySnapshot, owner: Owner, profile: VerifiedProfile, ctx: PlanContext
 ) -> None:
     pod = planned(state)
     envelope = owner.envelope(version=2)
@@ -425,7 +427,7 @@ def test_a_later_revision_does_not_disturb_a_running_pod(
 
 
 def test_evaluate_passes_a_refused_revision_on(
-    state: PolicyState, ctx: PlanContext, profile: VerifiedProfile
+    state: PolicySnapshot, ctx: PlanContext, profile: VerifiedProfile
 ) -> None:
     refusal = ProfileRefused(Reason.TARGET, "version 1 is below the floor 2")
     revisions: dict[str, VerifiedProfile | Lapse] = {
@@ -439,19 +441,19 @@ def test_evaluate_passes_a_refused_revision_on(
 # -- scheduling ----------------------------------------------------------------------------------
 
 
-def unbound(state: PolicyState) -> dict[str, Any]:
+def unbound(state: PolicySnapshot) -> dict[str, Any]:
     document = request()
     return apply_plan(engine_pod(document), state.decide(document, NOW))
 
 
-def test_unbound_pod_waits_for_the_deadline(state: PolicyState, ctx: PlanContext) -> None:
+def test_unbound_pod_waits_for_the_deadline(state: PolicySnapshot, ctx: PlanContext) -> None:
     result = evaluate(unbound(state), {}, ctx, NOW + timedelta(seconds=100), scheduling_timeout=300)
     assert result.verdict is None
     assert result.recheck_after == pytest.approx(200)
 
 
 def test_scheduling_timeout_carries_the_scheduler_message(
-    state: PolicyState, ctx: PlanContext
+    state: PolicySnapshot, ctx: PlanContext
 ) -> None:
     pod = unbound(state)
     said = "0/3 nodes are available: 3 Insufficient nvidia.com/mig-3g.40gb."
@@ -466,7 +468,7 @@ def test_scheduling_timeout_carries_the_scheduler_message(
 
 
 def test_scheduling_timeout_without_a_scheduler_message(
-    state: PolicyState, ctx: PlanContext
+    state: PolicySnapshot, ctx: PlanContext
 ) -> None:
     result = evaluate(unbound(state), {}, ctx, NOW + timedelta(hours=1))
     assert result.verdict is not None
@@ -493,7 +495,7 @@ def test_quantity_values(left: str, right: str, same: bool) -> None:
     assert same_quantity(left, right) is same
 
 
-def test_plan_revision_and_times(state: PolicyState, profile: VerifiedProfile) -> None:
+def test_plan_revision_and_times(state: PolicySnapshot, profile: VerifiedProfile) -> None:
     pod = planned(state)
     assert grant.plan_revision(pod) == profile.sha256
     assert grant.plan_revision(engine_pod(request())) is None
@@ -519,7 +521,7 @@ def test_departed_verdict() -> None:
 
 
 def test_an_unshielded_sidecar_is_unplanned_device_access(
-    state: PolicyState, profile: VerifiedProfile, ctx: PlanContext
+    state: PolicySnapshot, profile: VerifiedProfile, ctx: PlanContext
 ) -> None:
     pod = planned(state)
     metrics = pod["spec"]["containers"][1]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import timedelta
 from typing import Any
 
@@ -23,6 +24,9 @@ from kits.profilekit import (
     with_profiles,
 )
 from policy_io.catalog import packaged_catalog
+from policy_io.feed import PolicyFeed
+from policy_io.offline import snapshot_of
+from policy_io.snapshot import PolicySnapshot
 from policy_io.state import PolicySettings, PolicyState
 
 OWNER = Owner()
@@ -30,11 +34,11 @@ STATE = OWNER.state()
 DERIVE = "cannot derive inference resources for this deployment: "
 
 
-def plan(document: dict[str, Any], state: PolicyState = STATE, now: Any = NOW) -> dict[str, Any]:
+def plan(document: dict[str, Any], state: PolicySnapshot = STATE, now: Any = NOW) -> dict[str, Any]:
     return state.decide(document, now).body
 
 
-def only(*profiles: dict[str, Any], keep_cpu: bool = True, **settings: Any) -> PolicyState:
+def only(*profiles: dict[str, Any], keep_cpu: bool = True, **settings: Any) -> PolicySnapshot:
     return OWNER.state(with_profiles(OWNER, *profiles, keep_cpu=keep_cpu), **settings)
 
 
@@ -124,7 +128,7 @@ def test_options_kept_between_decisions_change_no_decision() -> None:
 def test_options_kept_for_one_revision_are_not_used_for_another() -> None:
     old = only(gpu_profile("w", "whole-device", [gpu_binding("w", cc="7.0", cuda=12)]))
     new = only(gpu_profile("w", "whole-device", [gpu_binding("w", cc="9.0", cuda=13)]))
-    options = old.gpu_options
+    options = old.options
     assert plan(request(), old)["image"] == catalog_image("llamacpp", "nvidia", "amd64", 12)
     # The same table handed a decision under another revision is rebuilt for it.
     body = decide(request(), new.context(NOW), options).body
@@ -135,7 +139,7 @@ def test_options_kept_for_one_revision_are_not_used_for_another() -> None:
 
 
 def test_disabled_gpu_deployment() -> None:
-    state = PolicyState(PolicySettings(enabled=False), packaged_catalog())
+    state = snapshot_of(PolicySettings(enabled=False), NOW)
     assert plan(request(), state) == {
         "status": 422,
         "detail": "Core cannot see a GPU on this install",
@@ -145,7 +149,7 @@ def test_disabled_gpu_deployment() -> None:
 
 
 def test_disabled_cpu_deployment_still_plans() -> None:
-    state = PolicyState(PolicySettings(enabled=False), packaged_catalog())
+    state = snapshot_of(PolicySettings(enabled=False), NOW)
     body = plan(request(config__force_cpu=True), state)
     assert body["status"] == 200
     assert body["path"] == "cpu"
@@ -302,7 +306,7 @@ def test_external_not_refused_by_broken_profile() -> None:
 
 
 def test_cluster_without_tenant_resources_honours_external_overrides() -> None:
-    state = PolicyState(PolicySettings(enabled=False), packaged_catalog())
+    state = snapshot_of(PolicySettings(enabled=False), NOW)
     assert plan(request(external=True, gpu_allocation=1), state)["status"] == 200
 
 
@@ -373,7 +377,7 @@ PROFILE = "owner profile bundle: invalid inference profile authorization: "
 
 
 def test_profile_missing() -> None:
-    state = PolicyState(OWNER.settings(), packaged_catalog())
+    state = PolicyFeed(OWNER.settings()).snapshot
     assert plan(request(), state) == {
         "status": 503,
         "detail": PROFILE + "bundle did not arrive from the configured ConfigMap",
@@ -382,10 +386,8 @@ def test_profile_missing() -> None:
 
 
 def test_profile_wrong_key() -> None:
-    state = Owner().state(envelope=OWNER.envelope(), owner_public_keys=(OWNER.public_key,))
     other = Owner()
-    state = PolicyState(OWNER.settings(), packaged_catalog())
-    state.set_profile(other.sign(other.envelope()), "r", NOW)
+    state = snapshot_of(OWNER.settings(), NOW, profile=other.sign(other.envelope()))
     assert plan(request(), state)["detail"] == (
         PROFILE + "bundle is signed by a key this cluster does not trust"
     )
@@ -411,11 +413,10 @@ def test_profile_expired_between_requests() -> None:
 
 
 def test_profile_verified_once_per_revision() -> None:
-    state = OWNER.state()
+    state = PolicyState(OWNER.settings(), packaged_catalog())
     configmap = OWNER.sign()
     for _ in range(5):
         state.set_profile(configmap, "rev-1", NOW)
-        plan(request(), state)
     assert state.verifications == 1
     state.set_profile(configmap, "rev-2", NOW)
     assert state.verifications == 2
@@ -756,8 +757,7 @@ def test_pinned_recipe_runs_its_image_exactly() -> None:
             ],
         }
     )
-    state = OWNER.state(image_registry_prefix="mirror.local")
-    state.gpu_recipes = recipes
+    state = replace(OWNER.state(image_registry_prefix="mirror.local"), gpu_recipes=recipes)
     body = plan(request(), state)
     assert body["image"] == pinned
     assert body["recipe"] == "qwen-8k"
@@ -781,8 +781,7 @@ def test_pinned_recipe_needs_binding_with_the_same_image() -> None:
             ],
         }
     )
-    state = OWNER.state()
-    state.gpu_recipes = recipes
+    state = replace(OWNER.state(), gpu_recipes=recipes)
     body = plan(request(), state)
     assert body["status"] == 422
     assert "not the image recipe qwen pins" in body["detail"]

@@ -39,7 +39,7 @@ import pytest
 from allocation_controller.config import FAULT_PAUSE_VARIABLE
 from allocation_controller.reconciler import CONTROLLER_NAME
 from inference_policy.planning.plan import PlanChoice
-from inference_policy.planning.planner import PROFILE_PREFIX, decide
+from inference_policy.planning.planner import PROFILE_PREFIX
 from inference_policy.planning.room import replaying
 from inference_policy.trust.signing import REFUSAL_PREFIX, Reason
 from kits.profilekit import Owner
@@ -75,8 +75,8 @@ from localcluster.servers.webhook import (
     publish_profile,
     webhook_configuration,
 )
-from policy_io.catalog import packaged_catalog
-from policy_io.state import PolicySettings, PolicyState
+from policy_io.offline import snapshot_of
+from policy_io.state import PolicySettings
 
 pytestmark = pytest.mark.e2e
 
@@ -131,7 +131,8 @@ def core_plan(
     """What the policy core plans for ``body`` under the stack's profile (as ``tmi plan``), with
     the binding `choice` a webhook recorded from the owner's room figures replayed."""
     s = stack.settings
-    state = PolicyState(
+    now = datetime.now(UTC)
+    snapshot = snapshot_of(
         PolicySettings(
             enabled=True,
             namespace=s.namespace,
@@ -140,12 +141,11 @@ def core_plan(
             cluster_binding_id=s.cluster_binding_id,
             scheduler_name=s.scheduler_name,
         ),
-        packaged_catalog(),
+        now,
+        profile=stack.profile,
     )
-    now = datetime.now(UTC)
-    state.set_profile(stack.profile, None, now)
     room = replaying(None if choice is None else PlanChoice.model_validate(choice))
-    decision = decide(body, state.context(now)._replace(room=room))
+    decision = snapshot.decide(body, now, room)
     assert decision.allowed, decision.body
     plan: dict[str, Any] = decision.body
     return plan

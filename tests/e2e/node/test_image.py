@@ -41,7 +41,7 @@ from localcluster.servers.webhook import (
 
 pytestmark = pytest.mark.e2e
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 SHARE = "opt/tmi/share/tmi"
 ENTRY_POINTS = ("tmi", "tmi-webhook", "tmi-extender", "tmi-controller")
 

@@ -30,7 +30,7 @@ from localcluster.plane.binaries import bin_dir
 
 pytestmark = pytest.mark.e2e
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 DOC = ROOT / "docs" / "first-day.md"
 CAPTURE = ROOT / "tests" / "fixtures" / "gpu" / "h200-1x"
 CLUSTER = "first-day"

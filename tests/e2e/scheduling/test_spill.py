@@ -8,7 +8,7 @@ tenant namespace (under the chart's Role); the tenant's webhook reads it by name
 smallest binding with room, recording the choice; the extender's grant check and the allocation
 controller replay that choice. Without the figures both Pods would ask for the one slice and the
 second would wait Pending while the share had room. The DRA half (a claim's `firstAvailable`
-sub-requests) is `tests/e2e/test_dra.py` and `tests/e2e/test_spill_dra.py`.
+sub-requests) is `tests/e2e/scheduling/test_dra.py` and `tests/e2e/scheduling/test_spill_dra.py`.
 """
 
 from __future__ import annotations

@@ -394,7 +394,7 @@ def test_the_detect_job_runs_in_the_owners_namespace_and_is_refused_in_the_tenan
     import yaml
 
     job = yaml.safe_load(
-        (Path(__file__).resolve().parents[2] / "manifests" / "detect-job.yaml").read_text()
+        (Path(__file__).resolve().parents[3] / "manifests" / "detect-job.yaml").read_text()
     )
     template = job["spec"]["template"]
     spec = dict(template["spec"])

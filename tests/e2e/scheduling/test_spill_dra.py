@@ -6,7 +6,7 @@ runs the same image on both): a `3g.40gb` MIG device (38Gi, the smaller, planned
 whole A100 (79Gi). The plan's claim lists both as `firstAvailable` sub-requests, so when the
 one MIG device is allocated kube-scheduler gives the next claim the whole GPU. KWOK nodes carry
 no devices: a test identity playing NVIDIA's DRA driver publishes the ResourceSlices
-(`localcluster.nodes.dra_driver`). The device-plugin half is `tests/e2e/test_spill.py`.
+(`localcluster.nodes.dra_driver`). The device-plugin half is `tests/e2e/scheduling/test_spill.py`.
 """
 
 from __future__ import annotations

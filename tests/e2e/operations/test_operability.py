@@ -29,7 +29,7 @@ from localcluster.servers.webhook import REQUEST_ANNOTATION
 
 pytestmark = pytest.mark.e2e
 
-FILES = Path(__file__).resolve().parents[2] / "charts" / "tmi" / "files"
+FILES = Path(__file__).resolve().parents[3] / "charts" / "tmi" / "files"
 METRIC = re.compile(r"\btmi_[a-z0-9_]+")
 SUFFIXES = {"counter": ("_total",), "histogram": ("_bucket", "_sum", "_count"), "gauge": ("",)}
 

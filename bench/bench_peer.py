@@ -72,10 +72,14 @@ sys.path.insert(0, str(ROOT / "bench"))
 sys.path.append(str(ROOT))  # the checkout, for a script run by path
 
 import hami_peer  # noqa: E402
-from bench_pod_create import NAMESPACES, ConstantWebhook, _engine, _namespaces  # noqa: E402
-from bench_scheduling import APISERVER_ARGS, _grant_extender, _start_extender  # noqa: E402
+from constant_pair import NAMESPACES, ConstantWebhook  # noqa: E402
+from constant_pair import create_namespaces as _namespaces  # noqa: E402
+from constant_pair import engine as _engine  # noqa: E402
 from hami_peer import Card, DevicePluginStandIn, Hami  # noqa: E402
 from peer_measure import clear, memory_of, schedule_run, stranded, summary  # noqa: E402
+from scheduling_run import APISERVER_ARGS  # noqa: E402
+from scheduling_run import grant_extender as _grant_extender  # noqa: E402
+from scheduling_run import start_extender as _start_extender  # noqa: E402
 
 from inference_policy.base.wire import ENGINE_LABEL  # noqa: E402
 from inference_policy.placing.schedconfig import render_scheduler_config  # noqa: E402

@@ -1,18 +1,19 @@
 """A scheduler extender that answers at once, for the scheduling benchmark's floor.
 
 Configured exactly as `tmi-extender` is (the rendered KubeSchedulerConfiguration's filter and
-prioritize verbs, `nodeCacheCapable`, plain HTTP on loopback in the benchmark, its own process
-on uvloop), it passes every node the scheduler offers and scores none. It separates what
-consulting *any* extender costs a Pod (two HTTP calls a cycle, the scheduler encoding the Pod
-and the node names for each and decoding the answers) from what *this* extender's decisions
-cost.
+prioritize verbs, `nodeCacheCapable`, its own process on uvloop, plain HTTP on loopback or HTTPS
+with `--cert`/`--key` as the chart serves `tmi`'s), it passes every node the scheduler offers
+and scores none. It separates what consulting *any* extender costs a Pod (two HTTP calls a
+cycle, the scheduler encoding the Pod and the node names for each and decoding the answers) from
+what *this* extender's decisions cost.
 
-    python bench/constant_extender.py --port P
+    python bench/constant_extender.py --port P [--cert C --key K]
 """
 
 from __future__ import annotations
 
 import argparse
+import ssl
 
 import orjson
 import uvloop
@@ -46,9 +47,22 @@ def make_app() -> web.Application:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--cert", default=None)
+    parser.add_argument("--key", default=None)
     args = parser.parse_args()
+    context = None
+    if args.cert and args.key:
+        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        context.load_cert_chain(args.cert, args.key)
     uvloop.install()
-    web.run_app(make_app(), host="127.0.0.1", port=args.port, access_log=None, print=None)
+    web.run_app(
+        make_app(),
+        host="127.0.0.1",
+        port=args.port,
+        access_log=None,
+        print=None,
+        ssl_context=context,
+    )
 
 
 if __name__ == "__main__":

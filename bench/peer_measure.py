@@ -23,7 +23,9 @@ from pathlib import Path
 from typing import Any
 
 import hami_peer
-from bench_scheduling import SCHEDULER_ARGS, _busy_seconds, _process_seconds
+from scheduling_run import SCHEDULER_ARGS
+from scheduling_run import busy_seconds as _busy_seconds
+from scheduling_run import process_seconds as _process_seconds
 
 from localcluster import ControlPlane, wait_until
 from localcluster.plane.metrics import parse_metrics

@@ -34,8 +34,9 @@ sys.path.append(str(ROOT))  # the checkout, for a script run by path
 import orjson  # noqa: E402
 from aiohttp import web  # noqa: E402
 from aiohttp.test_utils import TestClient, TestServer  # noqa: E402
-from bench_scheduling import PROFILE_CONFIGMAP, _pods, fleet  # noqa: E402
+from bench_scheduling import _pods, fleet  # noqa: E402
 from constant_extender import make_app  # noqa: E402
+from scheduling_run import PROFILE_CONFIGMAP  # noqa: E402
 
 from extender.app import create_app  # noqa: E402
 from kits.extenderkit import fleet_envelope, published  # noqa: E402

@@ -1,57 +1,46 @@
 """`tmi` beside HAMi (v2.10) on one local control plane: the same fleet, the same engine Pods,
-measured side by side in one run, interleaved.
+every system measured in one run, interleaved, each as it is installed.
 
 A cluster owner choosing a GPU admission and scheduling layer compares `tmi` with HAMi, the
-webhook and scheduler extender they would pick instead. Both run here as their installs do:
+webhook and scheduler extender they would pick instead. `peer_systems.py` says how each system
+runs: `tmi` as its chart runs it (its webhook, its extender over HTTPS, a stock kube-scheduler
+with the configuration its chart renders), HAMi three ways (`hami_peer.CONFIGS`: as its chart
+installs it, with its client limits raised, and raised with the `spread` node policy; its
+scheduler built from its source, its chart's scheduler and webhook configuration and verbosity,
+its device plugin's part played by `hami_standin.py`, which releases each node lock after a
+stated delay and whose API calls count as HAMi's), and two floors: a constant webhook and
+extender behind `tmi`'s configuration, and no webhook or extender at all.
 
-* `tmi`: its webhook (the plan API, behind the owner's MutatingWebhookConfiguration and
-  admission policies, for the tenant namespace) and its extender (filter and prioritize),
-  called by a stock kube-scheduler (v1.36) with the configuration `tmi render-scheduler-config`
-  renders; kube-scheduler binds.
-* HAMi: its scheduler binary built from its source (`tools/hami/build.sh`, on demand; nothing in
-  `make test` needs it), serving its webhook and its extender (filter and bind) in one process,
-  called by a stock kube-scheduler with the configuration HAMi's chart renders (helm, from
-  HAMi's source), its webhook configuration the chart's; `hami_peer.py` says how its device
-  plugin's part is stood in for.
-
-The fleet (KWOK nodes) carries both systems' facts on the same nodes: GPU Feature Discovery's
+The fleet (KWOK nodes) carries every system's facts on the same nodes: GPU Feature Discovery's
 labels and the device plugins' resources that `tmi`'s signed bindings are checked against, and
 the device registration HAMi's device plugin writes. H100 nodes (8 GPUs) serve whole GPUs, L40S
-nodes (one 48 GB card, an accounted VRAM bucket for `tmi`) serve shares. The arrivals are one
-seeded stream of engine Pods: whole-GPU Pods of 1, 2 and 4 GPUs and shares of 8, 16 and 24 GB,
-in two streams each repeat: one that fits (every Pod binds: throughput, latency and CPU are
-the scheduling alone) and one with more than the fleet holds (packing decides how many are
-placed; its throughput also counts the retries of Pods that wait). `tmi`'s Pods are the
-platform's (a deployment request, each its own deployment) planned by its webhook; HAMi's ask
-for the same in HAMi's names: `nvidia.com/gpu` N (whole: no memory named, so each device's
-memory is all taken) or `nvidia.com/gpu` 1 with `nvidia.com/gpumem` the share in MiB, pinned to
-the model by `nvidia.com/use-gputype` as `tmi`'s binding pins it by GFD labels. HAMi's L40S is
-registered with 48 x 1024 MiB so both see the same capacity in their units.
+nodes (one 48 GB card, an accounted VRAM bucket for `tmi`) serve shares. The Pods are one seeded
+mix: whole-GPU Pods of 1, 2 and 4 GPUs and shares of 8, 16 and 24 GB, each system's in its own
+terms and its own namespace. Three measurements, in this order:
 
-Each repeat creates the stream's Pods one at a time, rotating between `tmi`'s namespace,
-HAMi's, the constant-answer webhook's (the floor of a webhook written as `tmi`'s is) and a
-namespace no webhook serves: the Pod-create latency through each webhook. Then each system's
-scheduler runs alone on its own Pods, the order alternating between repeats (each system's
-Pods are deleted before the other's run: kube-scheduler counts the `nvidia.com/gpu` of every
-bound Pod, HAMi's included, which HAMi's own configuration tells its scheduler to ignore). Of
-each run: from the first binding to the last (throughput), the scheduler's mean algorithm and
-attempt time per Pod (latency), each extender process's CPU per Pod bound and the scheduler's,
-and, once nothing is left to try, the Pods placed and the GPUs stranded: free capacity that no
-Pod left waiting could use (a whole-GPU node's free GPUs fewer than the smallest whole Pod
-waiting; a card's free memory less than the smallest share waiting; in GPUs). Memory: each
-process's resident size, and its peak, at the end.
+1. Each extender's filter round trip, called directly with the same node names and an
+   equivalent Pod (`peer_filter.py`).
+2. A burst: the mix created one Pod at a time, rotating between the systems' namespaces (the
+   Pod-create latency through each webhook), the floors' Pods deleted at once, then each
+   scheduling system's kube-scheduler started over its own waiting Pods in turn, the order
+   rotating between repeats (`peer_measure.py`): throughput, the scheduler's account of its
+   attempts, CPU and API requests per Pod. A burst is a Deployment scaled up at once.
+3. Steady arrival (`peer_arrival.py`): every system's kube-scheduler running, engine Pods
+   created at 2, 5, 10 and 20 a second in one system's namespace at a time, the systems'
+   order rotating between rates: per Pod, create to bound (webhook, scheduling and bind
+   together), p50 and p99, with the API requests per Pod and the machine's load average.
 
-Where the two do different work: HAMi's extender binds (kube-scheduler's default binder binds
-`tmi`'s Pods, so its CPU is in kube-scheduler's figure for `tmi`, in HAMi's for HAMi; both are
-reported, and their sum), takes a node lock per Pod and picks the device within the node (its
-annotations name it); `tmi`'s extender checks each Pod's plan against the signed profile and
-each node's facts against the binding, and leaves the device to the device plugin. HAMi's
-webhook only sets the scheduler's name; `tmi`'s plans the Pod. Both are in the figures as
-they are.
+Each system's Pods are deleted before the next run (kube-scheduler counts the `nvidia.com/gpu`
+of every bound Pod, HAMi's too, which HAMi's own configuration tells its scheduler to ignore),
+and any HAMi node lock left behind is removed. Resident memory is read at the end, per process
+and per install. Results are rewritten to `bench/results/peer.json` after every run, so a run
+stopped halfway keeps what it measured.
 
 Needs the control-plane binaries (`make controlplane`) and Go (HAMi is built on first use:
 `tools/hami/build.sh [SOURCE_DIR]`, $HAMI_SRC for a local checkout). Run:
-`.venv/bin/python bench/bench_peer.py [--repeats 3]`. Writes bench/results/peer.json.
+`.venv/bin/python bench/bench_peer.py` (about nine minutes on 2 cores), `--tiny` for a check of
+the machinery in about three, `--full` for the longer run (100 Pods a rate, the 123-Pod burst
+and a stream with more than the fleet holds, three repeats).
 """
 
 from __future__ import annotations
@@ -61,9 +50,9 @@ import json
 import os
 import platform
 import random
-import statistics
 import sys
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -72,33 +61,37 @@ sys.path.insert(0, str(ROOT / "bench"))
 sys.path.append(str(ROOT))  # the checkout, for a script run by path
 
 import hami_peer  # noqa: E402
-from constant_pair import NAMESPACES, ConstantWebhook  # noqa: E402
-from constant_pair import create_namespaces as _namespaces  # noqa: E402
-from constant_pair import engine as _engine  # noqa: E402
-from hami_peer import Card, DevicePluginStandIn, Hami  # noqa: E402
-from peer_measure import clear, memory_of, schedule_run, stranded, summary  # noqa: E402
-from scheduling_run import APISERVER_ARGS  # noqa: E402
-from scheduling_run import grant_extender as _grant_extender  # noqa: E402
-from scheduling_run import start_extender as _start_extender  # noqa: E402
-
-from inference_policy.base.wire import ENGINE_LABEL  # noqa: E402
-from inference_policy.placing.schedconfig import render_scheduler_config  # noqa: E402
-from inference_policy.trust.signing import DEFAULT_CONFIGMAP_NAME  # noqa: E402
-from kits.extenderkit import SHARE, VRAM, WHOLE, block  # noqa: E402
-from kits.fleetkit import h100, l40s  # noqa: E402
-from kits.profilekit import (  # noqa: E402
-    CLUSTER,
-    NAMESPACE,
-    Owner,
-    gpu_binding,
-    gpu_profile,
-    request,
-    with_profiles,
+import peer_report  # noqa: E402
+from constant_pair import ConstantWebhook, create_namespaces  # noqa: E402
+from hami_peer import Card, Hami  # noqa: E402
+from hami_standin import DevicePluginStandIn  # noqa: E402
+from peer_arrival import paced_window  # noqa: E402
+from peer_audit import AuditTail, policy_args  # noqa: E402
+from peer_filter import filter_round_trips  # noqa: E402
+from peer_measure import clear, clear_locks, memory_of, schedule_run, stranded  # noqa: E402
+from peer_systems import (  # noqa: E402
+    CONSTANT_SCHEDULER,
+    SYSTEMS,
+    Item,
+    System,
+    audited_users,
+    build_systems,
+    envelope,
 )
-from kits.webhookkit import engine_pod  # noqa: E402
+from scheduling_run import (  # noqa: E402
+    APISERVER_ARGS,
+    SCHEDULER_ARGS,
+    grant_extender,
+    start_constant_extender,
+    start_extender,
+)
+
+from inference_policy.trust.signing import DEFAULT_CONFIGMAP_NAME  # noqa: E402
+from kits.fleetkit import h100, l40s  # noqa: E402
+from kits.profilekit import CLUSTER, NAMESPACE, Owner  # noqa: E402
 from localcluster import ControlPlane, create_fake_nodes, versions  # noqa: E402
 from localcluster.plane.process import free_port  # noqa: E402
-from localcluster.servers.webhook import WebhookSettings, deploy_webhook, is_planned  # noqa: E402
+from localcluster.servers.webhook import WebhookSettings, deploy_webhook  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results" / "peer.json"
 H100_NODES = 16
@@ -106,9 +99,8 @@ L40S_NODES = 32
 H100 = Card("NVIDIA H100 80GB HBM3", 81559)
 L40S = Card("NVIDIA L40S", 48 * 1024)
 # (kind, GPUs, share GB, how many) of each stream. "fits": 88 of the 128 whole GPUs and 800 of
-# the 1,536 GB of shares, so every Pod binds and the run times scheduling alone. "overfull":
-# 160 GPUs of whole Pods and 1,440 GB of shares, more than the fleet holds, so packing decides
-# how many are placed.
+# the 1,536 GB of shares, so every Pod binds. "overfull" (`--full`): 160 GPUs of whole Pods and
+# 1,440 GB of shares, more than the fleet holds, so packing decides how many are placed.
 STREAMS = {
     "fits": (
         ("whole", 1, 0, 40),
@@ -127,12 +119,46 @@ STREAMS = {
         ("share", 1, 24, 20),
     ),
 }
-NONE_NAMESPACE = NAMESPACES["without_webhook"]
-FLOOR_NAMESPACE = NAMESPACES["constant_webhook"]
-SYSTEMS = ("tmi", "hami", "floor", "none")
+# The systems that schedule in the burst; the floors' Pods are created there for the create
+# latency only.
+BURST = ("tmi", *(config.system for config in hami_peer.CONFIGS))
+# What each mode runs: Pods a rate, the rates, burst Pods, a burst run's limit, how long a
+# window waits for its last Pods, filter calls a system and kind, burst repeats, streams.
+MODES: dict[str, dict[str, Any]] = {
+    "tiny": {
+        "pods_per_rate": 6,
+        "rates": (5.0, 20.0),
+        "burst_pods": 10,
+        "burst_timeout_s": 30.0,
+        "drain_s": 10.0,
+        "filter_calls": 5,
+        "repeats": 1,
+        "streams": ("fits",),
+    },
+    "default": {
+        "pods_per_rate": 24,
+        "rates": (2.0, 5.0, 10.0, 20.0),
+        "burst_pods": 40,
+        "burst_timeout_s": 45.0,
+        "drain_s": 15.0,
+        "filter_calls": 20,
+        "repeats": 1,
+        "streams": ("fits",),
+    },
+    "full": {
+        "pods_per_rate": 100,
+        "rates": (2.0, 5.0, 10.0, 20.0),
+        "burst_pods": 0,
+        "burst_timeout_s": 300.0,
+        "drain_s": 60.0,
+        "filter_calls": 100,
+        "repeats": 3,
+        "streams": ("fits", "overfull"),
+    },
+}
 
 
-def arrivals(stream: str, seed: int) -> list[tuple[str, int, int]]:
+def arrivals(stream: str, seed: int) -> list[Item]:
     items = [(kind, gpus, gb) for kind, gpus, gb, count in STREAMS[stream] for _ in range(count)]
     random.Random(seed).shuffle(items)
     return items
@@ -160,96 +186,175 @@ def fleet() -> list[Any]:
     return nodes
 
 
-def envelope(owner: Owner) -> dict[str, Any]:
-    """Whole H100-class GPUs (with p2p, for tensor-parallel Pods) and L40S accounted shares."""
-    return with_profiles(
-        owner,
-        gpu_profile(
-            "nvidia-whole",
-            "whole-device",
-            [gpu_binding(WHOLE, cc="8.0", memory="79Gi", features=["p2p"])],
-        ),
-        gpu_profile(
-            "nvidia-vram-share",
-            "accounted-share",
-            [
-                gpu_binding(
-                    SHARE, allocator="vram-plugin", resource=VRAM, cc="8.9", cuda=12, memory="44Gi"
-                )
-            ],
-        ),
-    )
-
-
-def tmi_pod(name: str, kind: str, gpus: int, gb: int) -> dict[str, Any]:
-    if kind == "whole":
-        resources = block("nvidia-whole")
-        resources["accelerator"]["count"] = gpus
-        document = request("vllm", inferenceResources=resources, config__tensor_parallel_size=gpus)
-    else:
-        document = request(inferenceResources=block("nvidia-vram-share", f"{gb}Gi"))
-    return engine_pod(document, name=name, labels={ENGINE_LABEL: name})
-
-
-def hami_pod(name: str, kind: str, gpus: int, gb: int) -> dict[str, Any]:
-    if kind == "whole":
-        return hami_peer.pod(name, gpus, None, "H100")
-    return hami_peer.pod(name, 1, gb * 1024, "L40S")
-
-
-def none_pod(name: str) -> dict[str, Any]:
-    pod = hami_peer.pod(name, 1, None, "H100")
-    pod["metadata"]["namespace"] = NONE_NAMESPACE
-    return pod
-
-
-def floor_pod(name: str) -> dict[str, Any]:
-    pod = _engine(name)
-    pod["metadata"]["namespace"] = FLOOR_NAMESPACE
-    return pod
-
-
 def create_stream(
-    kube: Any, items: list[tuple[str, int, int]], prefix: str
-) -> tuple[dict[str, list[float]], dict[str, list[str]]]:
-    """Create the stream's Pods, one at a time, in each namespace in turn, the order rotating;
-    return each one's create latencies and `tmi`'s and HAMi's Pod names. Beside `tmi` and
-    HAMi: the constant-answer webhook (`bench/constant_webhook.py`, a Python aiohttp server
-    returning `tmi`'s patch prepared once, behind the same kind of configuration; the floor
-    of any webhook written as `tmi`'s is) and a namespace neither serves."""
-    latency: dict[str, list[float]] = {system: [] for system in SYSTEMS}
-    names: dict[str, list[str]] = {"tmi": [], "hami": []}
-    for index, (kind, gpus, gb) in enumerate(items):
-        name = f"{prefix}-{kind}-{index:03d}"
-        order = [
-            ("tmi", tmi_pod(name, kind, gpus, gb)),
-            ("hami", hami_pod(name, kind, gpus, gb)),
-            ("floor", floor_pod(name)),
-            ("none", none_pod(name)),
-        ]
+    kube: Any, systems: dict[str, System], items: list[Item], prefix: str
+) -> tuple[dict[str, list[float]], list[str]]:
+    """Create the stream's Pods one at a time, in each system's namespace in turn, the order
+    rotating; each create's latency by system, and the Pods' names."""
+    latency: dict[str, list[float]] = {name: [] for name in systems}
+    names = []
+    order = list(systems.values())
+    for index, item in enumerate(items):
+        name = f"{prefix}-{item[0]}-{index:03d}"
+        names.append(name)
         shift = index % len(order)
-        for system, body in order[shift:] + order[:shift]:
+        for system in order[shift:] + order[:shift]:
+            body = system.build(name, item)
             start = time.perf_counter()
             stored = kube.create(body)
-            latency[system].append(time.perf_counter() - start)
-            if system in ("tmi", "floor") and not is_planned(stored):
-                raise SystemExit(f"{system}'s Pod {name} was not planned")
-            if system == "hami" and stored["spec"].get("schedulerName") != hami_peer.SCHEDULER_NAME:
-                raise SystemExit(f"HAMi's webhook did not take Pod {name}")
-            if system in names:
-                names[system].append(name)
+            latency[system.name].append(time.perf_counter() - start)
+            if not system.admitted(stored):
+                raise SystemExit(f"{system.name}'s Pod {name} was not admitted as expected")
     return latency, names
+
+
+def quiet(audit: AuditTail, system: System, seconds: float = 1.0, limit: float = 30.0) -> float:
+    """Wait until `system`'s path has made no request for `seconds` (HAMi's Events and lock
+    calls of its last run, queued behind its client's rate limit, finish first), at most
+    `limit`; how long it waited."""
+    start = time.monotonic()
+    while time.monotonic() - start < limit:
+        if time.time() - audit.last_request(system.users - {system.scheduler_user}) > seconds:
+            break
+        time.sleep(0.25)
+    return round(time.monotonic() - start, 2)
+
+
+class Record:
+    """Everything measured so far, rewritten to the results file after every run."""
+
+    def __init__(self, path: Path, head: dict[str, Any]) -> None:
+        self.path = path
+        self.data = head
+        self.started = time.monotonic()
+        self.data["phases_started_at_s"] = {}
+
+    def phase(self, name: str) -> None:
+        """When a phase began, seconds into the run."""
+        self.data["phases_started_at_s"][name] = round(time.monotonic() - self.started, 1)
+
+    def write(self) -> None:
+        self.data["wall_seconds"] = round(time.monotonic() - self.started, 1)
+        self.data["load_average_1m"]["last"] = round(os.getloadavg()[0], 2)
+        peer_report.summarise(self.data)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.path.write_text(json.dumps(self.data, indent=2) + "\n")
+
+
+def run_burst(
+    plane: ControlPlane,
+    systems: dict[str, System],
+    settings: dict[str, Any],
+    audit: AuditTail,
+    standin: DevicePluginStandIn,
+    record: Record,
+) -> None:
+    kube = plane.kube("admin")
+    data = record.data
+    for repeat in range(settings["repeats"]):
+        for stream in settings["streams"]:
+            items = arrivals(stream, repeat)
+            if settings["burst_pods"] and stream == "fits":
+                items = items[: settings["burst_pods"]]
+            latency, names = create_stream(kube, systems, items, f"{stream[0]}{repeat}")
+            for name, values in latency.items():
+                data["pod_create_samples_ms"].setdefault(name, [])
+                data["pod_create_samples_ms"][name] += [round(v * 1000, 2) for v in values]
+            # The floors' Pods were for the create latency only: gone before any scheduling.
+            clear(kube, [systems["constant"].namespace, systems["none"].namespace])
+            shift = repeat % len(BURST)
+            for name in BURST[shift:] + BURST[:shift]:
+                system = systems[name]
+                waited = quiet(audit, system) if name.startswith("hami") else 0.0
+                label = f"burst-{name}-{stream}-{repeat}"
+                run = schedule_run(plane, system, label, names, audit, settings["burst_timeout_s"])
+                run["waited_for_quiet_s"] = waited
+                standin.idle()
+                run["packing"] = stranded(kube, name, system.namespace, items, names, fleet())
+                clear(kube, [system.namespace])
+                run["locks_left"] = clear_locks(kube)
+                data["burst"].setdefault(stream, {}).setdefault(name, []).append(run)
+                print(f"{label}: {json.dumps(run)[:240]}", file=sys.stderr)
+                record.write()
+
+
+def run_steady(
+    plane: ControlPlane,
+    systems: dict[str, System],
+    settings: dict[str, Any],
+    audit: AuditTail,
+    standin: DevicePluginStandIn,
+    record: Record,
+) -> None:
+    kube = plane.kube("admin")
+    data = record.data
+    order = [systems[name] for name in SYSTEMS]
+    for system in order:
+        plane.start_scheduler(
+            system.config,
+            name=f"steady-{system.name}",
+            identity=system.scheduler_identity,
+            verbosity=system.verbosity,
+            extra_args=SCHEDULER_ARGS,
+        )
+    for index, rate in enumerate(settings["rates"]):
+        items = arrivals("fits", 100 + index)[: settings["pods_per_rate"]]
+        shift = index % len(order)
+        for system in order[shift:] + order[:shift]:
+            waited = quiet(audit, system) if system.name.startswith("hami") else 0.0
+            label = f"steady-{system.name}"
+            prefix = f"r{int(rate)}-{system.name}"
+            window = paced_window(
+                plane, system, label, items, rate, prefix, audit, settings["drain_s"]
+            )
+            window["waited_for_quiet_s"] = waited
+            standin.idle()
+            clear(kube, [system.namespace])
+            window["locks_left"] = clear_locks(kube)
+            data["steady"].setdefault(system.name, {})[f"{rate:g}"] = window
+            shown = {k: window[k] for k in ("bound", "create_to_bound", "load_average_1m")}
+            print(f"{label} at {rate:g}/s: {json.dumps(shown)}", file=sys.stderr)
+            record.write()
+
+
+def memory(
+    plane: ControlPlane, systems: dict[str, System], hook_pid: int, extra: dict[str, int]
+) -> dict[str, Any]:
+    """Each process's resident memory, and each install's: its servers, and with the
+    kube-scheduler beside them."""
+    pids = plane.pids()
+    per_process = {"tmi-webhook": memory_of(hook_pid)}
+    per_process.update({name: memory_of(pid) for name, pid in extra.items()})
+    installs: dict[str, Any] = {}
+    for system in systems.values():
+        servers = {role: memory_of(pid)["rss"] for role, pid in system.pids.items()}
+        scheduler_pid = pids.get(f"scheduler-steady-{system.name}")
+        scheduler = memory_of(scheduler_pid)["rss"] if scheduler_pid else 0.0
+        per_process[f"{system.name} kube-scheduler"] = {"rss": scheduler}
+        installs[system.name] = {
+            "servers": servers,
+            "servers_rss": round(sum(servers.values()), 1),
+            "with_kube_scheduler_rss": round(sum(servers.values()) + scheduler, 1),
+        }
+    return {"per_process": per_process, "per_install": installs}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("--repeats", type=int, default=3)
+    size = parser.add_mutually_exclusive_group()
+    size.add_argument("--tiny", action="store_true", help="a quick check of the machinery")
+    size.add_argument("--full", action="store_true", help="the longer run")
     parser.add_argument("--hami-source", default=None, help="a HAMi checkout at the pinned commit")
+    parser.add_argument("--standin-delay-ms", type=float, default=200.0)
+    parser.add_argument("--output", type=Path, default=None, help=f"default {RESULTS}")
     args = parser.parse_args()
+    mode = "tiny" if args.tiny else "full" if args.full else "default"
+    settings = MODES[mode]
+    output = args.output or (Path("/tmp/peer-tiny.json") if args.tiny else RESULTS)
     home = hami_peer.build(args.hami_source)
     owner = Owner()
     profile = owner.sign(envelope(owner), name=DEFAULT_CONFIGMAP_NAME)
-    settings = WebhookSettings(
+    webhook_settings = WebhookSettings(
         owner_public_keys=(owner.public_key,),
         cluster_binding_id=CLUSTER,
         namespace=NAMESPACE,
@@ -258,111 +363,102 @@ def main() -> None:
         cpu_registry_credentials_secret="kamiwaza-pull",
         cert_reload_seconds=10.0,
     )
-    load_before = os.getloadavg()[0]
-    plane = ControlPlane.start(start_scheduler=False, apiserver_args=APISERVER_ARGS)
-    hami = Hami(plane, home)
-    standin = DevicePluginStandIn(plane)
-    creates: dict[str, list[float]] = {system: [] for system in SYSTEMS}
-    runs: dict[str, dict[str, list[dict[str, Any]]]] = {
-        stream: {"tmi": [], "hami": []} for stream in STREAMS
-    }
-    extender = None
+    record = Record(
+        output,
+        {
+            "date": datetime.now(UTC).strftime("%Y-%m-%d"),
+            "mode": mode,
+            "settings": {
+                **{k: list(v) if isinstance(v, tuple) else v for k, v in settings.items()},
+                "standin_delay_ms": args.standin_delay_ms,
+            },
+            "machine": f"{platform.machine()} {os.cpu_count()} CPUs",
+            "python": platform.python_version(),
+            "kubernetes": versions().kubernetes,
+            "hami_commit": (home / "COMMIT").read_text().strip(),
+            "hami_configs": {c.system: c.what for c in hami_peer.CONFIGS},
+            "load_average_1m": {"before": round(os.getloadavg()[0], 2)},
+            "fleet": {"h100x8": H100_NODES, "l40s_48gb": L40S_NODES},
+            "pod_create_samples_ms": {},
+            "burst": {},
+            "steady": {},
+        },
+    )
+    record.phase("setup")
+    plane = ControlPlane.start(
+        start_scheduler=False, apiserver_args=(*APISERVER_ARGS, *policy_args(audited_users()))
+    )
+    hamis = {config.system: Hami(plane, home, config) for config in hami_peer.CONFIGS}
+    standin = DevicePluginStandIn(
+        plane, [c.namespace for c in hami_peer.CONFIGS], args.standin_delay_ms / 1000
+    )
+    servers: list[Any] = []
     try:
         kube = plane.kube("admin")
         create_fake_nodes(kube, fleet())
-        with deploy_webhook(plane, settings, profile) as hook:
-            _grant_extender(plane)
-            port = free_port()
-            extender = _start_extender(plane, owner, port)
-            plane.create_namespace(hami_peer.NAMESPACE)
-            _namespaces(plane)
-            constant = ConstantWebhook(plane, hook)
+        with deploy_webhook(plane, webhook_settings, profile) as hook:
+            assert hook.process is not None
+            hook_pid = hook.process.pid
+            grant_extender(plane)
+            tmi_port, constant_port = free_port(), free_port()
+            extender = start_extender(plane, owner, tmi_port, tls=True)
+            constant_extender = start_constant_extender(plane, constant_port, tls=True)
+            servers += [extender, constant_extender]
+            create_namespaces(plane)
+            constant = ConstantWebhook(plane, hook, scheduler_name=CONSTANT_SCHEDULER)
             constant.install()
-            hami.start()
+            # The first to start writes HAMi's node handshake; a fast client does it quickly.
+            for name in ("hami-tuned", "hami-spread", "hami-installed"):
+                hamis[name].start()
+                hamis[name].wait_registered(H100_NODES + L40S_NODES)
             standin.start()
-            tmi_config = render_scheduler_config(extender_url=f"http://127.0.0.1:{port}")
-            hami_config = hami.scheduler_config()
-            for config in (tmi_config, hami_config):
-                config["leaderElection"] = {"leaderElect": False}
-                config["clientConnection"] = {"qps": 1000, "burst": 2000}
-            configs = {
-                "tmi": (tmi_config, NAMESPACE, extender.pid),
-                "hami": (hami_config, hami_peer.NAMESPACE, hami.pid),
-            }
-            for repeat in range(args.repeats):
-                for stream in STREAMS:
-                    items = arrivals(stream, repeat)
-                    latency, names = create_stream(kube, items, f"{stream[0]}{repeat}")
-                    for system, values in latency.items():
-                        creates[system] += values
-                    order = ["tmi", "hami"] if repeat % 2 == 0 else ["hami", "tmi"]
-                    for system in order:
-                        config, namespace, pid = configs[system]
-                        label = f"{system}-{stream}-{repeat}"
-                        run = schedule_run(plane, config, label, namespace, names[system], pid)
-                        run["packing"] = stranded(
-                            kube, system, namespace, items, names[system], fleet()
-                        )
-                        runs[stream][system].append(run)
-                        print(f"{label}: {json.dumps(run)[:300]}", file=sys.stderr)
-                        # Before the other system runs: kube-scheduler counts every bound Pod's
-                        # nvidia.com/gpu, HAMi's too, which its own configuration ignores.
-                        clear(kube, [namespace])
-                    clear(kube, [NONE_NAMESPACE, FLOOR_NAMESPACE])
-            memory = {
-                "tmi_webhook": memory_of(hook.process.pid if hook.process else 0),
-                "tmi_extender": memory_of(extender.pid),
-                "hami_scheduler": memory_of(hami.pid),
-                "constant_webhook": memory_of(constant.process.pid),
-            }
+            systems = build_systems(
+                plane,
+                tmi_url=f"https://127.0.0.1:{tmi_port}",
+                tmi_pids={"extender": extender.pid, "webhook": hook_pid},
+                webhook_user=plane.user(hook.identity),
+                constant_url=f"https://127.0.0.1:{constant_port}",
+                constant_pids={
+                    "extender": constant_extender.pid,
+                    "webhook": constant.process.pid,
+                },
+                hamis=hamis,
+            )
+            audit = AuditTail(plane.workdir)
+            record.data["load_average_1m"]["after_setup"] = round(os.getloadavg()[0], 2)
+            ports = {"tmi": tmi_port, "constant": constant_port}
+            ports.update({name: hami.port for name, hami in hamis.items()})
+            record.phase("filter")
+            record.data["filter_round_trip"] = filter_round_trips(
+                plane, systems, ports, settings["filter_calls"], simulate="hami-tuned"
+            )
+            record.write()
+            record.phase("burst")
+            run_burst(plane, systems, settings, audit, standin, record)
+            record.phase("steady")
+            run_steady(plane, systems, settings, audit, standin, record)
+            record.phase("end")
+            extra = {name: hami.pid for name, hami in hamis.items()}
+            extra |= {"tmi-extender": extender.pid, "constant-webhook": constant.process.pid}
+            record.data["memory_mib"] = memory(plane, systems, hook_pid, extra)
+            record.data["tmi_webhook_reviews"] = hook.reviews()
             constant.stop()
-            webhook_reviews = hook.reviews()
     finally:
         standin.stop()
-        hami.stop()
-        if extender is not None and extender.poll() is None:
-            extender.terminate()
+        for hami in hamis.values():
+            hami.stop()
+        for server in servers:
+            if server.poll() is None:
+                server.terminate()
         plane.stop()
-    results: dict[str, Any] = {
-        "machine": f"{platform.machine()} {os.cpu_count()} CPUs",
-        "python": platform.python_version(),
-        "kubernetes": versions().kubernetes,
-        "hami_commit": (home / "COMMIT").read_text().strip(),
-        "load_average_1m_before": round(load_before, 2),
-        "fleet": {"h100x8": H100_NODES, "l40s_48gb": L40S_NODES},
-        "streams": {
-            stream: [
-                {"kind": kind, "gpus": gpus, "share_gb": gb, "count": count}
-                for kind, gpus, gb, count in rows
-            ]
-            for stream, rows in STREAMS.items()
-        },
-        "repeats": args.repeats,
-        "pod_create": {system: summary(values) for system, values in creates.items()},
-        "tmi_webhook_reviews": webhook_reviews,
-        "device_plugin_stand_in": {"locks_released": standin.released, "errors": standin.errors},
-        "memory_mib": memory,
-        "scheduling": {
-            stream: {system: combine(values) for system, values in by_system.items()}
-            for stream, by_system in runs.items()
-        },
-        "runs": runs,
+    record.data["device_plugin_stand_in"] = {
+        "delay_ms": args.standin_delay_ms,
+        "locks_released": standin.released,
+        "lock_not_its_pods": standin.not_ours,
+        "errors": standin.errors[:10],
     }
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(results, indent=2) + "\n")
-    print(json.dumps({k: results[k] for k in ("pod_create", "memory_mib", "scheduling")}, indent=2))
-
-
-def combine(runs: list[dict[str, Any]]) -> dict[str, Any]:
-    """The median over repeats of each figure of a system's runs."""
-    out: dict[str, Any] = {}
-    for key in runs[0]:
-        values = [run[key] for run in runs]
-        if all(isinstance(v, int | float) and not isinstance(v, bool) for v in values):
-            out[key] = round(statistics.median(values), 3)
-        elif all(isinstance(v, dict) for v in values):
-            out[key] = combine(values)
-    return out
+    record.write()
+    print(json.dumps(record.data.get("summary", {}), indent=2))
 
 
 if __name__ == "__main__":

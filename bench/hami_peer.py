@@ -7,25 +7,18 @@ HAMi's: the build (`tools/hami/build.sh`, on demand), the configuration its char
 the MutatingWebhookConfiguration), the node annotations its device plugin writes at
 registration (`hami.io/node-nvidia-register`, a JSON list of `DeviceInfo` from
 `pkg/device/devices.go`), the translation of an engine Pod's demand into HAMi's resource names,
-and a stand-in for the one thing its device plugin does per Pod, which a KWOK node has none of.
-
-The stand-in. HAMi's extender binds the Pod itself, after taking a lock on the node
-(`hami.io/mutex.lock`); the lock is released by the device plugin's Allocate on that node,
-which marks the Pod `hami.io/bind-phase: success` (`PodAllocationSuccess`). With no device
-plugin the node stays locked for `--node-lock-timeout` (5 minutes) and HAMi binds one Pod per
-node per five minutes. `DevicePluginStandIn` watches HAMi's Pods and, for each one HAMi has
-bound with `bind-phase: allocating`, does what Allocate does: marks it `success` and removes
-the lock it holds. On a real node that happens when the kubelet admits the Pod, after the bind
-reaches it; here it happens as soon as the watch delivers the bind, so the stand-in favours
-HAMi. Its calls are the benchmark's, not HAMi's process's, and are not in HAMi's CPU figure.
+and the three ways HAMi is run (`CONFIGS`): as its chart installs it, with its client limits
+raised, and raised with the `spread` node policy. Each runs as its own process with its own
+scheduler name, webhook configuration and namespace, so the three stay side by side in one run
+and no Pod of one reaches another. What its device plugin does per Pod is `hami_standin.py`.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import ssl
 import subprocess
-import threading
 import urllib.request
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -34,24 +27,75 @@ from typing import Any
 
 import yaml
 
-from localcluster import ApiError, ControlPlane
+from localcluster import ControlPlane
 from localcluster.plane.binaries import bin_dir
 from localcluster.plane.process import free_port, wait_until
 
 ROOT = Path(__file__).resolve().parent.parent
 BUILD = ROOT / "tools" / "hami" / "build.sh"
-NAMESPACE = "bench-hami"
 SYSTEM_NAMESPACE = "hami-system"
-SCHEDULER_NAME = "hami-scheduler"
 REGISTER = "hami.io/node-nvidia-register"
 NODE_LOCK = "hami.io/mutex.lock"
 BIND_PHASE = "hami.io/bind-phase"
 ALLOCATED = "hami.io/vgpu-devices-allocated"
+TO_ALLOCATE = "hami.io/vgpu-devices-to-allocate"
 USE_TYPE = "nvidia.com/use-gputype"
 GPU = "nvidia.com/gpu"
 GPU_MEM = "nvidia.com/gpumem"
 # HAMi's chart default; each physical GPU is offered to this many Pods at most.
 SPLIT = 10
+# The chart's verbosity for HAMi's process (`scheduler.extender.extraArgs`) and for the
+# kube-scheduler beside it (`scheduler.kubeScheduler.extraNewArgs`).
+CHART_ARGS = ("--debug", "-v=4")
+CHART_SCHEDULER_VERBOSITY = 4
+# Raised client limits: those the earlier benchmark gave HAMi and its kube-scheduler.
+TUNED_CLIENT = (1000, 2000)
+
+
+@dataclass(frozen=True)
+class Config:
+    """One way of running HAMi. `client` is its process's and its kube-scheduler's client
+    limits (QPS, burst); None leaves each its default (client-go's 5 / 10 for HAMi, which its
+    chart does not change; kube-scheduler's 50 / 100)."""
+
+    name: str
+    client: tuple[int, int] | None
+    node_policy: str
+    what: str
+
+    @property
+    def namespace(self) -> str:
+        return f"bench-hami-{self.name}"
+
+    @property
+    def scheduler_name(self) -> str:
+        return f"hami-{self.name}"
+
+    @property
+    def system(self) -> str:
+        return f"hami-{self.name}"
+
+
+CONFIGS = (
+    Config(
+        "installed",
+        None,
+        "binpack",
+        "as its chart installs it: client-go's default limits (5 QPS, burst 10), binpack",
+    ),
+    Config(
+        "tuned",
+        TUNED_CLIENT,
+        "binpack",
+        "client limits raised to 1,000 QPS, burst 2,000 (HAMi's and its kube-scheduler's)",
+    ),
+    Config("spread", TUNED_CLIENT, "spread", "tuned, with --node-scheduler-policy=spread"),
+)
+
+
+def user_of(config: Config) -> str:
+    """The user HAMi's process authenticates as when run as `config`."""
+    return f"bench:hami-scheduler:{config.name}"
 
 
 def build(source: str | None = None) -> Path:
@@ -107,7 +151,9 @@ def register_annotation(node: str, card: Card, gpus: int) -> str:
     return json.dumps(devices, separators=(",", ":"))
 
 
-def pod(name: str, gpus: int, memory_mib: int | None, model: str) -> dict[str, Any]:
+def pod(
+    name: str, gpus: int, memory_mib: int | None, model: str, namespace: str = ""
+) -> dict[str, Any]:
     """An engine Pod in HAMi's terms: `gpus` devices of `model` (its `use-gputype`, as the
     signed binding pins `tmi`'s), each whole (no memory named: HAMi then takes all of each
     device's memory) or a share of `memory_mib`."""
@@ -117,7 +163,11 @@ def pod(name: str, gpus: int, memory_mib: int | None, model: str) -> dict[str, A
     return {
         "apiVersion": "v1",
         "kind": "Pod",
-        "metadata": {"name": name, "namespace": NAMESPACE, "annotations": {USE_TYPE: model}},
+        "metadata": {
+            "name": name,
+            "namespace": namespace or CONFIGS[0].namespace,
+            "annotations": {USE_TYPE: model},
+        },
         "spec": {
             "containers": [
                 {
@@ -131,46 +181,57 @@ def pod(name: str, gpus: int, memory_mib: int | None, model: str) -> dict[str, A
 
 
 class Hami:
-    """HAMi's scheduler process (webhook, extender and its node registration loop in one), the
-    webhook configuration its chart ships pointed at it, and its scheduler configuration."""
+    """One HAMi scheduler process (webhook, extender and its node registration loop in one) as
+    `config` runs it, the chart's webhook configuration pointed at it for its namespace, and
+    the chart's scheduler configuration for the kube-scheduler beside it. It authenticates as
+    a user of its own, so the API requests it makes are counted apart (`peer_audit.py`)."""
 
-    def __init__(self, plane: ControlPlane, home: Path) -> None:
+    def __init__(self, plane: ControlPlane, home: Path, config: Config) -> None:
         self.plane = plane
         self.home = home
+        self.config = config
         self.port = free_port()
+        self.identity = f"hami-{config.name}"
+        self.user = user_of(config)
         self.process: subprocess.Popen[bytes] | None = None
+        self.log_path = plane.logs_dir / f"hami-{config.name}.log"
 
     def start(self) -> None:
-        plane = self.plane
+        plane, config = self.plane, self.config
         plane.create_namespace(SYSTEM_NAMESPACE)
-        config = plane.workdir / "hami-device-config.yaml"
-        config.write_text(render(self.home, "device-configmap.yaml")["data"]["device-config.yaml"])
-        pair = plane.issue_serving_cert("hami-scheduler")
-        log = (plane.logs_dir / "hami-scheduler.log").open("wb")
-        # The chart's arguments (its defaults: binpack nodes, spread GPUs), with its in-cluster
-        # service replaced by loopback; the client limits those kube-scheduler gets here (HAMi's
-        # default, client-go's 5 QPS, would cap its bind at a few Pods a second).
+        plane.create_namespace(config.namespace)
+        device_config = plane.workdir / "hami-device-config.yaml"
+        device_config.write_text(
+            render(self.home, "device-configmap.yaml")["data"]["device-config.yaml"]
+        )
+        # The chart binds HAMi's ServiceAccount to a ClusterRole that reads and writes Pods,
+        # nodes and events everywhere; a user of its own in system:masters does the same here.
+        kubeconfig = plane.add_identity(self.identity, self.user, ("system:masters",))
+        pair = plane.issue_serving_cert(f"hami-{config.name}")
+        log = self.log_path.open("wb")
+        # The chart's arguments, with its in-cluster service replaced by loopback and leader
+        # election off (as for every scheduler here).
         argv = [
             str(self.home / "hami-scheduler"),
             f"--http_bind=127.0.0.1:{self.port}",
             f"--cert_file={pair.cert_file}",
             f"--key_file={pair.key_file}",
-            f"--scheduler-name={SCHEDULER_NAME}",
+            f"--scheduler-name={config.scheduler_name}",
             f"--metrics-bind-address=127.0.0.1:{free_port()}",
-            "--node-scheduler-policy=binpack",
+            f"--node-scheduler-policy={config.node_policy}",
             "--gpu-scheduler-policy=spread",
             "--force-overwrite-default-scheduler=true",
-            f"--device-config-file={config}",
+            f"--device-config-file={device_config}",
             "--leader-elect=false",
-            "--kube-qps=1000",
-            "--kube-burst=2000",
-            "-v=1",
+            *CHART_ARGS,
         ]
+        if config.client is not None:
+            argv += [f"--kube-qps={config.client[0]}", f"--kube-burst={config.client[1]}"]
         env = {
             **os.environ,
-            "KUBECONFIG": str(plane.kubeconfig("admin")),
+            "KUBECONFIG": str(kubeconfig),
             "POD_NAMESPACE": SYSTEM_NAMESPACE,
-            "POD_NAME": "hami-scheduler-0",
+            "POD_NAME": f"hami-scheduler-{config.name}",
         }
         self.process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env)
         context = _insecure()
@@ -183,17 +244,30 @@ class Hami:
             except OSError:
                 return False
 
-        wait_until(ready, timeout=60, what="HAMi's /readyz")
+        wait_until(ready, timeout=60, what=f"HAMi {config.name}'s /readyz")
         webhook = render(self.home, "webhook.yaml")
+        webhook["metadata"]["name"] = f"hami-webhook-{config.name}"
         hook = webhook["webhooks"][0]
+        hook["name"] = f"{config.name}.vgpu.hami.io"
         hook["clientConfig"] = {
             "url": f"https://127.0.0.1:{self.port}/webhook",
             "caBundle": plane.ca_bundle,
         }
         # Its own namespace only, so `tmi`'s Pods (which the chart's selector would take too,
-        # once planned with nvidia.com/gpu) never reach it.
-        hook["namespaceSelector"] = {"matchLabels": {"kubernetes.io/metadata.name": NAMESPACE}}
+        # once planned with nvidia.com/gpu) and the other configurations' never reach it.
+        hook["namespaceSelector"] = {
+            "matchLabels": {"kubernetes.io/metadata.name": config.namespace}
+        }
         plane.kube("admin").apply(webhook)
+
+    def wait_registered(self, nodes: int, timeout: float = 120.0) -> None:
+        """Until its registration loop has read every node's devices (its log says so once a
+        node): a Pod filtered before that finds no node and waits in kube-scheduler's backoff."""
+
+        def registered() -> bool:
+            return self.log_path.read_bytes().count(b"Node device added") >= nodes
+
+        wait_until(registered, timeout=timeout, what=f"HAMi {self.config.name} to register")
 
     @property
     def pid(self) -> int:
@@ -204,6 +278,11 @@ class Hami:
         rendered = render(self.home, "configmap.yaml")["data"]["config.yaml"]
         config: dict[str, Any] = yaml.safe_load(rendered)
         config["extenders"][0]["urlPrefix"] = f"https://127.0.0.1:{self.port}"
+        config["profiles"][0]["schedulerName"] = self.config.scheduler_name
+        config["leaderElection"] = {"leaderElect": False}
+        if self.config.client is not None:
+            qps, burst = self.config.client
+            config["clientConnection"] = {"qps": qps, "burst": burst}
         return config
 
     def stop(self) -> None:
@@ -212,86 +291,11 @@ class Hami:
             self.process.wait(timeout=30)
 
 
-def _insecure() -> Any:
-    import ssl
-
+def _insecure() -> ssl.SSLContext:
     context = ssl.create_default_context()
     context.check_hostname = False
     context.verify_mode = ssl.CERT_NONE
     return context
-
-
-class DevicePluginStandIn:
-    """What HAMi's device plugin does once per Pod on its node (the module docstring says why
-    it is needed and how it favours HAMi): mark the Pod allocated and release the node lock."""
-
-    def __init__(self, plane: ControlPlane) -> None:
-        self.kube = plane.kube("admin")
-        self.stopping = threading.Event()
-        self.released = 0
-        self.errors: list[str] = []
-        self.thread = threading.Thread(target=self._run, daemon=True)
-
-    def start(self) -> None:
-        self.thread.start()
-
-    def stop(self) -> None:
-        self.stopping.set()
-        self.thread.join(timeout=10)
-
-    def _run(self) -> None:
-        path = f"/api/v1/namespaces/{NAMESPACE}/pods"
-        version = self.kube.request("GET", path, query={"limit": 1})["metadata"]["resourceVersion"]
-        while not self.stopping.is_set():
-            try:
-                for event in self.kube.watch(path, {"resourceVersion": version}, timeout=5):
-                    obj = event.get("object", {})
-                    version = obj.get("metadata", {}).get("resourceVersion", version)
-                    if event.get("type") in ("ADDED", "MODIFIED"):
-                        self._allocate(obj)
-                    if self.stopping.is_set():
-                        return
-            except Exception as exc:  # a closed watch is resumed; anything else is recorded
-                self.errors.append(repr(exc)[:300])
-                if len(self.errors) > 50:
-                    return
-
-    def _allocate(self, obj: Mapping[str, Any]) -> None:
-        meta = obj.get("metadata", {})
-        node = obj.get("spec", {}).get("nodeName")
-        annotations = meta.get("annotations") or {}
-        if not node or annotations.get(BIND_PHASE) != "allocating":
-            return
-        name = meta["name"]
-        self.kube.request(
-            "PATCH",
-            f"/api/v1/namespaces/{NAMESPACE}/pods/{name}",
-            body={"metadata": {"annotations": {BIND_PHASE: "success"}}},
-            content_type="application/merge-patch+json",
-        )
-        held = (self.kube.get("v1", "Node", node)["metadata"].get("annotations") or {}).get(
-            NODE_LOCK, ""
-        )
-        if not held.endswith(f",{NAMESPACE},{name}"):
-            return
-        try:
-            self.kube.request(
-                "PATCH",
-                f"/api/v1/nodes/{node}",
-                body=[
-                    {
-                        "op": "test",
-                        "path": "/metadata/annotations/hami.io~1mutex.lock",
-                        "value": held,
-                    },
-                    {"op": "remove", "path": "/metadata/annotations/hami.io~1mutex.lock"},
-                ],
-                content_type="application/json-patch+json",
-            )
-            self.released += 1
-        except ApiError as exc:
-            if exc.status not in (409, 422):
-                raise
 
 
 def device_usage(pods: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, int]]:
@@ -313,13 +317,13 @@ def device_usage(pods: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, int]]
 
 
 __all__ = [
-    "NAMESPACE",
-    "SCHEDULER_NAME",
+    "CONFIGS",
     "Card",
-    "DevicePluginStandIn",
+    "Config",
     "Hami",
     "build",
     "device_usage",
     "pod",
     "register_annotation",
+    "user_of",
 ]

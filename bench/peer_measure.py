@@ -1,18 +1,21 @@
-"""What `bench_peer.py` measures of each system's scheduler run, the same way for both: the
-bindings a watch sees, the CPU each process spent between the first and the last, the
-scheduler's own account of its attempts, when nothing is left to try, and the packing that
-results.
+"""What `bench_peer.py` measures of each system's scheduler run over a burst, the same way for
+every system: the bindings a watch sees, the CPU each process spent between the first and the
+last, the API requests of the system's whole path (`peer_audit.py`), the scheduler's own account
+of its attempts, when nothing is left to try, and the packing that results.
 
 A run with more demand than the fleet holds never binds every Pod, so its end is not "all
 bound": it is kube-scheduler's queues holding nothing it could still try (its active and
 backoff queues empty, every Pod either bound or parked as unschedulable), seen on three polls
 in a row of its `scheduler_pending_pods` gauge. A Pod parked unschedulable is retried when the
 cluster changes (HAMi's node locks are node updates, so its Pods are retried more often than
-`tmi`'s); those retries are in the window and in the CPU figures.
+`tmi`'s); those retries are in the window and in the CPU figures. A run that has not settled
+after `timeout` is stopped there and reports what it bound (HAMi as its chart installs it binds
+a burst at a fraction of a Pod a second).
 """
 
 from __future__ import annotations
 
+import os
 import ssl
 import statistics
 import threading
@@ -23,17 +26,16 @@ from pathlib import Path
 from typing import Any
 
 import hami_peer
-from scheduling_run import SCHEDULER_ARGS
-from scheduling_run import busy_seconds as _busy_seconds
-from scheduling_run import process_seconds as _process_seconds
+from peer_audit import AuditTail, per_pod
+from peer_systems import SHARE_RESOURCE, System
+from scheduling_run import SCHEDULER_ARGS, busy_seconds, process_seconds
 
-from localcluster import ControlPlane, wait_until
+from localcluster import ApiError, ControlPlane, wait_until
 from localcluster.plane.metrics import parse_metrics
 
 SETTLE_TIMEOUT = 300.0
 POLL = 0.25
 WHOLE_RESOURCE = "nvidia.com/gpu"
-SHARE_RESOURCE = "kamiwaza.ai/vram-gb-gpu-0"
 CARD_GB = 48
 
 
@@ -76,7 +78,7 @@ class _Bindings:
 
     def seen(self) -> None:
         self.count += 1
-        now = (time.perf_counter(), _busy_seconds(), self._cpu())
+        now = (time.perf_counter(), busy_seconds(), self._cpu())
         if self.first is None:
             self.first = now
         self.last = now
@@ -85,7 +87,7 @@ class _Bindings:
         out = {}
         for name, pid in self.pids.items():
             try:
-                out[name] = _process_seconds(pid)
+                out[name] = process_seconds(pid)
             except OSError:
                 continue
         return out
@@ -147,19 +149,26 @@ def _cycle(samples: Iterable[Any]) -> dict[str, float]:
 
 def schedule_run(
     plane: ControlPlane,
-    config: dict[str, Any],
+    system: System,
     label: str,
-    namespace: str,
     names: Sequence[str],
-    extender_pid: int,
+    audit: AuditTail,
+    timeout: float = SETTLE_TIMEOUT,
 ) -> dict[str, Any]:
-    """Start a kube-scheduler with `config` over the namespace's waiting Pods, follow it until
-    nothing is left to try, stop it, and report."""
+    """Start `system`'s kube-scheduler over its namespace's waiting Pods, follow it until
+    nothing is left to try (or `timeout`), stop it, and report."""
     kube = plane.kube("admin")
-    path = f"/api/v1/namespaces/{namespace}/pods"
+    path = f"/api/v1/namespaces/{system.namespace}/pods"
     version = kube.request("GET", path, query={"limit": 1})["metadata"]["resourceVersion"]
-    plane.start_scheduler(config, name=label, extra_args=SCHEDULER_ARGS)
-    pids = {"extender": extender_pid}
+    started = time.time()
+    plane.start_scheduler(
+        system.config,
+        name=label,
+        identity=system.scheduler_identity,
+        verbosity=system.verbosity,
+        extra_args=SCHEDULER_ARGS,
+    )
+    pids = dict(system.pids)
     scheduler_pid = plane.pids().get(f"scheduler-{label}")
     if scheduler_pid is not None:
         pids["kube-scheduler"] = scheduler_pid
@@ -171,8 +180,9 @@ def schedule_run(
     watcher.start()
     calm = 0
     settled = False
-    deadline = time.monotonic() + SETTLE_TIMEOUT
+    deadline = time.monotonic() + timeout
     samples: list[Any] = []
+    scheduler_memory: dict[str, float] = {}
     try:
         while time.monotonic() < deadline:
             samples = _scheduler_metrics(plane, label)
@@ -185,14 +195,27 @@ def schedule_run(
                 break
             time.sleep(POLL)
         samples = _scheduler_metrics(plane, label)
+        if scheduler_pid is not None:
+            scheduler_memory = memory_of(scheduler_pid)
     finally:
         bindings.stop.set()
         plane.stop_scheduler(label)
         watcher.join(timeout=10)
+    ended = time.time()
     if bindings.error is not None:
         raise bindings.error
     first, last = bindings.first, bindings.last
-    out: dict[str, Any] = {"pods": len(names), "bound": bindings.count, "settled": settled}
+    out: dict[str, Any] = {
+        "pods": len(names),
+        "bound": bindings.count,
+        "settled": settled,
+        "seconds": round(ended - started, 1),
+        "load_average_1m": round(os.getloadavg()[0], 2),
+        "scheduler_memory_mib": scheduler_memory,
+    }
+    requests = audit.count(system.users, started, ended)
+    out["api_requests"] = requests
+    out["api_requests_per_pod_bound"] = per_pod(requests, bindings.count)
     if first is None or last is None or bindings.count < 2:
         return out
     within = bindings.count - 1
@@ -201,7 +224,7 @@ def schedule_run(
     out.update(
         {
             "first_to_last_binding_s": round(elapsed, 3),
-            "pods_per_second": round(within / elapsed, 1),
+            "pods_per_second": round(within / elapsed, 2),
             "machine_cpu_ms_per_pod": round((last[1] - first[1]) / within * 1000, 3),
             "cpu_ms_per_pod": {name: round(s / within * 1000, 3) for name, s in spent.items()},
             "scheduler": _cycle(samples),
@@ -213,7 +236,7 @@ def schedule_run(
 def _used(system: str, pods: Sequence[Mapping[str, Any]]) -> dict[str, float]:
     """Per node, what is taken: whole GPUs on an H100 node, GB on an L40S card."""
     used: dict[str, float] = {}
-    if system == "hami":
+    if system.startswith("hami"):
         for node, devices in hami_peer.device_usage(pods).items():
             if node.startswith("h100"):
                 used[node] = sum(1 for mib in devices.values() if mib > 0)
@@ -289,4 +312,26 @@ def clear(kube: Any, namespaces: Sequence[str]) -> None:
     )
 
 
-__all__ = ["clear", "memory_of", "schedule_run", "stranded", "summary"]
+def clear_locks(kube: Any) -> int:
+    """Remove any HAMi node lock left behind (a Pod deleted at the end of a run before the
+    stand-in's turn), so the next run starts from free nodes; the benchmark's own calls, not
+    counted as HAMi's. Returns how many there were."""
+    removed = 0
+    for node in kube.request("GET", "/api/v1/nodes")["items"]:
+        if hami_peer.NODE_LOCK not in (node["metadata"].get("annotations") or {}):
+            continue
+        try:
+            kube.request(
+                "PATCH",
+                f"/api/v1/nodes/{node['metadata']['name']}",
+                body={"metadata": {"annotations": {hami_peer.NODE_LOCK: None}}},
+                content_type="application/merge-patch+json",
+            )
+            removed += 1
+        except ApiError as exc:
+            if exc.status != 404:
+                raise
+    return removed
+
+
+__all__ = ["clear", "clear_locks", "memory_of", "schedule_run", "stranded", "summary"]

@@ -1,13 +1,16 @@
-"""The side-by-side benchmark's own bookkeeping (`bench/hami_peer.py`, `bench/peer_measure.py`):
-what it writes for HAMi is HAMi's format, what it reads back of HAMi's allocations and of
-`tmi`'s is counted right, and the stranded measure counts only capacity no waiting Pod could
-use. HAMi itself is not needed: the formats are those of its source (`pkg/device/devices.go`),
-quoted here."""
+"""The side-by-side benchmark's own bookkeeping (`bench/hami_peer.py`, `bench/peer_measure.py`,
+`bench/peer_arrival.py`, `bench/peer_audit.py`, `bench/peer_report.py`): what it writes for HAMi is
+HAMi's format, what it reads back of HAMi's allocations and of `tmi`'s is counted right, the
+stranded measure counts only capacity no waiting Pod could use, an unbound Pod is slower than
+any bound one, the audit log is counted once a request, and the targets are judged as stated.
+HAMi itself is not needed: the formats are those of its source (`pkg/device/devices.go`), quoted
+here."""
 
 from __future__ import annotations
 
 import json
 import sys
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +21,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 import hami_peer  # noqa: E402
 import peer_measure  # noqa: E402
+import peer_systems  # noqa: E402
 
 from localcluster.nodes.kwok import FakeNode  # noqa: E402
 
@@ -110,7 +114,7 @@ def test_free_gpus_are_stranded_only_where_no_waiting_pod_fits_them() -> None:
         _tmi_pod("b", "h100-01", "nvidia.com/gpu", 4),
         _tmi_pod("c", "h100-00", "nvidia.com/gpu", 2),
         _tmi_pod("d", None, "nvidia.com/gpu", 4),
-        _tmi_pod("e", "l40s-00", peer_measure.SHARE_RESOURCE, 40),
+        _tmi_pod("e", "l40s-00", peer_systems.SHARE_RESOURCE, 40),
     ]
     out = peer_measure.stranded(_Pods(pods), "tmi", "ns", items, names, NODES)
     assert out["placed"] == {"whole": 3, "share": 1}
@@ -143,3 +147,90 @@ def test_the_summary_reports_the_slow_tail() -> None:
     assert out["p50_ms"] == 1.0
     assert out["p99_ms"] == 500.0
     assert out["count"] == 100
+
+
+def test_an_unbound_pod_ranks_above_every_bound_one() -> None:
+    import peer_arrival
+
+    samples: list[float | None] = [*([0.010] * 98), 0.020, None]
+    out = peer_arrival.percentiles(samples)
+    assert out["unbound"] == 1
+    assert out["p50_ms"] == 10.0
+    # The 99th of 100 is the unbound Pod: no figure, slower than any.
+    assert out["p99_ms"] is None
+    assert out["max_bound_ms"] == 20.0
+
+
+def test_the_targets_hold_tmi_to_the_constant_pair_and_ahead_of_hami_as_installed() -> None:
+    import peer_report
+
+    def window(p99: float | None, unbound: int = 0) -> dict[str, Any]:
+        figures = {"p50_ms": 10.0, "p99_ms": p99, "count": 24, "unbound": unbound}
+        return {
+            "create_to_bound": figures,
+            "create_call": figures,
+            "created_to_bound": figures,
+            "api_requests_per_pod_bound": {"total": 2.0},
+            "load_average_1m": 1.0,
+        }
+
+    steady = {
+        "tmi": {"2": window(30.0), "20": window(40.0)},
+        "constant": {"2": window(27.0), "20": window(30.0)},
+        "hami-installed": {"2": window(900.0), "20": window(None, unbound=3)},
+    }
+    out = peer_report.targets(peer_report.steady_table(steady))
+    assert out["tmi_p99_vs_constant"]["by_rate"] == {"2": 1.111, "20": 1.333}
+    assert out["tmi_p99_vs_constant"]["met"] is False
+    assert out["tmi_p99_vs_hami_installed"]["met"] is True
+    assert out["tmi_p99_vs_hami_installed"]["by_rate"]["20"]["peer_p99_ms"] is None
+
+
+def test_the_audit_tail_counts_each_request_of_the_named_users_once(tmp_path: Path) -> None:
+    import peer_audit
+
+    def event(audit_id: str, user: str, verb: str, resource: str, stage: str, code: int) -> str:
+        return json.dumps(
+            {
+                "auditID": audit_id,
+                "stage": stage,
+                "verb": verb,
+                "user": {"username": user},
+                "objectRef": {"resource": resource},
+                "responseStatus": {"code": code},
+                "requestReceivedTimestamp": "2026-12-06T10:00:00.500000Z",
+            }
+        )
+
+    lines = [
+        event("a", "hami", "patch", "nodes", "ResponseComplete", 200),
+        event("a", "hami", "patch", "nodes", "ResponseComplete", 200),
+        event("b", "hami", "watch", "pods", "ResponseStarted", 200),
+        event("c", "hami", "get", "pods", "ResponseComplete", 404),
+        event("d", "other", "get", "pods", "ResponseComplete", 200),
+    ]
+    (tmp_path / "audit.log").write_text("\n".join(lines) + "\n")
+    tail = peer_audit.AuditTail(tmp_path)
+    at = datetime(2026, 12, 6, 10, 0, 0, 500000, tzinfo=UTC).timestamp()
+    counts = tail.count({"hami"}, at - 1, at + 1)
+    assert counts == {
+        "failed": 1,
+        "failed get pods 404": 1,
+        "get pods": 1,
+        "patch nodes": 1,
+        "total": 2,
+    }
+    assert tail.count({"hami"}, at + 1, at + 2) == {}
+
+
+def test_the_constant_answer_can_name_another_scheduler() -> None:
+    import base64
+
+    import constant_pair
+
+    ops = [{"op": "add", "path": "/spec/schedulerName", "value": "kamiwaza-inference-scheduler"}]
+    answer = {"allowed": True, "patch": base64.b64encode(json.dumps(ops).encode()).decode()}
+    renamed = constant_pair.with_scheduler_name(answer, "bench-constant-scheduler")
+    assert json.loads(base64.b64decode(renamed["patch"])) == [
+        {"op": "add", "path": "/spec/schedulerName", "value": "bench-constant-scheduler"}
+    ]

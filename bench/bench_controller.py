@@ -455,9 +455,14 @@ async def main() -> None:
         with contextlib.suppress(ValueError):
             previous = json.loads(RESULTS.read_text())
             results.update({k: v for k, v in previous.items() if k.startswith(("memory", "api"))})
+    results["date"] = datetime.now(UTC).strftime("%Y-%m-%d")
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
     if args.mode in ("memory", "all"):
         results["memory_no_latency"] = await bench_memory(args.rate, count, 0.0)
+        # Each setup's figures are kept as soon as they are measured.
+        RESULTS.write_text(json.dumps(results, indent=2) + "\n")
         results["memory_2ms_latency"] = await bench_memory(args.rate, count, 0.002)
+        RESULTS.write_text(json.dumps(results, indent=2) + "\n")
     if args.mode in ("apiserver", "all"):
         workdir = Path(tempfile.mkdtemp(prefix="tmi-bench-controller-"))
         try:
@@ -469,7 +474,6 @@ async def main() -> None:
             print(f"logs kept in {workdir}", file=sys.stderr)
         else:
             shutil.rmtree(workdir, ignore_errors=True)
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps(results, indent=2) + "\n")
     print(json.dumps(results, indent=2))
 

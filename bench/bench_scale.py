@@ -4,9 +4,13 @@ latency, its memory, and how long it takes to be ready after a restart.
 The server is the real app (uvloop, orjson) in a child process, fed from memory
 (`bench_extender.py`'s fleet, scaled): each GPU node holds two bound GPU engine Pods and the
 rest of its ten are CPU engine Pods, each CPU node ten CPU engine Pods, so the ledger holds ten
-Pods per node. Calls are one at a time, as kube-scheduler makes them, in two sizes: every node's
-name in the body (the worst case) and 750 names (what kube-scheduler sends at 15,000 nodes by
-default: it stops filtering once it has found `percentageOfNodesToScore` of them, 5% here).
+Pods per node. Calls are one at a time, as kube-scheduler makes them, in two sizes: the names
+kube-scheduler sends by default (the headline figure and the target's), and every node's name
+(the worst case, `percentageOfNodesToScore: 100`, for information). By default kube-scheduler
+stops filtering once it has found a share of the nodes feasible and sends the extender those:
+v1.36's adaptive share is `50 - nodes/125` percent, at least 5%, and at least 100 nodes
+(`numFeasibleNodesToFind`, pkg/scheduler/schedule_one.go), so 750 of 15,000
+(`default_names_sent`).
 
 Ready after a restart: the child receives the Pods as the API server's list answer would carry
 them (pages of 500 JSON documents), then decodes each page and keeps each Pod's `holding_part`
@@ -21,7 +25,7 @@ managedFields) in a child of its own; the webhook watches ConfigMaps only, so 15
 not reach its memory.
 
 Run: `.venv/bin/python bench/bench_scale.py [--nodes N] [--pods-per-node K]`. Writes
-bench/results/scale.json.
+bench/results/scale.json once the extender's figures are in and again with the controller's.
 """
 
 from __future__ import annotations
@@ -31,10 +35,12 @@ import asyncio
 import gc
 import json
 import multiprocessing
+import os
 import platform
 import sys
 import time
 import tracemalloc
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -58,11 +64,21 @@ from kits.profilekit import Owner  # noqa: E402
 
 NODES = 15_000
 PODS_PER_NODE = 10
-SCHEDULER_SENDS = 750
 PAGE = 500  # the informer's list page size
 ROUNDS = 300
 WARMUP = 20
 TARGETS = {"filter_p99_ms": 10.0, "ready_s": 30.0, "rss_mib": 1024.0}
+RESULTS = ROOT / "bench" / "results" / "scale.json"
+
+
+def default_names_sent(nodes: int) -> int:
+    """How many feasible nodes kube-scheduler v1.36 looks for (and sends the extender) with
+    `percentageOfNodesToScore` unset: 50% less one point per 125 nodes, never under 5%, and
+    never under 100 nodes (all of them below that)."""
+    if nodes < 100:
+        return nodes
+    percentage = max(5, 50 - nodes // 125)
+    return max(100, nodes * percentage // 100)
 
 
 def _pods(owner: Owner, size: int, per_node: int) -> list[dict[str, Any]]:
@@ -136,8 +152,9 @@ async def _measure(port: int, owner: Owner, size: int) -> dict[str, Any]:
     envelope = fleet_envelope(owner)
     plans = _plans(owner, envelope)
     names = [n.name for n in fleet(size)]
-    step = max(1, len(names) // SCHEDULER_SENDS)
-    sent = {"all": names, f"{SCHEDULER_SENDS}": names[::step][:SCHEDULER_SENDS]}
+    default = default_names_sent(len(names))
+    step = max(1, len(names) // default)
+    sent = {"default": names[::step][:default], "all": names}
     url = f"http://127.0.0.1:{port}"
     out: dict[str, Any] = {}
     async with aiohttp.ClientSession() as session:
@@ -196,13 +213,12 @@ def _child_rss(pid: int) -> float:
 
 
 def meets(figures: dict[str, Any]) -> dict[str, bool]:
-    """Each target against this run's figures: the p99 target for both verbs, with every node
-    named and with the 750 names kube-scheduler sends."""
+    """Each target against this run's figures: the p99 target for both verbs with the names
+    kube-scheduler sends by default (every node named is information, not a target)."""
     limit = TARGETS["filter_p99_ms"]
     return {
-        f"{verb}_p99_ms_{names}_names": figures[f"{verb}_{names}_names"]["p99_ms"] <= limit
+        f"{verb}_p99_ms_default_names": figures[f"{verb}_default_names"]["p99_ms"] <= limit
         for verb in ("filter", "prioritize")
-        for names in ("all", str(SCHEDULER_SENDS))
     } | {
         "ready_s": figures["ready_s"] <= TARGETS["ready_s"],
         "rss_mib": figures["rss_mib_after_calls"] <= TARGETS["rss_mib"],
@@ -241,12 +257,16 @@ def main() -> None:
     finally:
         server.terminate()
         server.join(10)
-    measured = ctx.Process(
-        target=_controller_store, args=(pem, args.nodes, args.pods_per_node, shared)
-    )
-    measured.start()
-    measured.join(900)
-    figures = {
+    results: dict[str, Any] = {
+        "machine": f"{platform.machine()} {multiprocessing.cpu_count()} CPUs",
+        "python": platform.python_version(),
+        "cpus": multiprocessing.cpu_count(),
+        "date": datetime.now(UTC).strftime("%Y-%m-%d"),
+        "load_average_1m": round(os.getloadavg()[0], 2),
+        "nodes": args.nodes,
+        "pods_per_node": args.pods_per_node,
+        "default_names_sent": default_names_sent(args.nodes),
+        "targets": TARGETS,
         "ready_s": shared["ready_s"],
         "accounted_pods": shared["accounted_pods"],
         "list_bytes": shared["list_bytes"],
@@ -255,25 +275,24 @@ def main() -> None:
         "rss_mib_ready": rss_ready,
         "rss_mib_after_calls": rss_after,
         **calls,
-        # The controller keeps whole engine Pods; the webhook watches ConfigMaps only, so its
-        # memory does not grow with the Pods.
-        "controller_pods": shared["controller_pods"],
-        "controller_store_mib": shared["controller_store_mib"],
     }
-    results = {
-        "machine": platform.machine(),
-        "python": platform.python_version(),
-        "cpus": multiprocessing.cpu_count(),
-        "nodes": args.nodes,
-        "pods_per_node": args.pods_per_node,
-        "targets": TARGETS,
-        **figures,
-        "meets": meets(figures),
-    }
-    text = json.dumps(results, indent=2)
-    print(text)
-    out = ROOT / "bench" / "results" / "scale.json"
-    out.write_text(text + "\n")
+    results["meets"] = meets(results)
+    _write(results)
+    measured = ctx.Process(
+        target=_controller_store, args=(pem, args.nodes, args.pods_per_node, shared)
+    )
+    measured.start()
+    measured.join(900)
+    # The controller keeps whole engine Pods; the webhook watches ConfigMaps only, so its
+    # memory does not grow with the Pods.
+    results["controller_pods"] = shared["controller_pods"]
+    results["controller_store_mib"] = shared["controller_store_mib"]
+    _write(results)
+    print(RESULTS.read_text())
+
+
+def _write(results: dict[str, Any]) -> None:
+    RESULTS.write_text(json.dumps(results, indent=2) + "\n")
 
 
 if __name__ == "__main__":

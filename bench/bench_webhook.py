@@ -294,7 +294,7 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
             # Rounds interleave the servers, so a neighbour's load on a shared machine hits
             # both alike; the median round is reported, and every round is kept.
             rounds: dict[tuple[str, str], list[dict[str, Any]]] = {}
-            for _ in range(args.rounds):
+            for round_ in range(args.rounds):
                 for kind, workload, bodies in runs:
                     rounds.setdefault((kind, workload), []).append(
                         await throughput(
@@ -306,6 +306,12 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
                             procs[kind].pid,
                         )
                     )
+                # The rounds so far, kept should the run be stopped; the summary replaces them.
+                partial = {f"{k} {w}": measured for (k, w), measured in rounds.items()}
+                args.output.parent.mkdir(parents=True, exist_ok=True)
+                args.output.write_text(
+                    json.dumps({"partial_rounds": round_ + 1, "rounds": partial}, indent=2) + "\n"
+                )
             for kind, workload, bodies in runs:
                 measured = rounds[(kind, workload)]
                 median = sorted(measured, key=lambda r: r["reviews_per_second"])[len(measured) // 2]

@@ -11,12 +11,12 @@ its device plugin's part played by `hami_standin.py`, which releases each node l
 stated delay and whose API calls count as HAMi's), and two floors: a constant webhook and
 extender behind `tmi`'s configuration, and no webhook or extender at all.
 
-The fleet (KWOK nodes) carries every system's facts on the same nodes: GPU Feature Discovery's
-labels and the device plugins' resources that `tmi`'s signed bindings are checked against, and
-the device registration HAMi's device plugin writes. H100 nodes (8 GPUs) serve whole GPUs, L40S
-nodes (one 48 GB card, an accounted VRAM bucket for `tmi`) serve shares. The Pods are one seeded
-mix: whole-GPU Pods of 1, 2 and 4 GPUs and shares of 8, 16 and 24 GB, each system's in its own
-terms and its own namespace. Three measurements, in this order:
+The fleet (KWOK nodes, `peer_phases.py`) carries every system's facts on the same nodes: GPU
+Feature Discovery's labels and the device plugins' resources that `tmi`'s signed bindings are
+checked against, and the device registration HAMi's device plugin writes. H100 nodes (8 GPUs)
+serve whole GPUs, L40S nodes (one 48 GB card, an accounted VRAM bucket for `tmi`) serve shares.
+The Pods are one seeded mix: whole-GPU Pods of 1, 2 and 4 GPUs and shares of 8, 16 and 24 GB,
+each system's in its own terms and its own namespace. Three measurements, in this order:
 
 1. Each extender's filter round trip, called directly with the same node names and an
    equivalent Pod (`peer_filter.py`).
@@ -25,10 +25,13 @@ terms and its own namespace. Three measurements, in this order:
    scheduling system's kube-scheduler started over its own waiting Pods in turn, the order
    rotating between repeats (`peer_measure.py`): throughput, the scheduler's account of its
    attempts, CPU and API requests per Pod. A burst is a Deployment scaled up at once.
-3. Steady arrival (`peer_arrival.py`): every system's kube-scheduler running, engine Pods
-   created at 2, 5, 10 and 20 a second in one system's namespace at a time, the systems'
-   order rotating between rates: per Pod, create to bound (webhook, scheduling and bind
-   together), p50 and p99, with the API requests per Pod and the machine's load average.
+3. Steady arrival (`peer_arrival.py`, `peer_phases.py`): every system's kube-scheduler running,
+   engine Pods created at 2, 5, 10 and 20 a second in one system's namespace at a time: per
+   Pod, create to bound (webhook, scheduling and bind together), p50 and p99, with the API
+   requests per Pod and the machine's load average. `tmi`, the constant pair and no extender
+   take turns in slices of a few Pods (ABC CBA ...), so a neighbour's load on the shared
+   machine falls on the three alike; each HAMi configuration runs one window a rate (its queue
+   builds across the window); the blocks' order alternates between rates.
 
 Each system's Pods are deleted before the next run (kube-scheduler counts the `nvidia.com/gpu`
 of every bound Pod, HAMi's too, which HAMi's own configuration tells its scheduler to ignore),
@@ -49,9 +52,7 @@ import argparse
 import json
 import os
 import platform
-import random
 import sys
-import time
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -61,18 +62,16 @@ sys.path.insert(0, str(ROOT / "bench"))
 sys.path.append(str(ROOT))  # the checkout, for a script run by path
 
 import hami_peer  # noqa: E402
-import peer_report  # noqa: E402
 from constant_pair import ConstantWebhook, create_namespaces  # noqa: E402
-from hami_peer import Card, Hami  # noqa: E402
+from hami_peer import Hami  # noqa: E402
 from hami_standin import DevicePluginStandIn  # noqa: E402
-from peer_arrival import paced_window  # noqa: E402
 from peer_audit import AuditTail, policy_args  # noqa: E402
 from peer_filter import filter_round_trips  # noqa: E402
-from peer_measure import clear, clear_locks, memory_of, schedule_run, stranded  # noqa: E402
+from peer_measure import memory_of  # noqa: E402
+from peer_phases import H100_NODES, L40S_NODES, fleet, run_burst, run_steady  # noqa: E402
+from peer_report import Record  # noqa: E402
 from peer_systems import (  # noqa: E402
     CONSTANT_SCHEDULER,
-    SYSTEMS,
-    Item,
     System,
     audited_users,
     build_systems,
@@ -80,50 +79,21 @@ from peer_systems import (  # noqa: E402
 )
 from scheduling_run import (  # noqa: E402
     APISERVER_ARGS,
-    SCHEDULER_ARGS,
     grant_extender,
     start_constant_extender,
     start_extender,
 )
 
 from inference_policy.trust.signing import DEFAULT_CONFIGMAP_NAME  # noqa: E402
-from kits.fleetkit import h100, l40s  # noqa: E402
 from kits.profilekit import CLUSTER, NAMESPACE, Owner  # noqa: E402
 from localcluster import ControlPlane, create_fake_nodes, versions  # noqa: E402
 from localcluster.plane.process import free_port  # noqa: E402
 from localcluster.servers.webhook import WebhookSettings, deploy_webhook  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results" / "peer.json"
-H100_NODES = 16
-L40S_NODES = 32
-H100 = Card("NVIDIA H100 80GB HBM3", 81559)
-L40S = Card("NVIDIA L40S", 48 * 1024)
-# (kind, GPUs, share GB, how many) of each stream. "fits": 88 of the 128 whole GPUs and 800 of
-# the 1,536 GB of shares, so every Pod binds. "overfull" (`--full`): 160 GPUs of whole Pods and
-# 1,440 GB of shares, more than the fleet holds, so packing decides how many are placed.
-STREAMS = {
-    "fits": (
-        ("whole", 1, 0, 40),
-        ("whole", 2, 0, 12),
-        ("whole", 4, 0, 6),
-        ("share", 1, 8, 40),
-        ("share", 1, 16, 15),
-        ("share", 1, 24, 10),
-    ),
-    "overfull": (
-        ("whole", 1, 0, 64),
-        ("whole", 2, 0, 24),
-        ("whole", 4, 0, 12),
-        ("share", 1, 8, 60),
-        ("share", 1, 16, 30),
-        ("share", 1, 24, 20),
-    ),
-}
-# The systems that schedule in the burst; the floors' Pods are created there for the create
-# latency only.
-BURST = ("tmi", *(config.system for config in hami_peer.CONFIGS))
 # What each mode runs: Pods a rate, the rates, burst Pods, a burst run's limit, how long a
-# window waits for its last Pods, filter calls a system and kind, burst repeats, streams.
+# window waits for its last Pods, filter calls a system and kind, burst repeats, streams, and
+# the slices the systems that bind in milliseconds take turns in at each rate.
 MODES: dict[str, dict[str, Any]] = {
     "tiny": {
         "pods_per_rate": 6,
@@ -134,6 +104,7 @@ MODES: dict[str, dict[str, Any]] = {
         "filter_calls": 5,
         "repeats": 1,
         "streams": ("fits",),
+        "slices": 2,
     },
     "default": {
         "pods_per_rate": 24,
@@ -144,6 +115,7 @@ MODES: dict[str, dict[str, Any]] = {
         "filter_calls": 20,
         "repeats": 1,
         "streams": ("fits",),
+        "slices": 4,
     },
     "full": {
         "pods_per_rate": 100,
@@ -154,167 +126,9 @@ MODES: dict[str, dict[str, Any]] = {
         "filter_calls": 100,
         "repeats": 3,
         "streams": ("fits", "overfull"),
+        "slices": 10,
     },
 }
-
-
-def arrivals(stream: str, seed: int) -> list[Item]:
-    items = [(kind, gpus, gb) for kind, gpus, gb, count in STREAMS[stream] for _ in range(count)]
-    random.Random(seed).shuffle(items)
-    return items
-
-
-def fleet() -> list[Any]:
-    nodes = [
-        h100(
-            f"h100-{i:02d}",
-            annotations={
-                hami_peer.REGISTER: hami_peer.register_annotation(f"h100-{i:02d}", H100, 8)
-            },
-        )
-        for i in range(H100_NODES)
-    ]
-    nodes += [
-        l40s(
-            f"l40s-{i:02d}",
-            annotations={
-                hami_peer.REGISTER: hami_peer.register_annotation(f"l40s-{i:02d}", L40S, 1)
-            },
-        )
-        for i in range(L40S_NODES)
-    ]
-    return nodes
-
-
-def create_stream(
-    kube: Any, systems: dict[str, System], items: list[Item], prefix: str
-) -> tuple[dict[str, list[float]], list[str]]:
-    """Create the stream's Pods one at a time, in each system's namespace in turn, the order
-    rotating; each create's latency by system, and the Pods' names."""
-    latency: dict[str, list[float]] = {name: [] for name in systems}
-    names = []
-    order = list(systems.values())
-    for index, item in enumerate(items):
-        name = f"{prefix}-{item[0]}-{index:03d}"
-        names.append(name)
-        shift = index % len(order)
-        for system in order[shift:] + order[:shift]:
-            body = system.build(name, item)
-            start = time.perf_counter()
-            stored = kube.create(body)
-            latency[system.name].append(time.perf_counter() - start)
-            if not system.admitted(stored):
-                raise SystemExit(f"{system.name}'s Pod {name} was not admitted as expected")
-    return latency, names
-
-
-def quiet(audit: AuditTail, system: System, seconds: float = 1.0, limit: float = 30.0) -> float:
-    """Wait until `system`'s path has made no request for `seconds` (HAMi's Events and lock
-    calls of its last run, queued behind its client's rate limit, finish first), at most
-    `limit`; how long it waited."""
-    start = time.monotonic()
-    while time.monotonic() - start < limit:
-        if time.time() - audit.last_request(system.users - {system.scheduler_user}) > seconds:
-            break
-        time.sleep(0.25)
-    return round(time.monotonic() - start, 2)
-
-
-class Record:
-    """Everything measured so far, rewritten to the results file after every run."""
-
-    def __init__(self, path: Path, head: dict[str, Any]) -> None:
-        self.path = path
-        self.data = head
-        self.started = time.monotonic()
-        self.data["phases_started_at_s"] = {}
-
-    def phase(self, name: str) -> None:
-        """When a phase began, seconds into the run."""
-        self.data["phases_started_at_s"][name] = round(time.monotonic() - self.started, 1)
-
-    def write(self) -> None:
-        self.data["wall_seconds"] = round(time.monotonic() - self.started, 1)
-        self.data["load_average_1m"]["last"] = round(os.getloadavg()[0], 2)
-        peer_report.summarise(self.data)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.path.write_text(json.dumps(self.data, indent=2) + "\n")
-
-
-def run_burst(
-    plane: ControlPlane,
-    systems: dict[str, System],
-    settings: dict[str, Any],
-    audit: AuditTail,
-    standin: DevicePluginStandIn,
-    record: Record,
-) -> None:
-    kube = plane.kube("admin")
-    data = record.data
-    for repeat in range(settings["repeats"]):
-        for stream in settings["streams"]:
-            items = arrivals(stream, repeat)
-            if settings["burst_pods"] and stream == "fits":
-                items = items[: settings["burst_pods"]]
-            latency, names = create_stream(kube, systems, items, f"{stream[0]}{repeat}")
-            for name, values in latency.items():
-                data["pod_create_samples_ms"].setdefault(name, [])
-                data["pod_create_samples_ms"][name] += [round(v * 1000, 2) for v in values]
-            # The floors' Pods were for the create latency only: gone before any scheduling.
-            clear(kube, [systems["constant"].namespace, systems["none"].namespace])
-            shift = repeat % len(BURST)
-            for name in BURST[shift:] + BURST[:shift]:
-                system = systems[name]
-                waited = quiet(audit, system) if name.startswith("hami") else 0.0
-                label = f"burst-{name}-{stream}-{repeat}"
-                run = schedule_run(plane, system, label, names, audit, settings["burst_timeout_s"])
-                run["waited_for_quiet_s"] = waited
-                standin.idle()
-                run["packing"] = stranded(kube, name, system.namespace, items, names, fleet())
-                clear(kube, [system.namespace])
-                run["locks_left"] = clear_locks(kube)
-                data["burst"].setdefault(stream, {}).setdefault(name, []).append(run)
-                print(f"{label}: {json.dumps(run)[:240]}", file=sys.stderr)
-                record.write()
-
-
-def run_steady(
-    plane: ControlPlane,
-    systems: dict[str, System],
-    settings: dict[str, Any],
-    audit: AuditTail,
-    standin: DevicePluginStandIn,
-    record: Record,
-) -> None:
-    kube = plane.kube("admin")
-    data = record.data
-    order = [systems[name] for name in SYSTEMS]
-    for system in order:
-        plane.start_scheduler(
-            system.config,
-            name=f"steady-{system.name}",
-            identity=system.scheduler_identity,
-            verbosity=system.verbosity,
-            extra_args=SCHEDULER_ARGS,
-        )
-    for index, rate in enumerate(settings["rates"]):
-        items = arrivals("fits", 100 + index)[: settings["pods_per_rate"]]
-        shift = index % len(order)
-        for system in order[shift:] + order[:shift]:
-            waited = quiet(audit, system) if system.name.startswith("hami") else 0.0
-            label = f"steady-{system.name}"
-            prefix = f"r{int(rate)}-{system.name}"
-            window = paced_window(
-                plane, system, label, items, rate, prefix, audit, settings["drain_s"]
-            )
-            window["waited_for_quiet_s"] = waited
-            standin.idle()
-            clear(kube, [system.namespace])
-            window["locks_left"] = clear_locks(kube)
-            data["steady"].setdefault(system.name, {})[f"{rate:g}"] = window
-            shown = {k: window[k] for k in ("bound", "create_to_bound", "load_average_1m")}
-            print(f"{label} at {rate:g}/s: {json.dumps(shown)}", file=sys.stderr)
-            record.write()
 
 
 def memory(

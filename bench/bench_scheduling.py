@@ -9,7 +9,7 @@ reads nodes, pods and the profile with. kube-scheduler runs with the configurati
 loopback), once with the extender, once with a constant extender in its place
 (`bench/constant_extender.py`: every node passes, none is scored, so it shows what consulting
 any extender costs the scheduler), and once with the same configuration minus the extender, in
-repeats that rotate which goes first (five by default, `--repeats 11` for the longer run); the
+repeats that rotate which goes first (three by default, `--repeats 11` for the longer run); the
 figure is the median of the repeats' paired
 ratios (each repeat's runs share whatever else loads the machine), next to the ratio of the
 medians. Wall-clock rates on a shared 2-core machine swing by 2x between runs of the same
@@ -35,7 +35,7 @@ The machinery (the run, the extender processes, the figures read beside the rate
 `scheduling_run.py`, shared with `bench_dra.py` and `bench_peer.py`.
 
 Needs the control-plane binaries (`make controlplane`). Run:
-`.venv/bin/python bench/bench_scheduling.py [--repeats 5]` (about five minutes). Writes
+`.venv/bin/python bench/bench_scheduling.py [--repeats 3]` (about five minutes). Writes
 bench/results/scheduling.json after each repeat, so a run stopped early keeps what it measured.
 """
 
@@ -83,9 +83,10 @@ from localcluster.servers.webhook import apply_runtime_class  # noqa: E402
 
 SCHEDULER = "kamiwaza-inference-scheduler"
 PODS = {"whole": 480, "mig": 160, "share": 160}
-# Five repeats of the three modes schedule 12,000 Pods, about five minutes here; `--repeats 11`
-# is the longer run the earlier figures came from.
-REPEATS = 5
+# Three repeats of the three modes schedule 7,200 Pods, about five minutes here (a repeat took
+# about a minute and a half on 2 cores under a load of 3.6); `--repeats 11` is the longer run
+# the earlier figures came from.
+REPEATS = 3
 RESULTS = ROOT / "bench" / "results" / "scheduling.json"
 
 

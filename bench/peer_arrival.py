@@ -10,7 +10,9 @@ lock and kube-scheduler's backoff included) and the bind together. A Pod not bou
 seconds after the last create is reported unbound and counted in the percentiles as slower than
 any that was (`None` for a percentile it decides). Beside the latencies: the create call alone,
 the CPU each process spent, the API requests of the system's path per Pod (`peer_audit.py`),
-what its kube-scheduler says it did, and the machine's load average.
+what its kube-scheduler says it did, and the machine's load average. A system's windows at one
+rate may be slices taken in turn with other systems' (`bench_peer.py` interleaves the systems
+that bind in milliseconds so), merged before they are reported (`Window.add`).
 """
 
 from __future__ import annotations
@@ -20,8 +22,10 @@ import ssl
 import threading
 import time
 import urllib.request
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from typing import Any
 
 from peer_audit import AuditTail, per_pod
@@ -134,6 +138,78 @@ def _cpu(pids: Mapping[str, int]) -> dict[str, float]:
     return out
 
 
+@dataclass
+class Window:
+    """What one window measured, in a form that adds up: a system's slices of one rate are
+    merged into one before it is reported."""
+
+    rate: float
+    latencies: list[float | None] = field(default_factory=list)
+    create_calls: list[float] = field(default_factory=list)
+    after_create: list[float | None] = field(default_factory=list)
+    cpu: dict[str, float] = field(default_factory=dict)
+    scheduler: dict[str, float] = field(default_factory=dict)
+    requests: Counter[str] = field(default_factory=Counter)
+    seconds: float = 0.0
+    late: float = 0.0
+    loads: list[float] = field(default_factory=list)
+    watch_errors: list[str] = field(default_factory=list)
+    # How long it waited first for the system's previous requests to finish (HAMi's).
+    waited: float = 0.0
+
+    def add(self, other: Window) -> None:
+        self.latencies += other.latencies
+        self.create_calls += other.create_calls
+        self.after_create += other.after_create
+        for mine, theirs in ((self.cpu, other.cpu), (self.scheduler, other.scheduler)):
+            for key, value in theirs.items():
+                mine[key] = mine.get(key, 0.0) + value
+        self.requests.update(other.requests)
+        self.seconds += other.seconds
+        self.late = max(self.late, other.late)
+        self.loads += other.loads
+        self.watch_errors += other.watch_errors
+
+    def report(self) -> dict[str, Any]:
+        bound = sum(1 for value in self.latencies if value is not None)
+        delta = self.scheduler
+        attempts = delta.get("algorithm_count", 0.0)
+
+        def per_attempt(key: str) -> float | None:
+            return round(delta.get(key, 0.0) / attempts * 1e3, 2) if attempts else None
+
+        requests = dict(sorted(self.requests.items()))
+        return {
+            "rate_per_s": self.rate,
+            "pods": len(self.latencies),
+            "bound": bound,
+            "create_to_bound": percentiles(self.latencies),
+            "create_call": percentiles(list(self.create_calls)),
+            "created_to_bound": percentiles(self.after_create),
+            "latest_create_behind_schedule_ms": round(self.late * 1000, 1),
+            "window_s": round(self.seconds, 2),
+            "load_average_1m": round(sum(self.loads) / len(self.loads), 2) if self.loads else None,
+            "load_average_1m_each_slice": self.loads,
+            "cpu_ms_per_pod_bound": {
+                name: round(seconds / bound * 1000, 2)
+                for name, seconds in self.cpu.items()
+                if bound
+            },
+            "api_requests": requests,
+            "api_requests_per_pod_bound": per_pod(requests, bound),
+            "scheduler": {
+                **{k: v for k, v in delta.items() if k.startswith("attempts_")},
+                "algorithm_ms_per_attempt": per_attempt("algorithm_seconds"),
+                "attempt_ms_per_attempt": per_attempt("attempt_seconds"),
+                "sli_ms_per_pod": round(delta["sli_seconds"] / delta["sli_count"] * 1e3, 2)
+                if delta.get("sli_count")
+                else None,
+            },
+            "waited_for_quiet_s": self.waited,
+            "watch_errors": self.watch_errors,
+        }
+
+
 def paced_window(
     plane: ControlPlane,
     system: System,
@@ -143,7 +219,7 @@ def paced_window(
     prefix: str,
     audit: AuditTail,
     drain: float,
-) -> dict[str, Any]:
+) -> Window:
     """One window: `items` created in `system`'s namespace at `rate` a second while its
     kube-scheduler (running as `label`) places them; the module docstring says what is
     measured."""
@@ -187,58 +263,28 @@ def paced_window(
             futures.append(pool.submit(create, name, item))
         for future in futures:
             future.result()
-    last_create = time.perf_counter()
-    deadline = last_create + drain
+    deadline = time.perf_counter() + drain
     while time.perf_counter() < deadline and not all(n in watch.at for n in names):
-        time.sleep(0.05)
+        time.sleep(0.02)
     ended = time.time()
     cpu_after = _cpu(pids)
     after = _scheduler_counters(plane, label)
     watch.close()
     if refused:
         raise SystemExit(f"{system.name}: {len(refused)} Pods not admitted as expected")
-    latencies: list[float | None] = [
-        watch.at[name] - sent[name] if name in watch.at else None for name in names
-    ]
-    after_create: list[float | None] = [
-        watch.at[name] - created[name] if name in watch.at else None for name in names
-    ]
-    bound = sum(1 for value in latencies if value is not None)
-    spent = {name: cpu_after[name] - cpu_before.get(name, 0.0) for name in cpu_after}
-    delta = {key: after.get(key, 0.0) - before.get(key, 0.0) for key in after}
-    requests = audit.count(system.users, started, ended)
-    attempts = delta.get("algorithm_count", 0.0)
-    return {
-        "rate_per_s": rate,
-        "pods": len(names),
-        "bound": bound,
-        "create_to_bound": percentiles(latencies),
-        "create_call": percentiles([created[n] - sent[n] for n in names]),
-        "created_to_bound": percentiles(after_create),
-        "latest_create_behind_schedule_ms": round(late * 1000, 1),
-        "window_s": round(ended - started, 2),
-        "load_average_1m": round(os.getloadavg()[0], 2),
-        "cpu_ms_per_pod_bound": {
-            name: round(seconds / bound * 1000, 2) for name, seconds in spent.items() if bound
-        },
-        "api_requests": requests,
-        "api_requests_per_pod_bound": per_pod(requests, bound),
-        "scheduler": {
-            **{k: v for k, v in delta.items() if k.startswith("attempts_")},
-            "algorithm_ms_per_attempt": round(
-                delta.get("algorithm_seconds", 0.0) / attempts * 1e3, 2
-            )
-            if attempts
-            else None,
-            "attempt_ms_per_attempt": round(delta.get("attempt_seconds", 0.0) / attempts * 1e3, 2)
-            if attempts
-            else None,
-            "sli_ms_per_pod": round(delta["sli_seconds"] / delta["sli_count"] * 1e3, 2)
-            if delta.get("sli_count")
-            else None,
-        },
-        "watch_errors": watch.errors,
-    }
+    return Window(
+        rate=rate,
+        latencies=[watch.at[n] - sent[n] if n in watch.at else None for n in names],
+        create_calls=[created[n] - sent[n] for n in names],
+        after_create=[watch.at[n] - created[n] if n in watch.at else None for n in names],
+        cpu={name: cpu_after[name] - cpu_before.get(name, 0.0) for name in cpu_after},
+        scheduler={key: after.get(key, 0.0) - before.get(key, 0.0) for key in after},
+        requests=Counter(audit.count(system.users, started, ended)),
+        seconds=ended - started,
+        late=late,
+        loads=[round(os.getloadavg()[0], 2)],
+        watch_errors=watch.errors,
+    )
 
 
-__all__ = ["paced_window", "percentiles"]
+__all__ = ["Window", "paced_window", "percentiles"]

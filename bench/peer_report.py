@@ -10,9 +10,13 @@ falls on one (None) is behind every measured one.
 
 from __future__ import annotations
 
+import json
 import math
+import os
 import statistics
+import time
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 TARGET_VS_CONSTANT = 1.2
@@ -149,4 +153,25 @@ def summarise(data: dict[str, Any]) -> None:
     data["summary"] = out
 
 
-__all__ = ["combine", "steady_table", "summarise", "summary_ms", "targets"]
+class Record:
+    """Everything measured so far, rewritten to the results file after every run."""
+
+    def __init__(self, path: Path, head: dict[str, Any]) -> None:
+        self.path = path
+        self.data = head
+        self.started = time.monotonic()
+        self.data["phases_started_at_s"] = {}
+
+    def phase(self, name: str) -> None:
+        """When a phase began, seconds into the run."""
+        self.data["phases_started_at_s"][name] = round(time.monotonic() - self.started, 1)
+
+    def write(self) -> None:
+        self.data["wall_seconds"] = round(time.monotonic() - self.started, 1)
+        self.data["load_average_1m"]["last"] = round(os.getloadavg()[0], 2)
+        summarise(self.data)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.path.write_text(json.dumps(self.data, indent=2) + "\n")
+
+
+__all__ = ["Record", "combine", "steady_table", "summarise", "summary_ms", "targets"]

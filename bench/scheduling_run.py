@@ -60,19 +60,18 @@ def grant_extender(plane: ControlPlane) -> None:
             "subjects": [user],
         }
     )
-    kube.apply(
-        {
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "RoleBinding",
-            "metadata": {"name": "bench-tmi-extender-user", "namespace": NAMESPACE},
-            "roleRef": {
-                "apiGroup": "rbac.authorization.k8s.io",
-                "kind": "Role",
-                "name": "tmi-extender-read-profiles",
-            },
-            "subjects": [user],
-        }
-    )
+    # The Roles the chart binds its ServiceAccount to in the tenant namespace: reading the
+    # profiles, and writing the room figures (without it every room update is refused).
+    for role in ("tmi-extender-read-profiles", "tmi-extender-write-room"):
+        kube.apply(
+            {
+                "apiVersion": "rbac.authorization.k8s.io/v1",
+                "kind": "RoleBinding",
+                "metadata": {"name": f"bench-{role}-user", "namespace": NAMESPACE},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": role},
+                "subjects": [user],
+            }
+        )
 
 
 def start_extender(

@@ -110,7 +110,7 @@ MODES: dict[str, dict[str, Any]] = {
         "pods_per_rate": 24,
         "rates": (2.0, 5.0, 10.0, 20.0),
         "burst_pods": 40,
-        "burst_timeout_s": 45.0,
+        "burst_timeout_s": 30.0,
         "drain_s": 15.0,
         "filter_calls": 20,
         "repeats": 1,

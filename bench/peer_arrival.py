@@ -95,8 +95,9 @@ class _Bound:
                     return
 
     def close(self) -> None:
+        # Not joined: the thread sits in a watch read until the next event or the watch's end
+        # (up to 5 s), which would be dead time between windows; it ends on its own.
         self.stop.set()
-        self.thread.join(timeout=10)
 
 
 def _scheduler_counters(plane: ControlPlane, label: str) -> dict[str, float]:
@@ -184,6 +185,10 @@ class Window:
             "pods": len(self.latencies),
             "bound": bound,
             "create_to_bound": percentiles(self.latencies),
+            # Each Pod's, in ms (None: unbound), for the intervals of the ratios.
+            "create_to_bound_ms": [
+                None if value is None else round(value * 1000, 2) for value in self.latencies
+            ],
             "create_call": percentiles(list(self.create_calls)),
             "created_to_bound": percentiles(self.after_create),
             "latest_create_behind_schedule_ms": round(self.late * 1000, 1),

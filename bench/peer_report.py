@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import random
 import statistics
 import time
 from collections.abc import Mapping, Sequence
@@ -21,6 +22,7 @@ from typing import Any
 
 TARGET_VS_CONSTANT = 1.2
 HEADLINE_PEER = "hami-installed"
+BOOTSTRAP = 2000
 
 
 def summary_ms(samples_ms: Sequence[float]) -> dict[str, float | int]:
@@ -82,9 +84,37 @@ def steady_table(steady: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[str,
     return table
 
 
-def targets(table: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
-    """Each target, per rate and overall."""
+def _p99(samples: Sequence[float]) -> float:
+    ordered = sorted(samples)
+    return ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))]
+
+
+def p99_ratio_interval(
+    numerator: Sequence[float | None], denominator: Sequence[float | None], seed: int = 0
+) -> list[float] | None:
+    """A 90% bootstrap interval for p99(numerator) / p99(denominator), each side resampled
+    independently: with a few dozen Pods a p99 is the slowest one, and the interval says how
+    far chance alone moves the ratio. None when an unbound Pod is among either side."""
+    if any(v is None for v in (*numerator, *denominator)) or not numerator or not denominator:
+        return None
+    top = [float(v) for v in numerator if v is not None]
+    bottom = [float(v) for v in denominator if v is not None]
+    rng = random.Random(seed)
+    ratios = sorted(
+        _p99(rng.choices(top, k=len(top))) / _p99(rng.choices(bottom, k=len(bottom)))
+        for _ in range(BOOTSTRAP)
+    )
+    return [round(ratios[int(0.05 * BOOTSTRAP)], 3), round(ratios[int(0.95 * BOOTSTRAP)], 3)]
+
+
+def targets(
+    table: Mapping[str, Mapping[str, Any]],
+    samples: Mapping[str, Mapping[str, Sequence[float | None]]] | None = None,
+) -> dict[str, Any]:
+    """Each target, per rate and overall; `samples` (per rate, per system, each Pod's ms)
+    adds the interval of each ratio."""
     against_constant: dict[str, float | None] = {}
+    intervals: dict[str, list[float] | None] = {}
     against_peer: dict[str, dict[str, Any]] = {}
     for rate, systems in table.items():
         tmi = systems.get("tmi", {}).get("p99_ms")
@@ -93,6 +123,10 @@ def targets(table: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
             against_constant[rate] = (
                 round(tmi / constant, 3) if tmi is not None and constant else None
             )
+            if samples is not None and rate in samples:
+                intervals[rate] = p99_ratio_interval(
+                    samples[rate].get("tmi", []), samples[rate].get("constant", [])
+                )
         if "tmi" in systems and HEADLINE_PEER in systems:
             peer = systems[HEADLINE_PEER]["p99_ms"]
             against_peer[rate] = {
@@ -105,6 +139,7 @@ def targets(table: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
         "tmi_p99_vs_constant": {
             "target": f"at most {TARGET_VS_CONSTANT}x at every rate",
             "by_rate": against_constant,
+            "by_rate_90pct_interval": intervals,
             "worst": max((_slower(r) for r in ratios), default=None),
             "met": bool(ratios) and all(r is not None and r <= TARGET_VS_CONSTANT for r in ratios),
         },
@@ -147,8 +182,12 @@ def summarise(data: dict[str, Any]) -> None:
     steady = data.get("steady", {})
     if steady:
         table = steady_table(steady)
+        samples: dict[str, dict[str, list[float | None]]] = {}
+        for system, by_rate in steady.items():
+            for rate, window in by_rate.items():
+                samples.setdefault(rate, {})[system] = window.get("create_to_bound_ms", [])
         out["steady_create_to_bound"] = table
-        out["targets"] = targets(table)
+        out["targets"] = targets(table, samples)
         out["api_requests_per_pod_steady"] = api_requests(steady)
     data["summary"] = out
 

@@ -234,3 +234,13 @@ def test_the_constant_answer_can_name_another_scheduler() -> None:
     assert json.loads(base64.b64decode(renamed["patch"])) == [
         {"op": "add", "path": "/spec/schedulerName", "value": "bench-constant-scheduler"}
     ]
+
+
+def test_the_ratio_interval_spans_one_for_the_same_samples_and_none_with_an_unbound_pod() -> None:
+    import peer_report
+
+    samples: list[float | None] = [10.0 + index for index in range(24)]
+    interval = peer_report.p99_ratio_interval(samples, samples)
+    assert interval is not None
+    assert interval[0] <= 1.0 <= interval[1]
+    assert peer_report.p99_ratio_interval([*samples, None], samples) is None

@@ -1,4 +1,5 @@
-"""Soak: the webhook and the extender as real processes under steady load for ten minutes.
+"""Soak: the webhook and the extender as real processes under steady load for nine minutes (ten
+with `make soak`).
 
 Why it exists: a leak (memory, file descriptors, asyncio tasks) or an error that shows once in
 a hundred thousand calls is invisible to the tests and to a short benchmark. This runs both
@@ -23,7 +24,10 @@ load those follow the client's connection count (at most `CONNECTIONS`), which a
 raises; only what is left after the connections close is a leak. Writes
 bench/results/soak.json and exits 1 when a criterion fails.
 
-    .venv/bin/python bench/soak.py [--seconds 600] [--rate 200] [--extender-rate 40]
+    .venv/bin/python bench/soak.py [--seconds 540] [--rate 200] [--extender-rate 40]
+
+540 s of load by default, so a run with its start and settling ends within ten minutes; `make
+soak` gives 600. The calls and the checks of their answers are `soak_load.py`'s.
 """
 
 from __future__ import annotations
@@ -38,16 +42,17 @@ import ssl
 import sys
 import tempfile
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "bench"))
 sys.path.append(str(ROOT))  # the checkout, for a script run by path
 
 import aiohttp  # noqa: E402
-import orjson  # noqa: E402
 import uvloop  # noqa: E402
+from soak_load import Load, check_extender, check_review, paced, post  # noqa: E402
+from soak_load import fixture as make_fixture  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results" / "soak.json"
 MAX_RSS_MIB = 100.0
@@ -93,150 +98,6 @@ def serve(kind: str, stats: str, argv: list[str]) -> int:
         return with_sampler(server.prepare(settings))
 
     return process.main(argv, config.settings_from_args, prepare)
-
-
-# -- the fixture: profile, nodes, bound Pods --------------------------------------------------
-
-
-def _fixture() -> dict[str, Any]:
-    from kits.extenderkit import (
-        block,
-        bound,
-        fleet_envelope,
-        plan_for,
-        planned_pod,
-        published,
-    )
-    from kits.fleetkit import A100_MIG, CPU, h100
-    from kits.profilekit import Owner, request
-
-    owner = Owner()
-    envelope = fleet_envelope(owner)
-    nodes = [h100(f"h100-{i}") for i in range(6)] + [A100_MIG, CPU]
-    whole = plan_for(owner, envelope, request(inferenceResources=block("nvidia-whole")))
-    mig = plan_for(owner, envelope, request(inferenceResources=block("nvidia-mig-3g40gb")))
-    pods = [bound(planned_pod(whole), f"h100-{i % 6}") for i in range(12)]
-    pods += [bound(planned_pod(mig), "a100-mig")]
-    return {
-        "owner": owner,
-        "configmap": published(owner.sign(envelope)),
-        "envelope": envelope,
-        "nodes": [n.manifest() for n in nodes],
-        "pods": pods,
-        "plans": {"whole": whole, "mig": mig},
-    }
-
-
-# -- the load ----------------------------------------------------------------------------------
-
-
-class Load:
-    """Builds each call's body and says what its answer must be."""
-
-    def __init__(self, fixture: dict[str, Any]) -> None:
-        from kits.extenderkit import cache_args, full_args, planned_pod
-        from kits.profilekit import request
-        from kits.webhookkit import engine_pod, plain_pod, review
-
-        self._review = review
-        self._engine_pod = engine_pod
-        self._request = request
-        self.repeated_pod = engine_pod(request())
-        self.forged_pod = plain_pod(
-            containers=[
-                {"name": "app", "image": "app", "resources": {"limits": {"nvidia.com/gpu": "1"}}}
-            ]
-        )
-        names = [n["metadata"]["name"] for n in fixture["nodes"]]
-        whole = planned_pod(fixture["plans"]["whole"])
-        mig = planned_pod(fixture["plans"]["mig"])
-        self.extender_calls = [
-            ("filter", orjson.dumps(cache_args(whole, names))),
-            ("filter", orjson.dumps(full_args(mig, fixture["nodes"]))),
-            ("prioritize", orjson.dumps(cache_args(whole, names))),
-            ("prioritize", orjson.dumps(cache_args(mig, names))),
-        ]
-        self.node_count = len(names)
-        self.index = 0
-
-    def review(self) -> tuple[bytes, str, bool]:
-        """The next review body, its uid, and whether it must be allowed."""
-        self.index += 1
-        uid = f"00000000-0000-4000-8000-{self.index:012d}"
-        kind = self.index % 10
-        if kind < 5:
-            pod, allowed = self.repeated_pod, True
-        elif kind < 9:
-            body = self._request(model__weightsBytes=4_000_000_000 + self.index)
-            pod, allowed = self._engine_pod(body), True
-        else:
-            pod, allowed = self.forged_pod, False
-        return orjson.dumps(self._review(pod, uid=uid)), uid, allowed
-
-
-async def _post(
-    client: aiohttp.ClientSession, url: str, body: bytes, judge: Callable[[bytes], str | None]
-) -> str | None:
-    """POST one JSON body; what is wrong with the answer (`judge` reads a 200's body), or
-    None. A failed or timed-out call is a problem too, never an exception."""
-    try:
-        async with client.post(
-            url,
-            data=body,
-            headers={"Content-Type": "application/json"},
-            timeout=aiohttp.ClientTimeout(total=5),
-        ) as resp:
-            data = await resp.read()
-        return f"status {resp.status}" if resp.status != 200 else judge(data)
-    except (aiohttp.ClientError, TimeoutError) as exc:
-        return f"{type(exc).__name__}: {exc}"
-
-
-def _check_review(data: bytes, uid: str, allowed: bool) -> str | None:
-    answer = orjson.loads(data)
-    response = answer.get("response") or {}
-    if answer.get("kind") != "AdmissionReview" or response.get("uid") != uid:
-        return "review answer without the request's uid"
-    if response.get("allowed") is not allowed:
-        return f"review allowed={response.get('allowed')}, expected {allowed}"
-    return None
-
-
-def _check_extender(verb: str, data: bytes, nodes: int) -> str | None:
-    answer = orjson.loads(data)
-    if verb == "prioritize":
-        if not isinstance(answer, list) or len(answer) != nodes:
-            return "prioritize answer is not one score per node"
-        return None
-    if answer.get("Error"):
-        return f"filter Error: {answer['Error']}"
-    kept = answer["NodeNames"] if answer.get("NodeNames") is not None else answer["Nodes"]["items"]
-    failed = len(answer["FailedNodes"]) + len(answer["FailedAndUnresolvableNodes"])
-    if not kept or len(kept) + failed != nodes:
-        return "filter answer does not account for every node, or passes none"
-    return None
-
-
-async def _paced(rate: float, seconds: float, call: Any, stop: asyncio.Event) -> None:
-    """Start `call()` at `rate` per second for `seconds`, open-loop (a slow answer does not
-    slow the schedule), then wait for the calls in flight."""
-    loop = asyncio.get_running_loop()
-    begin = loop.time()
-    inflight: set[asyncio.Task[None]] = set()
-    index = 0
-    while not stop.is_set():
-        due = begin + index / rate
-        if due - begin >= seconds:
-            break
-        delay = due - loop.time()
-        if delay > 0:
-            await asyncio.sleep(delay)
-        task = asyncio.create_task(call())
-        inflight.add(task)
-        task.add_done_callback(inflight.discard)
-        index += 1
-    if inflight:
-        await asyncio.wait(inflight)
 
 
 # -- measuring the servers ---------------------------------------------------------------------
@@ -375,7 +236,7 @@ async def soak(args: argparse.Namespace) -> dict[str, Any]:
     from kits.fakeapi import FakeCluster
     from kits.profilekit import CLUSTER, NAMESPACE
 
-    fixture = _fixture()
+    fixture = make_fixture()
     api = FakeCluster()
     await api.start()
     api.put("configmaps", fixture["configmap"])
@@ -425,11 +286,11 @@ async def soak(args: argparse.Namespace) -> dict[str, Any]:
             async def one_review() -> None:
                 body, uid, allowed = load.review()
                 started = time.perf_counter()
-                problem = await _post(
+                problem = await post(
                     client,
                     f"{webhook.url}/mutate?timeout=5s",
                     body,
-                    lambda data: _check_review(data, uid, allowed),
+                    lambda data: check_review(data, uid, allowed),
                 )
                 latencies.append(time.perf_counter() - started)
                 counts["reviews"] += 1
@@ -441,11 +302,11 @@ async def soak(args: argparse.Namespace) -> dict[str, Any]:
                     (counts["filter"] + counts["prioritize"]) % len(load.extender_calls)
                 ]
                 counts[verb] += 1
-                problem = await _post(
+                problem = await post(
                     client,
                     f"{extender.url}/{verb}",
                     body,
-                    lambda data: _check_extender(verb, data, load.node_count),
+                    lambda data: check_extender(verb, data, load.node_count),
                 )
                 if problem:
                     errors.append(f"{verb}: {problem}")
@@ -462,8 +323,8 @@ async def soak(args: argparse.Namespace) -> dict[str, Any]:
 
             sampling = asyncio.create_task(sampler())
             await asyncio.gather(
-                _paced(args.rate, args.seconds, one_review, stop),
-                _paced(args.extender_rate, args.seconds, one_extender_call, stop),
+                paced(args.rate, args.seconds, one_review, stop),
+                paced(args.extender_rate, args.seconds, one_extender_call, stop),
             )
             elapsed = time.monotonic() - begin
             for server in servers:
@@ -527,7 +388,7 @@ async def soak(args: argparse.Namespace) -> dict[str, Any]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("--seconds", type=float, default=600)
+    parser.add_argument("--seconds", type=float, default=540)
     parser.add_argument("--rate", type=float, default=200, help="reviews per second")
     parser.add_argument("--extender-rate", type=float, default=40, help="extender calls/s")
     parser.add_argument("--output", type=Path, default=RESULTS)

@@ -21,7 +21,7 @@ from inference_policy.base.codes import (
     RefusalCode,
 )
 
-ROOT = Path(__file__).resolve().parents[3]
+ROOT = Path(__file__).resolve().parents[4]
 RUNBOOK = ROOT / "docs" / "operations.md"
 ALERTS = ROOT / "charts" / "tmi" / "files" / "alerts.yaml"
 

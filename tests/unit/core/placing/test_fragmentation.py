@@ -17,7 +17,7 @@ from inference_policy.placing.placement import demand_for, has_accelerator, scor
 from inference_policy.planning.plan import parse_plan
 from kits.fleetkit import l40s
 from localcluster.nodes.kwok import FakeNode
-from tests.unit.core.test_placement import GI, cpu_plan, plan, vram, whole
+from tests.unit.core.placing.test_placement import GI, cpu_plan, plan, vram, whole
 
 GPU = "nvidia.com/gpu"
 VRAM = "kamiwaza.ai/vram-gb-gpu-0"

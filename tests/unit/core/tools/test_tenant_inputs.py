@@ -33,7 +33,7 @@ from inference_policy.tools.tenant_inputs import (
     table,
 )
 
-ROOT = Path(__file__).resolve().parents[3]
+ROOT = Path(__file__).resolve().parents[4]
 DOC = ROOT / "docs" / "threat-model.md"
 SECTION = "## What the tenant can write, and what the owner's parts make of it"
 COMPONENTS = frozenset(("kube-apiserver", "kube-scheduler"))

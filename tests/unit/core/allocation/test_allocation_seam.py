@@ -18,7 +18,7 @@ from pathlib import Path
 from inference_policy.allocation import CLASSES, AllocationClass
 from inference_policy.base import wire
 
-ROOT = Path(__file__).resolve().parents[3]
+ROOT = Path(__file__).resolve().parents[4]
 PACKAGE = ROOT / "inference_policy" / "allocation"
 # The owner parts' code; the harness (localcluster) and the tests are not part of a class.
 SOURCES = (

@@ -23,7 +23,7 @@ from inference_policy.base.codes import RefusalCode
 from kits.webhookkit import plain_pod
 from tests.podcorpus import CORPUS, EPHEMERAL
 
-ROOT = Path(__file__).resolve().parents[3]
+ROOT = Path(__file__).resolve().parents[4]
 CASES = {**CORPUS, **EPHEMERAL}
 
 

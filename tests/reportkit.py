@@ -19,7 +19,9 @@ from inference_policy.tools.capacity import Deployment, replay
 from kits.fleetkit import h100, l40s
 from kits.profilekit import EXAMPLES, NOW, Owner, gpu_binding, gpu_profile, request, with_profiles
 from kits.stackkit import LARGE, whole_h100_profile
-from tests.evidencekit import load, nvml_observation, owners
+from tests.evidencekit import FakeEvidenceNvml, load, owners
+from tmi_cli.evidence import collect
+from tmi_cli.gpu_processes import NvmlReader
 
 # A Pod or deployment name as a hostile tenant might write it (the API refuses it as a Pod
 # name, but a report is also read from files anyone can edit).
@@ -44,7 +46,12 @@ def evidence_report(directory: Path, *, hostile: bool = False) -> dict[str, Any]
     pods = [copy.deepcopy(p) for p in load(directory, "pods.json")["items"]]
     if hostile:
         pods[0]["metadata"]["name"] = HOSTILE
-    observation = nvml_observation(directory)
+    # Three seconds apart from the recording's day, so the page's time axis reads as a host's.
+    dump = load(directory, "nvml-samples.json")
+    times = iter(f"2026-11-29T10:00:{3 * i:02d}.000000Z" for i in range(len(dump["samples"])))
+    observation = collect(
+        NvmlReader(FakeEvidenceNvml(dump)), len(dump["samples"]), clock=lambda: next(times)
+    )
     return judge(observation, owners(directory, observation), pods, node="gpu-h200-0")
 
 

@@ -20,7 +20,7 @@ from tmi_cli.report_page import OTHER_COLOUR, render, shorten, tenant_colours
 
 __all__ = ["capacity_page"]
 
-BOX_W, BOX_H, GAP = 78, 44, 6
+BOX_W, BOX_H, GAP = 96, 44, 6
 MAX_BOXES = 32  # past this many devices a resource is drawn as one proportional bar
 BAR_W = 640
 FREE_COLOUR = "#FFFFFF"
@@ -98,7 +98,7 @@ def _row(
         slots += [("stranded", FREE_COLOUR, "stranded", free_title + " (stranded)")] * stranded
         slots += [("free", FREE_COLOUR, "free", free_title)] * (free - stranded)
         for i, (kind, fill, text, title) in enumerate(slots):
-            boxes.append(Box(i * (BOX_W + GAP), BOX_W, kind, fill, shorten(text, 10), title))
+            boxes.append(Box(i * (BOX_W + GAP), BOX_W, kind, fill, shorten(text, 12), title))
         width = max(len(slots) * (BOX_W + GAP), BOX_W)
     else:
         # An accounted GPU (or too many devices to draw): one bar, each holder's part to scale.
@@ -155,8 +155,11 @@ def capacity_page(
                 closest_for=tuple(w for w in waiting if w.get("node") == name),
             )
         )
-    free_total = sum(_units(u) for res in left.values() for u in res.values())
-    stranded_total = sum(_units(u) for u in (report.get("stranded") or {}).values())
+    # Units of different resources (devices, GB of a share) are never added together.
+    free: dict[str, int] = {}
+    for offered in left.values():
+        for resource, units in offered.items():
+            free[resource] = free.get(resource, 0) + _units(units)
     return render(
         "capacity.html.j2",
         title="Capacity: what the deployments would get on this fleet",
@@ -167,7 +170,6 @@ def capacity_page(
         waiting=waiting,
         colours=colours,
         other_colour=OTHER_COLOUR,
-        free_total=free_total,
-        stranded_total=stranded_total,
+        free=dict(sorted(free.items())),
         box_h=BOX_H,
     )

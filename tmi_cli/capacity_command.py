@@ -36,6 +36,9 @@ from tmi_cli.policy_args import (
     now_from,
     policy_snapshot,
 )
+from tmi_cli.progress import progress
+from tmi_cli.report_capacity import capacity_page
+from tmi_cli.report_page import check_writable, write_page
 
 
 def list_from_api(kubeconfig: str | None, what: str, namespace: str | None = None) -> Any:
@@ -238,6 +241,8 @@ def render(report: Report) -> str:
 
 
 def cmd_capacity(args: argparse.Namespace) -> int:
+    if args.html and (problem := check_writable(args.html)):
+        raise CommandError(problem, EXIT_USAGE)
     now = now_from(args.now)
     if args.deployments:
         deployments = _deployments(read_json(args.deployments, "deployments"), args.deployments)
@@ -260,12 +265,16 @@ def cmd_capacity(args: argparse.Namespace) -> int:
     passed = (
         within_quotas(deployments, ctx, quotas, options) if quotas else QuotaPass(list(deployments))
     )
-    report = replay(passed.admitted, nodes, ctx, options)
+    with progress("replaying the deployments", len(passed.admitted)) as done:
+        report = replay(passed.admitted, nodes, ctx, options, lambda _: done())
     report.refused.extend(passed.refused)
+    body = report.to_json()
+    if args.quota or args.quota_from_api:
+        body["quotas"] = [tenant.to_json() for tenant in passed.headroom]
+    if args.html:
+        names = [str(node["metadata"]["name"]) for node in nodes]
+        write_page(args.html, capacity_page(body, names))
     if args.output == "json":
-        body = report.to_json()
-        if args.quota or args.quota_from_api:
-            body["quotas"] = [tenant.to_json() for tenant in passed.headroom]
         sys.stdout.buffer.write(orjson.dumps(body, option=orjson.OPT_INDENT_2) + b"\n")
     else:
         asked = args.quota or args.quota_from_api
@@ -321,5 +330,12 @@ def add_capacity_parser(sub: Any) -> None:
     )
     p.add_argument(
         "-o", "--output", choices=("table", "json"), default="table", help="output (table)"
+    )
+    p.add_argument(
+        "--html",
+        metavar="FILE",
+        help="also write the replay as one self-contained HTML page: the fleet's nodes and "
+        "devices, who holds each, what is free and stranded, why each waiting deployment waits "
+        "(the -o json report inside)",
     )
     p.set_defaults(func=cmd_capacity)

@@ -209,9 +209,11 @@ def test_bad_input_is_refused_naming_what_is_wrong(
 
 
 def test_the_fill_places_the_shared_trace_as_the_placement_benchmark_replays_it() -> None:
-    # The benchmark's own fleet, deployments and demands (bench/trace_fleet.py), its own replay
-    # (bench_placement.simulate) with the extender's score and ties to the first node by name.
+    # The benchmark's own fleet, deployments and demands (bench/research/trace_fleet.py), its own
+    # replay (bench_placement.simulate) with the extender's score and ties to the first node by
+    # name.
     sys.path.insert(0, str(BENCH))
+    sys.path.insert(0, str(BENCH / "research"))
     import bench_placement
     import trace_fleet
     from placement_policies import extender

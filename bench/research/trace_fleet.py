@@ -1,4 +1,6 @@
-"""The Alibaba GPU trace's fleet and deployments as this project's allocation classes, and the
+"""Research, not a product benchmark (see bench/research/README.md).
+
+The Alibaba GPU trace's fleet and deployments as this project's allocation classes, and the
 extender's view of each deployment.
 
 Both placement benchmarks (`bench_placement.py`, arrivals only; `bench_churn.py`, with
@@ -22,7 +24,7 @@ from inference_policy.trust.profile import ExtendedResourceBinding, VramPluginBi
 from kits.profilekit import gpu_binding
 from localcluster.nodes.kwok import FakeNode
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / "bench" / "data"
 SHARE_CARD_GIB = 48
 REPLAYS = 2

@@ -1,4 +1,6 @@
-"""The mixed-class fleet: every node of the Alibaba trace, with the CPU tasks, whole-GPU tasks and
+"""Research, not a product benchmark (see bench/research/README.md).
+
+The mixed-class fleet: every node of the Alibaba trace, with the CPU tasks, whole-GPU tasks and
 GPU-share tasks competing on the same machines, and the node model and fragmentation measure the
 mixed replay (`mixed_replay.py`, `bench_mixed.py`) judges placements by.
 

@@ -1,29 +1,30 @@
-"""The mixed-class replay: one policy's discrete-event run of the whole trace (CPU, whole-GPU and
+"""Research, not a product benchmark (see bench/research/README.md).
+
+The mixed-class replay: one policy's discrete-event run of the whole trace (CPU, whole-GPU and
 share tasks on the same nodes, `mixed_fleet.py`'s mapping), with departures or arrivals only.
 
-Queueing is the churn replay's (`churn_replay.py`): a request that fits nowhere waits; whenever
-a departure frees capacity every waiting request is retried, oldest first, and any that fits is
-placed (so a large request at the head does not block smaller ones behind it); a request still
-waiting `MAX_WAIT` seconds after it arrived is refused. The classes share one queue here, as they
-share the nodes. With arrivals only nothing departs, so a request that does not fit on arrival
-is refused.
+Queueing is the churn replay's (`churn_replay.py`), the classes sharing one queue as they share
+the nodes: a request that fits nowhere waits, every waiting one is retried oldest first at each
+departure (so a large request at the head does not block smaller ones), and one still waiting
+`MAX_WAIT` seconds after it arrived is refused. With arrivals only nothing departs, so a request
+that does not fit on arrival is refused.
 
 `replay` places through a chooser (`Chooser`: given the task, the nodes and the candidates that
 fit, the index of the chosen candidate) or, with `oracle`, as the repack references:
 
-- `proven`: keeps a layout; a request that fits it is placed by best fit; one that fits nowhere
-  is placed if moving at most `MAX_MOVES` running tasks off one node (each to where best fit puts
-  it elsewhere) makes room for it there, trying the `TRIES` nodes nearest to fitting it; at a
-  departure at most `REPAIRS_PER_EVENT` such repairs are tried, and a request type whose repair
-  failed is not retried until something departs. A scheduler that may move a few Pods per
-  admission could do exactly this, so it is an achievable reference, not a bound: a packer
-  moving more could admit more. (A full best-fit-decreasing repack from empty nodes was dropped:
-  it failed to repack even the running set in 1,012 of 1,017 tries at the moderate load.)
+- `proven`: keeps a layout; a request that fits it is placed by best fit; one that fits nowhere is
+  placed if moving at most `MAX_MOVES` running tasks off one node (each to where best fit puts it
+  elsewhere) makes room for it there, trying the `TRIES` nodes nearest to fitting it; at a departure
+  at most `REPAIRS_PER_EVENT` such repairs are tried, and a request type whose repair failed is not
+  retried until something departs. A scheduler that may move a few Pods per admission could do
+  exactly this, so it is an achievable reference, not a bound: a packer moving more could admit
+  more. (A full best-fit-decreasing repack from empty nodes, dropped, failed to repack even the
+  running set in 1,012 of 1,017 tries at the moderate load.)
 - `generous`: no layout; a request is admitted unless an aggregate test proves no layout holds
   the running requests and it (total CPU, memory, GPU share; the GPU tasks' CPU and memory on the
   GPU nodes; whole-GPU tasks of N devices or more on nodes of N or more; one device for every
-  whole GPU and every share over half). An upper reference per step (greedy admission is not
-  monotone: admitting one request can crowd out two later ones), with no stranded figure.
+  whole GPU and every share over half). An upper reference per step (admitting greedily is not
+  monotone), with no stranded figure.
 
 Alongside, it integrates its layout's FGD fragmentation and free GPU share over the arrival
 period, and counts replicas sharing a node or device (`bench_mixed.py` says what each means).
@@ -77,7 +78,6 @@ def candidates(task: Task, nodes: Sequence[Node]) -> list[Candidate]:
 
 
 # -- the repack references -------------------------------------------------------------------------
-
 
 MAX_MOVES = 3  # running tasks the proven oracle may move to admit one request
 TRIES = 12  # nodes it tries to make room on, the nearest to fitting first

@@ -1,4 +1,6 @@
-"""The churn replay's input: the Alibaba trace's tasks with their lifetimes, the sampled fleet
+"""Research, not a product benchmark (see bench/research/README.md).
+
+The churn replay's input: the Alibaba trace's tasks with their lifetimes, the sampled fleet
 they run on, and the measure of stranded capacity every policy is judged by.
 
 `bench_churn.py`'s docstring says how tasks become requests (`trace_fleet`'s mapping, plus each

@@ -1,4 +1,6 @@
-"""The online placement policies both placement benchmarks compare, as choosers.
+"""Research, not a product benchmark (see bench/research/README.md).
+
+The online placement policies both placement benchmarks compare, as choosers.
 
 A chooser gets a deployment's `Demand`, the class's nodes, the indexes of those where it fits
 and what each node already holds, and returns the index of the node it is placed on. The

@@ -1,4 +1,6 @@
-"""Placement under churn: the Alibaba trace replayed with its departures, as a discrete-event
+"""Research, not a product benchmark (see bench/research/README.md).
+
+Placement under churn: the Alibaba trace replayed with its departures, as a discrete-event
 simulation, for first fit, best fit, spreading and the extender's fragmentation-aware score.
 
 `bench_placement.py` fills the fleet with arrivals only; in a running cluster deployments also
@@ -87,7 +89,7 @@ The replay is split by job: `churn_trace.py` (tasks, the sampled fleet, the stra
 (the discrete-event run) and `churn_steering.py` (CPU steering); this script compares the
 policies and writes the results.
 
-Run: `.venv/bin/python bench/bench_churn.py` (about a minute on 2 cores). Writes
+Run: `.venv/bin/python bench/research/bench_churn.py` (about a minute on 2 cores). Writes
 bench/results/churn.json.
 """
 
@@ -102,8 +104,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "bench"))
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "bench" / "research"))
 sys.path.append(str(ROOT))  # the checkout, for a script run by path
 
 from churn_replay import MAX_WAIT, floors, offered_load, replay  # noqa: E402
@@ -212,6 +214,7 @@ def main() -> None:
     full = build_fleet()
     demands = Demands()
     results: dict[str, Any] = {
+        "kind": "research",
         "trace": "alibaba cluster-trace-gpu-v2023 (openb_pod_list_default.csv), bench/data",
         "machine": f"{platform.machine()}, {platform.python_implementation()} "
         f"{platform.python_version()}, {os.cpu_count()} CPUs",

@@ -1,4 +1,6 @@
-"""The repack oracle of the churn replay: one class as a scheduler sees it that may move every
+"""Research, not a product benchmark (see bench/research/README.md).
+
+The repack oracle of the churn replay: one class as a scheduler sees it that may move every
 running request at every arrival and departure.
 
 Placement only decides where a request runs, so what such a repacker can admit, and the least

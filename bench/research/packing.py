@@ -1,4 +1,6 @@
-"""What a packer that may place (or move) every request at will can do: whether a multiset of
+"""Research, not a product benchmark (see bench/research/README.md).
+
+What a packer that may place (or move) every request at will can do: whether a multiset of
 requests fits a set of bins, the largest prefix of an arrival sequence that fits, and bounds
 where deciding it exactly is too costly.
 

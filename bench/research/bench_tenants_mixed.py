@@ -1,4 +1,6 @@
-"""What keeping tenants apart on shared GPUs costs: the mixed-class replay (`bench_mixed.py`'s
+"""Research, not a product benchmark (see bench/research/README.md).
+
+What keeping tenants apart on shared GPUs costs: the mixed-class replay (`bench_mixed.py`'s
 fleet, trace, loads and queueing) with every task given a tenant, run with shares of different
 tenants mixing freely on a device, and with one tenant per shared device
 (`inference_policy.placing.tenancy`'s rule, modelled in `mixed_fleet.py`: a share goes only on a
@@ -18,7 +20,7 @@ device another tenant holds counts as usable by a share type with chance 1 / K) 
 GPUs; arrivals only, the GPU-weighted admission when the arrived demand reaches the fleet's GPU
 count and the stranded GPUs once every task has arrived.
 
-Run: `.venv/bin/python bench/bench_tenants_mixed.py` (about two minutes on 2 cores).
+Run: `.venv/bin/python bench/research/bench_tenants_mixed.py` (about two minutes on 2 cores).
 Writes bench/results/tenants_mixed.json.
 """
 
@@ -34,8 +36,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "bench"))
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "bench" / "research"))
 sys.path.append(str(ROOT))  # the checkout, for a script run by path
 
 from bench_churn import _mean_runs  # noqa: E402
@@ -123,6 +125,7 @@ def main() -> None:
     started = time.perf_counter()
     full = load_nodes()
     results: dict[str, Any] = {
+        "kind": "research",
         "trace": "alibaba cluster-trace-gpu-v2023 (bench/data), bench_mixed.py's mapping",
         "machine": f"{platform.machine()}, {platform.python_implementation()} "
         f"{platform.python_version()}, {os.cpu_count()} CPUs",

@@ -1,4 +1,6 @@
-"""CPU steering under churn: the trace's CPU tasks and every task's CPU and memory requests on
+"""Research, not a product benchmark (see bench/research/README.md).
+
+CPU steering under churn: the trace's CPU tasks and every task's CPU and memory requests on
 the whole-GPU nodes plus CPU-only ones, placed by the extender's CPU score before steering (best
 fit over every node) and after (accelerator nodes at the bottom).
 

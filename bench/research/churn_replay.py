@@ -1,4 +1,6 @@
-"""The churn replay itself: one policy's discrete-event run of the trace, arrivals and
+"""Research, not a product benchmark (see bench/research/README.md).
+
+The churn replay itself: one policy's discrete-event run of the trace, arrivals and
 departures, with the platform's queueing (a request that fits nowhere waits, is retried as
 departures free capacity in its class, and is refused at the scheduling deadline), and the
 offered load it runs under.

@@ -1,4 +1,6 @@
-"""Packing where classes meet: the Alibaba trace's CPU, whole-GPU and GPU-share tasks on the same
+"""Research, not a product benchmark (see bench/research/README.md).
+
+Packing where classes meet: the Alibaba trace's CPU, whole-GPU and GPU-share tasks on the same
 nodes, replayed with churn and with arrivals only, for first fit, best fit, spreading, FGD's
 fragmentation-aware score and the repack references.
 
@@ -51,7 +53,7 @@ grades the rise (the least rise 10 or 9, the rest 1..8), then with or without
 highest score chosen, ties at random. Reported: the share of deployments with two or more admitted
 replicas of which some replica was placed on a node (or a device) holding another running one.
 
-Run: `.venv/bin/python bench/bench_mixed.py` (about two minutes on 2 cores). Writes
+Run: `.venv/bin/python bench/research/bench_mixed.py` (about two minutes on 2 cores). Writes
 bench/results/mixed.json.
 """
 
@@ -67,8 +69,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "bench"))
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "bench" / "research"))
 sys.path.append(str(ROOT))  # the checkout, for a script run by path
 
 from bench_churn import _mean_runs  # noqa: E402
@@ -292,6 +294,7 @@ def main() -> None:
     started = time.perf_counter()
     full = load_nodes()
     results: dict[str, Any] = {
+        "kind": "research",
         "trace": "alibaba cluster-trace-gpu-v2023: openb_node_list_all_node.csv, "
         "openb_pod_list_default.csv (bench/data)",
         "machine": f"{platform.machine()}, {platform.python_implementation()} "

@@ -12,10 +12,10 @@ own) is given a tenant drawn uniformly from `TENANTS` with `random.Random("tenan
 in the order deployments first arrive, and every replica of it is that tenant's. `K` = 4 is the
 headline; 2 and 8 are run with best fit to see how the cost grows with the number of tenants.
 
-Figures per load (moderate and heavy churn, arrivals only), policy (best fit, FGD with a decayed
-mix: the choosers of `bench_mixed.py`) and mode, the mean of `SEEDS` seeds (tie-breaking and the
-tenant draw): admitted demand (count share and GPU-weighted, in total and for the share class),
-stranded GPUs (FGD's fragmentation, time-averaged over the arrival period; under the rule a
+Figures per load (moderate and heavy churn, arrivals only), policy (`best-fit` and `fgd (paper)`,
+the benchmark's own models in `bench_mixed.py`) and mode, the mean of `SEEDS` seeds (tie-breaking
+and the tenant draw): admitted demand (count share and GPU-weighted, in total and for the share
+class), stranded GPUs (FGD's fragmentation, time-averaged over the arrival period; under the rule a
 device another tenant holds counts as usable by a share type with chance 1 / K) and unallocated
 GPUs; arrivals only, the GPU-weighted admission when the arrived demand reaches the fleet's GPU
 count and the stranded GPUs once every task has arrived.
@@ -44,10 +44,11 @@ from bench_churn import _mean_runs  # noqa: E402
 from bench_mixed import (  # noqa: E402
     ARRIVAL_ONLY_EVERY,
     LOADS,
+    PAPER,
     REPLICA_WINDOW,
     SEEDS,
     best_fit,
-    fgd,
+    fgd_paper,
 )
 from mixed_fleet import (  # noqa: E402
     DecayedMix,
@@ -84,7 +85,7 @@ def _chooser(policy: str, seed: int) -> tuple[Chooser, Any]:
     if policy == "best-fit":
         return best_fit(random.Random(seed)), None
     mix = DecayedMix()
-    return fgd(random.Random(seed), lambda: mix.measure), lambda task: mix.observe(task.kind)
+    return fgd_paper(random.Random(seed), lambda: mix.measure), lambda task: mix.observe(task.kind)
 
 
 def _figures(run: dict[str, Any], churn: bool) -> dict[str, Any]:
@@ -143,7 +144,7 @@ def main() -> None:
         group_replicas(tasks, REPLICA_WINDOW / compression)
         shares = sum(1 for t in tasks if t.cls == "share")
         block: dict[str, Any] = {"nodes": len(nodes), "share_tasks": shares, "policies": {}}
-        for policy in ("best-fit", "fgd"):
+        for policy in ("best-fit", PAPER):
             free = run(tasks, nodes, policy, TENANTS, False, churn)
             apart = run(tasks, nodes, policy, TENANTS, True, churn)
             entry: dict[str, Any] = {MODES[0]: free, MODES[1]: apart, "cost": _cost(free, apart)}

@@ -58,7 +58,7 @@ The replica variants are the extender's whole prioritize: `best-fit (tmi)` and `
 highest score chosen, ties at random. Reported: the share of deployments with two or more admitted
 replicas of which some replica was placed on a node (or a device) holding another running one.
 
-Run: `.venv/bin/python bench/research/bench_mixed.py` (about two minutes on 2 cores). Writes
+Run: `.venv/bin/python bench/research/bench_mixed.py` (two to four minutes on 2 cores). Writes
 bench/results/mixed.json.
 """
 

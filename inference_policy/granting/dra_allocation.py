@@ -42,8 +42,8 @@ def _published(
     # The pool's newest generation is what the driver says now; older slices are stale.
     best: tuple[int, Mapping[str, Any]] | None = None
     for item in slices:
-        spec = item.get("spec")
-        if not isinstance(spec, Mapping) or spec.get("driver") != driver:
+        spec = ObjectView(item).spec
+        if spec.get("driver") != driver:
             continue
         pool_of = spec.get("pool")
         if not isinstance(pool_of, Mapping) or pool_of.get("name") != pool:

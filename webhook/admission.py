@@ -47,6 +47,7 @@ from inference_policy.admission.engine_pod import (
 from inference_policy.base.access import CONTAINER_LISTS
 from inference_policy.base.bounded import keep
 from inference_policy.base.codes import RefusalCode
+from inference_policy.base.pod_view import PodView
 from inference_policy.base.wire import (
     ENGINE_LABEL,
     MAX_REQUEST_ANNOTATION_BYTES,
@@ -271,14 +272,6 @@ def _is_object(value: Any) -> TypeGuard[Mapping[str, Any]]:
     return type(value) is dict or isinstance(value, Mapping)
 
 
-def _labels(pod: dict[str, Any]) -> Mapping[str, str]:
-    return (pod.get("metadata") or {}).get("labels") or {}
-
-
-def _annotations(pod: dict[str, Any]) -> Mapping[str, str]:
-    return (pod.get("metadata") or {}).get("annotations") or {}
-
-
 # -- the review --------------------------------------------------------------------------------
 
 
@@ -382,7 +375,7 @@ class Reviewer:
         if operation == "UPDATE":
             old = _check_pod(request.get("oldObject"), "oldObject")
             return self._update(uid, pod, old)
-        if ENGINE_LABEL in _labels(pod):
+        if ENGINE_LABEL in PodView(pod).labels:
             return self._engine(uid, pod, now)
         refusal = admission_refusal(pod, None, self.settings.scheduler_name)
         if refusal is not None:

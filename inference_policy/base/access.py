@@ -54,7 +54,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from inference_policy.base.pod_view import PodView, is_map, mapping_at
+from inference_policy.base.pod_view import PodView, is_map, mapping_at, objects_in, positions_in
 from inference_policy.base.wire import PLAN_ANNOTATION
 
 # The resources that hand out no device: what the kubelet itself accounts. `pods` is a node's
@@ -213,10 +213,11 @@ def reaches(
     False leaves the annotation out (an UPDATE judges it separately, as frozen).
     """
     view = PodView(pod)
+    # The spec once for the three lists: every reviewed Pod passes here.
     spec = view.spec
     found: list[Reach] = []
     for kind in CONTAINER_LISTS:
-        for container in view.containers_of(kind):
+        for container in objects_in(spec.get(kind)):
             governed = kind == "containers" and container.get("name") == engine
             _container_reaches(kind, container, not governed, found)
     _resource_reaches("spec", mapping_at(spec, "resources"), found)
@@ -251,10 +252,10 @@ def unshielded(
     pod: Mapping[str, Any], kinds: tuple[str, ...] = CONTAINER_LISTS
 ) -> list[tuple[str, int]]:
     """(kind, index) of each container of those kinds that does not set NVIDIA_VISIBLE_DEVICES."""
-    view = PodView(pod)
+    spec = PodView(pod).spec
     out: list[tuple[str, int]] = []
     for kind in kinds:
-        for index, container in view.positioned(kind):
+        for index, container in positions_in(spec.get(kind)):
             if not shielded(container):
                 out.append((kind, index))
     return out

@@ -24,12 +24,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from types import MappingProxyType
 from typing import Any, TypeGuard
 
 from inference_policy.base.wire import ENGINE_LABEL
-
-EMPTY: Mapping[str, Any] = MappingProxyType({})
 
 
 def is_map(value: Any) -> TypeGuard[Mapping[str, Any]]:
@@ -47,16 +44,46 @@ def as_mapping(value: Any) -> dict[str, Any]:
     return dict(value) if is_map(value) else {}
 
 
+# The readers below test `type(...) is dict` before calling `is_map`: the admission webhook and
+# the extender read a Pod through them on every review and scheduling cycle, and a decoded
+# Pod's objects are all dicts, so the common case costs no call.
+
+
 def mapping_at(obj: object, key: str) -> Mapping[str, Any]:
-    """The object under `key` of `obj`, as stored; empty when either is not an object."""
-    value = obj.get(key) if is_map(obj) else None
-    return value if is_map(value) else EMPTY
+    """The object under `key` of `obj`, as stored; empty when either is not an object (a new
+    dict each time: what a reader gets may be encoded or copied like any decoded object)."""
+    if type(obj) is not dict and not is_map(obj):
+        return {}
+    value = obj.get(key)
+    return value if type(value) is dict or is_map(value) else {}
 
 
 def text_at(obj: Mapping[str, Any], key: str) -> str | None:
     """The string under `key`; None when absent or not a string."""
     value = obj.get(key)
     return value if isinstance(value, str) else None
+
+
+def objects_in(value: object) -> Sequence[Mapping[str, Any]]:
+    """The entries of a list which are objects, in order; empty when `value` is no list. The
+    list itself when every entry is one (as the API server stores them)."""
+    if not isinstance(value, list):
+        return ()
+    for entry in value:
+        if type(entry) is not dict and not is_map(entry):
+            return [entry for entry in value if is_map(entry)]
+    return value
+
+
+def positions_in(value: object) -> list[tuple[int, Mapping[str, Any]]]:
+    """Each entry of a list which is an object, with its position in the list (entries of
+    another shape skipped, yet counted); empty when `value` is no list."""
+    out: list[tuple[int, Mapping[str, Any]]] = []
+    if isinstance(value, list):
+        for index, entry in enumerate(value):
+            if type(entry) is dict or is_map(entry):
+                out.append((index, entry))
+    return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,51 +106,51 @@ class ObjectView:
 
     @property
     def name(self) -> str | None:
-        return text_at(self.metadata, "name")
+        return text_at(mapping_at(self.raw, "metadata"), "name")
 
     @property
     def generate_name(self) -> str | None:
-        return text_at(self.metadata, "generateName")
+        return text_at(mapping_at(self.raw, "metadata"), "generateName")
 
     @property
     def namespace(self) -> str | None:
-        return text_at(self.metadata, "namespace")
+        return text_at(mapping_at(self.raw, "metadata"), "namespace")
 
     @property
     def uid(self) -> str | None:
-        return text_at(self.metadata, "uid")
+        return text_at(mapping_at(self.raw, "metadata"), "uid")
 
     @property
     def resource_version(self) -> str | None:
-        return text_at(self.metadata, "resourceVersion")
+        return text_at(mapping_at(self.raw, "metadata"), "resourceVersion")
 
     @property
     def creation_timestamp(self) -> str | None:
         """As stored (a Kubernetes Time, `...Z`); parsing it is the reader's."""
-        return text_at(self.metadata, "creationTimestamp")
+        return text_at(mapping_at(self.raw, "metadata"), "creationTimestamp")
 
     @property
     def deletion_timestamp(self) -> str | None:
-        return text_at(self.metadata, "deletionTimestamp")
+        return text_at(mapping_at(self.raw, "metadata"), "deletionTimestamp")
 
     @property
     def labels(self) -> Mapping[str, Any]:
         """The labels as stored. The API server stores strings only; a reader that decides
         something by a value still checks it is one (`label`)."""
-        return mapping_at(self.metadata, "labels")
+        return mapping_at(mapping_at(self.raw, "metadata"), "labels")
 
     @property
     def annotations(self) -> Mapping[str, Any]:
         """The annotations as stored (see `labels`)."""
-        return mapping_at(self.metadata, "annotations")
+        return mapping_at(mapping_at(self.raw, "metadata"), "annotations")
 
     def label(self, key: str) -> str | None:
         """The label's value; None when absent or not a string. Reads that one key only."""
-        return text_at(self.labels, key)
+        return text_at(mapping_at(mapping_at(self.raw, "metadata"), "labels"), key)
 
     def annotation(self, key: str) -> str | None:
         """The annotation's value; None when absent or not a string. Reads that one key only."""
-        return text_at(self.annotations, key)
+        return text_at(mapping_at(mapping_at(self.raw, "metadata"), "annotations"), key)
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,52 +165,46 @@ class PodView(ObjectView):
     @property
     def node_name(self) -> str | None:
         """The node it is bound to; None while unbound (absent, empty or not a string)."""
-        return text_at(self.spec, "nodeName") or None
+        return text_at(mapping_at(self.raw, "spec"), "nodeName") or None
 
     @property
     def scheduler_name(self) -> str | None:
-        return text_at(self.spec, "schedulerName")
+        return text_at(mapping_at(self.raw, "spec"), "schedulerName")
 
     @property
     def node_selector(self) -> Mapping[str, Any]:
-        return mapping_at(self.spec, "nodeSelector")
+        return mapping_at(mapping_at(self.raw, "spec"), "nodeSelector")
 
     @property
     def containers(self) -> Sequence[Mapping[str, Any]]:
-        return self.containers_of("containers")
+        return objects_in(mapping_at(self.raw, "spec").get("containers"))
 
     @property
     def init_containers(self) -> Sequence[Mapping[str, Any]]:
-        return self.containers_of("initContainers")
+        return objects_in(mapping_at(self.raw, "spec").get("initContainers"))
 
     @property
     def ephemeral_containers(self) -> Sequence[Mapping[str, Any]]:
-        return self.containers_of("ephemeralContainers")
+        return objects_in(mapping_at(self.raw, "spec").get("ephemeralContainers"))
 
     def containers_of(self, kind: str) -> Sequence[Mapping[str, Any]]:
         """The entries of that container list which are objects, in order (an entry of another
         shape is no container); empty when the list is absent or not a list."""
-        entries = self.spec.get(kind)
-        if not isinstance(entries, list):
-            return ()
-        return [entry for entry in entries if is_map(entry)]
+        return objects_in(mapping_at(self.raw, "spec").get(kind))
 
     def positioned(self, kind: str) -> list[tuple[int, Mapping[str, Any]]]:
         """Each container of that list with its position in the list as stored (entries of
         another shape skipped, yet counted): the index a patch addresses it by."""
-        entries = self.spec.get(kind)
-        if not isinstance(entries, list):
-            return []
-        return [(index, entry) for index, entry in enumerate(entries) if is_map(entry)]
+        return positions_in(mapping_at(self.raw, "spec").get(kind))
 
     def container_at(self, kind: str, index: int) -> Mapping[str, Any]:
         """The container at that position of the list as stored; empty when there is none or
         it is not an object."""
-        entries = self.spec.get(kind)
+        entries = mapping_at(self.raw, "spec").get(kind)
         if not isinstance(entries, list) or not 0 <= index < len(entries):
-            return EMPTY
+            return {}
         entry = entries[index]
-        return entry if is_map(entry) else EMPTY
+        return entry if is_map(entry) else {}
 
     def container_named(self, name: object) -> Mapping[str, Any] | None:
         """The first of `spec.containers` with that name; None when there is none."""
@@ -194,15 +215,12 @@ class PodView(ObjectView):
 
     @property
     def phase(self) -> str | None:
-        return text_at(self.status, "phase")
+        return text_at(mapping_at(self.raw, "status"), "phase")
 
     @property
     def conditions(self) -> Sequence[Mapping[str, Any]]:
         """The status conditions which are objects, in order."""
-        entries = self.status.get("conditions")
-        if not isinstance(entries, list):
-            return ()
-        return [entry for entry in entries if is_map(entry)]
+        return objects_in(mapping_at(self.raw, "status").get("conditions"))
 
     def condition(self, condition_type: str) -> Mapping[str, Any] | None:
         """The first condition of that type; None when there is none."""
@@ -213,11 +231,12 @@ class PodView(ObjectView):
 
 
 __all__ = [
-    "EMPTY",
     "ObjectView",
     "PodView",
     "as_mapping",
     "is_map",
     "mapping_at",
+    "objects_in",
+    "positions_in",
     "text_at",
 ]

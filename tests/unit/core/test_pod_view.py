@@ -7,13 +7,14 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
+from types import MappingProxyType
 from typing import Any
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from inference_policy.base.pod_view import EMPTY, ObjectView, PodView, as_mapping, is_map
+from inference_policy.base.pod_view import ObjectView, PodView, as_mapping, is_map
 from inference_policy.base.wire import ALLOCATION_VERIFIED, ENGINE_LABEL, PLAN_ANNOTATION
 from tests.recording import Reads, recorded
 
@@ -173,6 +174,7 @@ def test_what_is_handed_out_is_the_pods_own_not_a_copy() -> None:
     view = PodView(pod)
     assert view.metadata is pod["metadata"]
     assert view.annotations is pod["metadata"]["annotations"]
+    assert view.containers is pod["spec"]["containers"]
     assert view.containers[0] is pod["spec"]["containers"][0]
     assert view.condition("PodScheduled") is pod["status"]["conditions"][0]
 
@@ -405,8 +407,9 @@ def test_each_accessor_reads_only_the_keys_it_answers_from(
 
 
 def test_is_map_and_as_mapping() -> None:
-    assert is_map({}) and is_map(EMPTY) and not is_map(None) and not is_map([])
+    proxy = MappingProxyType({"a": 1})
+    assert is_map({}) and is_map(proxy) and not is_map(None) and not is_map([])
     same = {"a": 1}
     assert as_mapping(same) is same
-    assert as_mapping(EMPTY) == {} and type(as_mapping(EMPTY)) is dict
+    assert as_mapping(proxy) == {"a": 1} and type(as_mapping(proxy)) is dict
     assert as_mapping([("a", 1)]) == {}

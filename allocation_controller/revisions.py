@@ -90,7 +90,7 @@ class PolicyView:
     def apply_configmap(self, configmap: Mapping[str, Any]) -> set[str]:
         """A profile ConfigMap as it is now; returns the bundle digests whose meaning changed."""
         name = ObjectView(configmap).name
-        if not isinstance(name, str):
+        if name is None:
             return set()
         return set(self.feed.revision_changed(name, configmap).digests)
 

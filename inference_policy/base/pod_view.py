@@ -14,7 +14,8 @@ accessor reads only the keys it answers from, and only when it is called: the gu
 the owner parts to the tenant-input inventory records every key read of a Pod
 (`tests/integration/serving/test_tenant_inputs_read.py`), so a view that parsed the whole Pod
 up front would read every field the inventory says is never read. Mappings and lists are handed
-out as stored (never copied), so what a caller reads of them is read of the Pod itself.
+out as stored, not copied (a list is filtered only when it holds an entry that is no object),
+so what a caller reads of them is read of the Pod itself.
 
 Writing stays with the callers: a view is for reading, and a patch or a kept copy of an object
 is built as a dict where it is made.

@@ -22,6 +22,7 @@ from typing import Any
 
 import orjson
 
+from inference_policy.base.pod_view import ObjectView, PodView
 from inference_policy.base.wire import ENGINE_LABEL, REQUEST_ANNOTATION
 from inference_policy.placing.quota import QUOTA_NAME, Quota, QuotaError, parse_quota
 from inference_policy.tools.capacity import Deployment, Report, replay
@@ -119,13 +120,13 @@ def _quotas(args: argparse.Namespace) -> dict[str, Quota]:
         return {}
     quotas: dict[str, Quota] = {}
     for item in documents:
-        meta = (item.get("metadata") or {}) if isinstance(item, dict) else {}
         if not isinstance(item, dict) or item.get("kind", "ResourceQuota") != "ResourceQuota":
             continue
-        if meta.get("name") != QUOTA_NAME:
+        quota = ObjectView(item)
+        if quota.name != QUOTA_NAME:
             continue  # not the owner's quota object (tmi-no-cross-namespace-affinity, ...)
         try:
-            quotas[str(meta.get("namespace") or args.namespace)] = parse_quota(item)
+            quotas[str(quota.namespace or args.namespace)] = parse_quota(item)
         except QuotaError as exc:
             raise CommandError(f"quota {where}: {exc}", EXIT_USAGE) from None
     return quotas
@@ -156,22 +157,22 @@ def _deployments(document: Any, path: str) -> list[Deployment]:
         if not isinstance(item, dict):
             raise CommandError(f"deployments {path}: item {i} is not an object", EXIT_USAGE)
         if item.get("kind") == "Pod":
-            meta = item.get("metadata") or {}
-            text = (meta.get("annotations") or {}).get(REQUEST_ANNOTATION)
-            if not isinstance(text, str):
+            pod = PodView(item)
+            text = pod.annotation(REQUEST_ANNOTATION)
+            if text is None:
                 raise CommandError(
-                    f"deployments {path}: Pod {meta.get('name')} has no {REQUEST_ANNOTATION}",
+                    f"deployments {path}: Pod {pod.name} has no {REQUEST_ANNOTATION}",
                     EXIT_USAGE,
                 )
             try:
                 request = orjson.loads(text)
             except orjson.JSONDecodeError as exc:
                 raise CommandError(
-                    f"deployments {path}: Pod {meta.get('name')}'s request is not JSON: {exc}",
+                    f"deployments {path}: Pod {pod.name}'s request is not JSON: {exc}",
                     EXIT_USAGE,
                 ) from None
-            name = (meta.get("labels") or {}).get(ENGINE_LABEL) or meta.get("name") or f"#{i}"
-            out.append(Deployment(str(name), request, str(meta.get("namespace") or "")))
+            name = pod.label(ENGINE_LABEL) or pod.name or f"#{i}"
+            out.append(Deployment(name, request, pod.namespace or ""))
         elif isinstance(item.get("name"), str) and "request" in item:
             tenant = item.get("tenant", "")
             if not isinstance(tenant, str):
@@ -190,7 +191,7 @@ def _deployments(document: Any, path: str) -> list[Deployment]:
 def _nodes(document: Any, path: str) -> list[dict[str, Any]]:
     nodes = _items(document, "fleet", path)
     for i, node in enumerate(nodes):
-        if not isinstance(node, dict) or not (node.get("metadata") or {}).get("name"):
+        if not isinstance(node, dict) or not ObjectView(node).name:
             raise CommandError(f"fleet {path}: item {i} is not a named Node", EXIT_USAGE)
     return nodes
 
@@ -272,7 +273,7 @@ def cmd_capacity(args: argparse.Namespace) -> int:
     if args.quota or args.quota_from_api:
         body["quotas"] = [tenant.to_json() for tenant in passed.headroom]
     if args.html:
-        names = [str(node["metadata"]["name"]) for node in nodes]
+        names = [str(ObjectView(node).name) for node in nodes]
         write_page(args.html, capacity_page(body, names))
     if args.output == "json":
         sys.stdout.buffer.write(orjson.dumps(body, option=orjson.OPT_INDENT_2) + b"\n")

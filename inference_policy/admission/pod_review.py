@@ -29,7 +29,7 @@ from inference_policy.admission.engine_pod import (
     to_shield,
     update_refusal,
 )
-from inference_policy.base.access import as_mapping
+from inference_policy.base.pod_view import PodView
 from inference_policy.base.wire import ENGINE_LABEL
 from inference_policy.planning.decision import Decision
 from inference_policy.planning.plan import Plan
@@ -75,8 +75,7 @@ def review_pod(
         if refusal is not None:
             return refusal
         return Admitted("unchanged", shield_edits(pod, to_shield(pod, old=old)))
-    labels = as_mapping(as_mapping(pod.get("metadata")).get("labels"))
-    if ENGINE_LABEL not in labels:
+    if ENGINE_LABEL not in PodView(pod).labels:
         refusal = admission_refusal(pod, None, scheduler_name)
         if refusal is not None:
             return refusal

@@ -8,6 +8,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -147,7 +148,8 @@ def test_build_sh_shows_each_component_and_keeps_its_time(tmp_path: Path, cache:
     lines = [line for line in done.stderr.splitlines() if line.startswith(">>")]
     assert lines[0].startswith(">> controlplane: building 6 component(s) (kubernetes, etcd,")
     assert lines[1].startswith(">> [1/6] building kube-apiserver kube-scheduler")
-    assert "(typical); 0s elapsed, about " in lines[1]
+    # The first component starts at once, but a loaded machine may have spent a second already.
+    assert re.search(r"\(typical\); \d+s elapsed, about ", lines[1]), lines[1]
     assert any(line.startswith(">> [6/6] building tmi-oci") for line in lines)
     assert lines[-1].startswith(">> controlplane: built in ")
     recorded = json.loads((cache / "build-times.json").read_text())["controlplane"]

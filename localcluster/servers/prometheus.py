@@ -21,6 +21,7 @@ import re
 import shutil
 import subprocess
 import tempfile
+import time
 import urllib.parse
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -302,22 +303,25 @@ class LocalPrometheus:
         return wait_until(up, timeout=timeout, what=f"{count} targets up", proc=self.process)
 
     def wait_evaluated_since(self, since: float, timeout: float = 30.0) -> None:
-        """Until every target has been scraped after ``since`` (a Unix time) and every rule
-        group evaluated after those scrapes: what an alert then says holds what was true at
-        ``since``."""
+        """Until every target has been scraped after ``since`` (a Unix time) and then every rule
+        group evaluated: what an alert then says holds what was true at ``since``."""
+
+        def scraped() -> bool:
+            targets = self.api("targets", state="active")["activeTargets"]
+            return bool(targets) and all(_seconds(t["lastScrape"]) > since for t in targets)
+
+        wait_until(scraped, timeout=timeout, what=f"scrapes after {since:.0f}", proc=self.process)
+        # The API gives each target's last scrape only, so "after them all" is after now.
+        after = time.time()
 
         def evaluated() -> bool:
-            targets = self.api("targets", state="active")["activeTargets"]
-            scraped = [_seconds(t["lastScrape"]) for t in targets]
-            if not scraped or min(scraped) <= since:
-                return False
             groups = self.api("rules", type="alert")["groups"]
-            return all(_seconds(g["lastEvaluation"]) > max(scraped) for g in groups)
+            return all(_seconds(g["lastEvaluation"]) > after for g in groups)
 
         wait_until(
             evaluated,
             timeout=timeout,
-            what=f"scrapes and rule evaluations after {since:.0f}",
+            what=f"rule evaluations after {after:.0f}",
             proc=self.process,
         )
 

@@ -158,7 +158,7 @@ def podmonitor_scrape_configs(
 _STAMP = re.compile(r"(?P<head>[^.]{19})(?:\.(?P<fraction>\d+))?(?P<zone>.*)")
 
 
-def _seconds(stamp: str) -> float:
+def api_time(stamp: str) -> float:
     """A Unix time from the API's RFC 3339 stamps, whose nanoseconds Python cannot read."""
     parts = _STAMP.fullmatch(stamp)
     if parts is None:
@@ -308,7 +308,7 @@ class LocalPrometheus:
 
         def scraped() -> bool:
             targets = self.api("targets", state="active")["activeTargets"]
-            return bool(targets) and all(_seconds(t["lastScrape"]) > since for t in targets)
+            return bool(targets) and all(api_time(t["lastScrape"]) > since for t in targets)
 
         wait_until(scraped, timeout=timeout, what=f"scrapes after {since:.0f}", proc=self.process)
         # The API gives each target's last scrape only, so "after them all" is after now.
@@ -316,7 +316,7 @@ class LocalPrometheus:
 
         def evaluated() -> bool:
             groups = self.api("rules", type="alert")["groups"]
-            return all(_seconds(g["lastEvaluation"]) > after for g in groups)
+            return all(api_time(g["lastEvaluation"]) > after for g in groups)
 
         wait_until(
             evaluated,
@@ -331,6 +331,7 @@ __all__ = [
     "LocalPrometheus",
     "PrometheusMissingError",
     "ScrapedPod",
+    "api_time",
     "chart_rule_groups",
     "podmonitor_scrape_configs",
     "prometheus_binaries",

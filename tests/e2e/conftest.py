@@ -35,7 +35,7 @@ from localcluster import (
     delete_fake_nodes,
 )
 from localcluster.nodes.podnet import PodNetwork
-from localcluster.nodes.realnode import RealNode
+from localcluster.nodes.realnode import RealNode, hold_machine, release_machine
 
 ARTIFACTS = Path(__file__).resolve().parents[2] / ".artifacts"
 
@@ -93,16 +93,24 @@ def node_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlan
     cluster's does (ServiceAccount tokens, the Node authorizer, Pods reaching it through the
     ``kubernetes`` Service). Separate from ``control_plane`` so the KWOK tests keep theirs."""
     workdir = tmp_path_factory.mktemp("k8s-node")
+    # The Pod network's bridge, like the node's device plugins, is the machine's: a second run
+    # on this machine waits here until the first lets its node go.
+    held = hold_machine()
     try:
-        plane = ControlPlane.start(workdir, bin_dir(), pod_network=PodNetwork())
-    except Exception:
-        if (workdir / "logs").is_dir():
-            shutil.copytree(workdir / "logs", _artifact_dir("node-plane-start"), dirs_exist_ok=True)
-        raise
-    try:
-        yield plane
+        try:
+            plane = ControlPlane.start(workdir, bin_dir(), pod_network=PodNetwork())
+        except Exception:
+            if (workdir / "logs").is_dir():
+                shutil.copytree(
+                    workdir / "logs", _artifact_dir("node-plane-start"), dirs_exist_ok=True
+                )
+            raise
+        try:
+            yield plane
+        finally:
+            plane.stop()
     finally:
-        plane.stop()
+        release_machine(held)
 
 
 @pytest.fixture(scope="session")

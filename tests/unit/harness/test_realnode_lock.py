@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from localcluster.nodes import realnode
-from localcluster.nodes.realnode import RealNode, RealNodeError
+from localcluster.nodes.realnode import RealNode, RealNodeError, hold_machine, release_machine
 
 
 def _node() -> RealNode:
@@ -51,7 +51,7 @@ def test_a_second_node_waits_for_the_first_to_let_go(
     node._take_lock()
     thread.join()
     assert released.is_set() and node._lock is not None
-    node._lock.close()
+    release_machine(node._lock)
 
 
 def test_a_node_held_too_long_fails_naming_the_lock(
@@ -66,3 +66,17 @@ def test_a_node_held_too_long_fails_naming_the_lock(
             _node()._take_lock()
     finally:
         holder.close()
+
+
+def test_a_run_that_holds_the_machine_starts_its_node_without_waiting(lock: Path) -> None:
+    held = hold_machine()
+    assert held is not None
+    try:
+        node = _node()
+        node._take_lock()
+        assert node._lock is None
+    finally:
+        release_machine(held)
+    again = hold_machine()
+    assert again is not None
+    release_machine(again)

@@ -20,6 +20,7 @@ import shutil
 import uuid
 from collections.abc import Callable, Generator, Iterator
 from pathlib import Path
+from typing import IO
 
 import pytest
 
@@ -51,6 +52,27 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if "e2e" in item.keywords:
             item.add_marker(skip)
+
+
+# The machine's real-node lock, once a test of this session needed the node (held to the end).
+_MACHINE: list[IO[str]] = []
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Generator[None]:
+    # The first test that needs the real node waits its turn for the machine here, outside the
+    # test's timeout (which starts inside this hook): another run on the machine may hold the
+    # node for as long as a whole run.
+    if "node_plane" in getattr(item, "fixturenames", ()) and not _MACHINE:
+        held = hold_machine()
+        if held is not None:
+            _MACHINE.append(held)
+    return (yield)
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    while _MACHINE:
+        release_machine(_MACHINE.pop())
 
 
 @pytest.hookimpl(wrapper=True, tryfirst=True)

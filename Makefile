@@ -13,7 +13,7 @@ all: test
 help:
 	@echo "make demo     - run the demo on a local control plane (builds binaries on first use)"
 	@echo "make test     - lint, type-check and run every test tier"
-	@echo "make bench    - run the benchmarks and refresh bench/results"
+	@echo "make bench    - run the benchmarks and the research replays, refresh bench/results"
 
 install: .venv/.installed
 
@@ -45,7 +45,9 @@ test: install controlplane node node-tools-test check
 demo: install controlplane node
 	$(PYTHON) -m localcluster.demo
 
-BENCHES := $(sort $(wildcard bench/bench_*.py))
+# The product's benchmarks, then the research replays (bench/research: placement policies compared
+# offline on a trace, not the product as users meet it).
+BENCHES := $(sort $(wildcard bench/bench_*.py)) $(sort $(wildcard bench/research/bench_*.py))
 
 bench: install controlplane
 	@for script in $(BENCHES); do echo "== $$script"; $(PYTHON) $$script || exit 1; done

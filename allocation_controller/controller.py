@@ -69,8 +69,9 @@ from allocation_controller.reconciler import (
 from allocation_controller.revisions import PolicyView
 from allocation_controller.rights import RightsMonitor, reporter_for
 from allocation_controller.workqueue import ShutDown, WorkQueue
+from inference_policy.base.pod_view import PodView
 from inference_policy.base.wire import ENGINE_LABEL, PLAN_ANNOTATION
-from inference_policy.granting.grant import node_name, plan_revision
+from inference_policy.granting.grant import plan_revision
 from inference_policy.granting.kept_pod import kept_pod
 from inference_policy.trust.signing import VerifiedProfile
 from policy_io.feed import FeedChange
@@ -303,9 +304,9 @@ class Controller:
         if self.commons is not None:
             # Before this tenant's own handling, which may fail on a malformed Pod.
             self.commons.seen(self.namespace, delta)
-        metadata = pod.get("metadata") or {}
-        name, uid = str(metadata.get("name")), str(metadata.get("uid"))
-        self._placed(name, None if kind == "DELETED" else node_name(pod))
+        view = PodView(pod)
+        name, uid = str(view.name), str(view.uid)
+        self._placed(name, None if kind == "DELETED" else view.node_name)
         if kind == "DELETED":
             self.reconciler.forget(uid)
             self._pod_revisions.pop(name, None)
@@ -318,11 +319,10 @@ class Controller:
             self._departed[name] = uid
             self.queue.add(DEPARTED + name)
             return
-        if node_name(pod):
+        if view.node_name:
             self.reconciler.note_bound(uid)
-        before = ((old or {}).get("metadata") or {}).get("annotations") or {}
-        after = metadata.get("annotations") or {}
-        if old is None or before.get(PLAN_ANNOTATION) != after.get(PLAN_ANNOTATION):
+        before = PodView(old).annotations.get(PLAN_ANNOTATION)
+        if old is None or before != view.annotations.get(PLAN_ANNOTATION):
             self._pod_revisions[name] = plan_revision(pod)
         self.queue.add(name)
 

@@ -33,6 +33,7 @@ from datetime import UTC, datetime
 from typing import Any, Protocol
 
 from allocation_controller.ports import JSON, ApiError, Conflict, LeasePort
+from inference_policy.base.pod_view import ObjectView
 
 log = logging.getLogger(__name__)
 
@@ -120,13 +121,14 @@ class LeaderElector:
                 }
                 created = await self.api.create_lease(body)
                 return self._won(created, started)
-            spec = lease.get("spec") or {}
+            stored = ObjectView(lease)
+            spec = stored.spec
             holder = spec.get("holderIdentity") or ""
             record = (
                 holder,
                 spec.get("renewTime"),
                 spec.get("acquireTime"),
-                (lease.get("metadata") or {}).get("resourceVersion"),
+                stored.resource_version,
             )
             if record != self._observed:
                 self._observed = record
@@ -151,12 +153,13 @@ class LeaderElector:
             return False
 
     def _won(self, lease: JSON, started: float) -> bool:
-        spec = lease.get("spec") or {}
+        stored = ObjectView(lease)
+        spec = stored.spec
         self._observed = (
             spec.get("holderIdentity") or "",
             spec.get("renewTime"),
             spec.get("acquireTime"),
-            (lease.get("metadata") or {}).get("resourceVersion"),
+            stored.resource_version,
         )
         self._observed_at = started
         self._renewed_at = started
@@ -208,12 +211,13 @@ class LeaderElector:
         self._renewed_at = None
         try:
             lease = await self.api.get_lease(self.settings.name)
-            if lease is None or (lease.get("spec") or {}).get("holderIdentity") != self.identity:
+            spec = ObjectView(lease).spec
+            if lease is None or spec.get("holderIdentity") != self.identity:
                 return
             updated = dict(lease)
             now = _micro_time(self.wall())
             updated["spec"] = {
-                **(lease.get("spec") or {}),
+                **spec,
                 "holderIdentity": None,
                 "leaseDurationSeconds": 1,
                 "acquireTime": now,

@@ -16,8 +16,25 @@ from collections.abc import Sized
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from inference_policy.base.codes import (
+    ALLOCATION_REASONS,
+    VERIFIED,
+    VERIFIED_PROFILE_EXPIRED,
+    VERIFIED_REVISION_UNAVAILABLE,
+    VERIFIED_SHARED_WITH_ANOTHER_TENANT,
+)
+
 RECONCILE_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0)
 VERIFY_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+# The reasons written with status True; every other reason is a False verdict's.
+TRUE_REASONS = frozenset(
+    {
+        VERIFIED,
+        VERIFIED_PROFILE_EXPIRED,
+        VERIFIED_REVISION_UNAVAILABLE,
+        VERIFIED_SHARED_WITH_ANOTHER_TENANT,
+    }
+)
 
 
 class Metrics:
@@ -29,6 +46,11 @@ class Metrics:
             ["status", "reason"],
             registry=self.registry,
         )
+        # Every verdict's series from 0: Prometheus has no sample of a series before it
+        # appears, so the first False verdict of a reason would be no increase to
+        # TmiAllocationVerifiedFalse, which alerts on one.
+        for reason in ALLOCATION_REASONS:
+            self.verdicts.labels("True" if reason in TRUE_REASONS else "False", reason)
         self.reconciles = Counter(
             "tmi_allocation_reconciles",
             "Reconciles by result: written, unchanged, waiting, skipped, conflict, error",

@@ -32,6 +32,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from inference_policy.base.pod_view import PodView
 from inference_policy.base.wire import ENGINE_LABEL
 from inference_policy.granting.kept_pod import Skeleton
 from inference_policy.placing.ledger import (
@@ -178,7 +179,7 @@ class Commons:
 
     def seen(self, namespace: str, delta: Delta) -> None:
         """A delta of `namespace`'s Pod informer (its engine Pods, bound or not)."""
-        name = str((delta.object.get("metadata") or {}).get("name"))
+        name = str(PodView(delta.object).name)
         key = f"{namespace}/{name}"
         before, version = self.ledger.node_of(key), self.ledger.version
         holding = None if delta.type == "DELETED" else held(delta.object)

@@ -33,15 +33,13 @@ from typing import Any
 from allocation_controller.metrics import Metrics
 from allocation_controller.ports import JSON, ClaimReader, Conflict, NotFound, PodPort
 from allocation_controller.revisions import PolicyView
+from inference_policy.base.pod_view import PodView
 from inference_policy.granting.dra_allocation import allocation_verdict, claim_name_of, with_devices
 from inference_policy.granting.grant import (
     CONDITION_TYPE,
     DEFAULT_SCHEDULING_TIMEOUT,
     Verdict,
-    condition,
     departed_verdict,
-    is_engine_pod,
-    node_name,
     read_plan,
 )
 from inference_policy.granting.grant_tenants import kept_apart
@@ -92,6 +90,15 @@ def _says(current: Mapping[str, Any] | None, verdict: Verdict) -> bool:
         current.get("reason"),
         current.get("message"),
     ) == (verdict.status, verdict.reason, verdict.message)
+
+
+def _name_of(pod: PodView) -> str:
+    """The name the Pod's status is patched by. Every Pod the API server stores has one; a Pod
+    without is refused here rather than patched under another name."""
+    name = pod.name
+    if name is None:
+        raise ValueError("the Pod has no metadata.name to patch it by")
+    return name
 
 
 def _requeue(delay: float | None) -> float | None:
@@ -149,11 +156,10 @@ class Reconciler:
     async def reconcile(self, name: str) -> Result:
         pod = await self.port.get_pod(name)
         for attempt in range(2):
-            if pod is None or not is_engine_pod(pod):
+            view = PodView(pod)
+            if pod is None or not view.is_engine_pod:
                 return Result("skipped")
-            metadata = pod.get("metadata") or {}
-            phase = (pod.get("status") or {}).get("phase")
-            if metadata.get("deletionTimestamp") or phase in ("Succeeded", "Failed"):
+            if view.deletion_timestamp or view.phase in ("Succeeded", "Failed"):
                 return Result("skipped")
             now = self.clock()
             evaluation = self.policy.evaluate(pod, now, self.settings.scheduling_timeout)
@@ -165,7 +171,7 @@ class Reconciler:
                 verdict = await self._allocated(pod, verdict)
             if self.neighbours is not None:
                 verdict = kept_apart(pod, verdict, self.policy.revisions, self.neighbours)
-            current = condition(pod, CONDITION_TYPE)
+            current = view.condition(CONDITION_TYPE)
             if _says(current, verdict):
                 return Result("unchanged", requeue)
             try:
@@ -193,7 +199,7 @@ class Reconciler:
             return verdict
         name = claim_name_of(pod, plan)
         claim = await self.claims.get_resource_claim(name) if name else None
-        node = node_name(pod)
+        node = PodView(pod).node_name
         slices = await self.claims.list_resource_slices(node) if claim and node else []
         wrong = allocation_verdict(plan, profile.envelope, claim, slices)
         if wrong is not None:
@@ -206,9 +212,10 @@ class Reconciler:
         than the Pod deleted) and reads verified, it is marked False: it is no longer re-checked,
         so the condition must not keep vouching for it and its readiness gate closes."""
         pod = await self.port.get_pod(name, fresh=True)
-        if pod is None or (pod.get("metadata") or {}).get("uid") != uid or is_engine_pod(pod):
+        view = PodView(pod)
+        if pod is None or view.uid != uid or view.is_engine_pod:
             return Result("skipped")
-        current = condition(pod, CONDITION_TYPE)
+        current = view.condition(CONDITION_TYPE)
         if current is None or current.get("status") != "True":
             return Result("skipped")
         verdict = departed_verdict()
@@ -238,7 +245,9 @@ class Reconciler:
             "lastTransitionTime": _time_text(now) if moved else kept,
         }
         patch: JSON = {"status": {"conditions": [entry]}}
-        version = (pod.get("metadata") or {}).get("resourceVersion")
+        view = PodView(pod)
+        name = _name_of(view)
+        version = view.resource_version
         if version:
             patch["metadata"] = {"resourceVersion": version}
         if self.settings.pause_before_patch > 0:
@@ -247,13 +256,13 @@ class Reconciler:
             log.warning(
                 "fault injection: pausing %.1fs before patching Pod %s",
                 self.settings.pause_before_patch,
-                pod["metadata"]["name"],
+                name,
             )
             await asyncio.sleep(self.settings.pause_before_patch)
-        updated = await self.port.patch_pod_status(pod["metadata"]["name"], patch)
+        updated = await self.port.patch_pod_status(name, patch)
         self.metrics.verdicts.labels(verdict.status, verdict.reason).inc()
-        uid = str(pod["metadata"].get("uid", ""))
-        seen = self._bound_seen.pop(uid, None) if node_name(pod) else None
+        uid = view.uid or ""
+        seen = self._bound_seen.pop(uid, None) if view.node_name else None
         if seen is not None:
             self.metrics.bind_to_verified.observe(self.monotonic() - seen)
         if log.isEnabledFor(logging.INFO):
@@ -261,7 +270,7 @@ class Reconciler:
             log.info(
                 "condition patched",
                 extra={
-                    "pod": pod["metadata"]["name"],
+                    "pod": name,
                     "namespace": self.port.namespace,
                     "uid": uid or None,
                     "verdict": verdict.status,
@@ -287,8 +296,8 @@ class Reconciler:
             and current.get("reason") == verdict.reason
         ):
             return
-        metadata = pod.get("metadata") or {}
-        name = str(metadata.get("name"))
+        view = PodView(pod)
+        name = str(view.name)
         event = {
             "apiVersion": "events.k8s.io/v1",
             "kind": "Event",
@@ -308,8 +317,8 @@ class Reconciler:
                 "kind": "Pod",
                 "namespace": self.port.namespace,
                 "name": name,
-                "uid": metadata.get("uid"),
-                "resourceVersion": metadata.get("resourceVersion"),
+                "uid": view.uid,
+                "resourceVersion": view.resource_version,
             },
         }
         if not self.may_write():

@@ -25,6 +25,7 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
+from inference_policy.base.pod_view import ObjectView
 from inference_policy.granting.grant import (
     PROFILES_UNREADABLE,
     Evaluation,
@@ -88,8 +89,8 @@ class PolicyView:
 
     def apply_configmap(self, configmap: Mapping[str, Any]) -> set[str]:
         """A profile ConfigMap as it is now; returns the bundle digests whose meaning changed."""
-        name = (configmap.get("metadata") or {}).get("name")
-        if not isinstance(name, str):
+        name = ObjectView(configmap).name
+        if name is None:
             return set()
         return set(self.feed.revision_changed(name, configmap).digests)
 

@@ -38,9 +38,9 @@ Martello-Toth L2 bound, and ratios are taken against the upper end, so they unde
 policy; capacity in total is compared with every bucket full. Fifty windows of 40 consecutive
 VRAM deployments on 8 buckets are also solved exactly, by branch and bound.
 
-The fleet and deployments come from `trace_fleet.py`, the policies from `placement_policies.py`
-and the packing tests behind the optimum from `packing.py`, all three shared with
-`bench_churn.py`.
+The fleet and deployments come from `research/trace_fleet.py`, the policies from
+`research/placement_policies.py` and the packing tests behind the optimum from
+`research/packing.py`, all three shared with the research replay `research/bench_churn.py`.
 
 Run: `.venv/bin/python bench/bench_placement.py`. Writes bench/results/placement.json.
 """
@@ -56,6 +56,8 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
+# The trace's fleet, the policies and the packing bounds are the research replays' modules.
+sys.path.insert(0, str(ROOT / "bench" / "research"))
 sys.path.append(str(ROOT))  # the checkout, for a script run by path
 
 from packing import (  # noqa: E402

@@ -37,6 +37,7 @@ from extender.tenants import Tenant
 from extender.verbs import filter_nodes, prioritize_nodes, unencodable
 from extender.view import ClusterView, FilterOutcome, Outcome
 from extender.wire import ExtenderFilterResult
+from inference_policy.base.pod_view import PodView
 from policy_io.state import PolicySettings
 from serving.app import READ_TIMEOUT, read_limited, running
 from serving.probes import add_probes, json_response
@@ -101,15 +102,8 @@ def _bad_args(runtime: Runtime, verb: str, exc: ArgsError) -> web.Response:
 
 def _pod_fields(args: Any) -> dict[str, Any]:
     """The Pod an ExtenderArgs is about, as log fields (whatever of it can be read)."""
-    pod = args.get("Pod") if isinstance(args, dict) else None
-    meta = pod.get("metadata") if isinstance(pod, dict) else None
-    if not isinstance(meta, dict):
-        return {"namespace": None, "pod": None, "uid": None}
-    return {
-        "namespace": meta.get("namespace"),
-        "pod": meta.get("name") or meta.get("generateName"),
-        "uid": meta.get("uid"),
-    }
+    pod = PodView(args.get("Pod") if isinstance(args, dict) else None)
+    return {"namespace": pod.namespace, "pod": pod.name or pod.generate_name, "uid": pod.uid}
 
 
 def _encoded(body: Any) -> web.Response | Exception:

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 from extender.wire import ExtenderArgs
+from inference_policy.base.pod_view import ObjectView, PodView
 from inference_policy.base.wire import PLAN_ANNOTATION
 from inference_policy.placing.nodes import NodeFacts, node_facts
 
@@ -33,9 +34,7 @@ class Candidates:
 
 
 def has_plan(pod: Mapping[str, Any]) -> bool:
-    meta = pod.get("metadata")
-    annotations = meta.get("annotations") if isinstance(meta, Mapping) else None
-    return isinstance(annotations, Mapping) and PLAN_ANNOTATION in annotations
+    return PLAN_ANNOTATION in PodView(pod).annotations
 
 
 def extender_args(body: object) -> ExtenderArgs:
@@ -77,11 +76,11 @@ def candidates(args: ExtenderArgs, cache: Mapping[str, NodeFacts]) -> Candidates
     for index, item in enumerate(items):
         if not isinstance(item, Mapping):
             raise ArgsError(f"ExtenderArgs.Nodes.items[{index}] is not a Node object")
-        meta = item.get("metadata")
-        name = meta.get("name") if isinstance(meta, Mapping) else None
-        if not isinstance(name, str) or not name:
+        node = ObjectView(item)
+        name = node.name
+        if not name:
             raise ArgsError(f"ExtenderArgs.Nodes.items[{index}] has no metadata.name")
-        version = meta.get("resourceVersion") if isinstance(meta, Mapping) else None
+        version = node.resource_version
         cached = cache.get(name)
         # Reuse the informer's parse (and its memo) when the scheduler sent the same revision.
         if cached is not None and version and cached.version == version:
@@ -89,8 +88,7 @@ def candidates(args: ExtenderArgs, cache: Mapping[str, NodeFacts]) -> Candidates
         else:
             facts.append(node_facts(item))
         names.append(name)
-    meta = node_list.get("metadata") if isinstance(node_list, Mapping) else None
-    return Candidates(False, names, facts, items, meta if isinstance(meta, Mapping) else {})
+    return Candidates(False, names, facts, items, ObjectView(node_list).metadata)
 
 
 __all__ = ["ArgsError", "Candidates", "candidates", "has_plan", "pod_of"]

@@ -84,6 +84,12 @@ def _rights_gauges(view: ClusterView) -> Iterator[Metric]:
     yield missing
 
 
+# The outcomes of a call that fails (TmiExtenderErrors), each verb's counted from 0: Prometheus
+# has no sample of a series before it appears, so the first failure would be no rate at all.
+FAILED_OUTCOMES = ("error", "not-ready", "profile-refused")
+VERBS = ("filter", "prioritize")
+
+
 class ExtenderMetrics:
     def __init__(self, view: ClusterView) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
@@ -94,6 +100,9 @@ class ExtenderMetrics:
             ["verb", "outcome"],
             self.registry,
         )
+        for verb in VERBS:
+            for outcome in FAILED_OUTCOMES:
+                self.requests.inc((verb, outcome), 0)
         self.latency = LoopHistogram(
             "tmi_extender_request_seconds",
             "Time to answer an extender call, body decoding and encoding included.",

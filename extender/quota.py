@@ -30,6 +30,7 @@ from typing import Any
 
 from extender.owner_rights import Unconfirmed
 from inference_policy.base.codes import NodeVerdictCode
+from inference_policy.base.pod_view import PodView
 from inference_policy.granting.pod_demand import Unplaceable
 from inference_policy.placing.ledger import HOLDING_PODS_FIELD_SELECTOR
 from inference_policy.placing.quota import Usage, combined, pod_usage
@@ -41,10 +42,8 @@ PENDING = "quota"
 
 
 def _identity(pod: Mapping[str, Any]) -> tuple[str, str]:
-    meta = pod.get("metadata")
-    if not isinstance(meta, Mapping):
-        return "", ""
-    return str(meta.get("namespace") or ""), str(meta.get("name") or "")
+    view = PodView(pod)
+    return view.namespace or "", view.name or ""
 
 
 class QuotaBoard:

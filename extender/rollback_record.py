@@ -17,6 +17,7 @@ from collections.abc import Callable
 from typing import Any, Protocol
 from urllib.parse import quote
 
+from inference_policy.base.pod_view import ObjectView
 from inference_policy.trust.rollback import API_VERSION, KIND, PLURAL
 from policy_io.feed import FeedChange, PolicyFeed
 from serving.informer import Collection, Delta, Informer
@@ -52,8 +53,7 @@ class RollbackRecord:
 
     def informer(self, new: NewInformer) -> Informer:
         def read(obj: dict[str, Any] | None, why: str | None) -> None:
-            metadata = (obj or {}).get("metadata") or {}
-            self._resource_version = metadata.get("resourceVersion") if obj else None
+            self._resource_version = ObjectView(obj).resource_version if obj else None
             self.changed(self.feed.floor_read(obj, why))
 
         def changed(delta: Delta) -> None:

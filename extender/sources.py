@@ -34,6 +34,7 @@ from extender.quota import QuotaBoard
 from extender.rollback_record import Requests, RollbackRecord
 from extender.room_publisher import DEFAULT_INTERVAL, RoomPublisher
 from extender.view import ClusterView
+from inference_policy.base.pod_view import ObjectView
 from inference_policy.base.wire import ENGINE_LABEL as DEPLOYMENT_LABEL
 from inference_policy.placing.ledger import (
     HOLDING_PODS_FIELD_SELECTOR,
@@ -122,7 +123,7 @@ class KubernetesSource:
         facts: dict[str, NodeFacts] = {}
 
         def changed(delta: Delta) -> None:
-            node = str((delta.object.get("metadata") or {}).get("name") or "")
+            node = ObjectView(delta.object).name or ""
             parsed = None if delta.type == "DELETED" else node_facts(delta.object)
             if parsed is None:
                 facts.pop(node, None)

@@ -19,6 +19,7 @@ from extender.quota import QuotaBoard
 from extender.view import ClusterView, FilterOutcome, Outcome, PriorityOutcome
 from extender.wire import ExtenderArgs, ExtenderFilterResult, HostPriorityList
 from inference_policy.base.codes import NodeVerdictCode
+from inference_policy.base.pod_view import ObjectView
 from inference_policy.granting.pod_demand import Unplaceable
 from inference_policy.placing.nodes import FITS, Verdict
 from inference_policy.placing.placement import check_nodes, score_nodes, scores_from
@@ -165,8 +166,7 @@ def unencodable(body: Any, exc: Exception) -> str:
             try:
                 orjson.dumps({"Nodes": {"items": [item]}})
             except orjson.JSONEncodeError as item_exc:
-                meta = item.get("metadata") if isinstance(item, Mapping) else None
-                name = meta.get("name") if isinstance(meta, Mapping) else None
+                name = ObjectView(item).metadata.get("name")
                 return (
                     f"node {name} in ExtenderArgs.Nodes.items cannot be sent back: {item_exc} "
                     "(a value nests too deeply); no node was filtered"

@@ -52,6 +52,7 @@ from extender.tenants import Tenant
 from extender.wire import ExtenderFilterResult, HostPriorityList
 from inference_policy.base.bounded import keep
 from inference_policy.base.codes import NodeVerdictCode
+from inference_policy.base.pod_view import PodView
 from inference_policy.granting.pod_demand import Unplaceable, outside_every_tenant, pod_demand
 from inference_policy.placing.fragmentation import RequestMix
 from inference_policy.placing.ledger import UsageLedger
@@ -364,11 +365,8 @@ class ClusterView:
         """Add the Pod's request to the workload histogram, once per Pod."""
         if demand.path != "gpu" or len(demand.kind) != 1:
             return
-        meta = pod.get("metadata")
-        if not isinstance(meta, Mapping):
-            return
-        uid = meta.get("uid") or f"{meta.get('namespace')}/{meta.get('name')}"
-        key = str(uid)
+        view = PodView(pod)
+        key = view.uid or f"{view.namespace}/{view.name}"
         if key in self._observed:
             return
         self._observed[key] = None
@@ -391,16 +389,15 @@ class ClusterView:
         are read afresh each time (`extender.owner_rights`): a Pod with a demand is placed only
         while they are confirmed."""
         now = self.clock()
-        meta = pod.get("metadata") or {}
-        namespace = str(meta.get("namespace") if isinstance(meta, Mapping) else "")
+        view = PodView(pod)
+        namespace = view.namespace or ""
         feed = self.feeds.get(namespace)
         if feed is None:
             outside_every_tenant(pod)
             return None
         snapshot = feed.snapshot
-        uid = meta.get("uid") if isinstance(meta, Mapping) else None
-        version = meta.get("resourceVersion") if isinstance(meta, Mapping) else None
-        if not isinstance(uid, str) or not isinstance(version, str):
+        uid, version = view.uid, view.resource_version
+        if uid is None or version is None:
             found: Demand | Refusal | None = pod_demand(
                 pod, snapshot.context(now), snapshot.revisions, snapshot.options
             )

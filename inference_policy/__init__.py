@@ -16,7 +16,8 @@ contract in pyproject.toml):
     planning              a request in, a plan or a refusal out; the one plan parser
     trust                 the signed profile, its verification and its rollback floor
     allocation            the allocation classes, GFD's labels, a DRA device's facts
-    base                  wire names, quantities, strict JSON, access, the stable codes
+    base                  wire names, quantities, strict JSON, the Pod view, access, the
+                          stable codes
 
 `data/` holds the engine catalog this release ships.
 """

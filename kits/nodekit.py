@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -127,6 +128,10 @@ def chart_on_node(plane: ControlPlane, node: RealNode, prefix: str) -> Iterator[
     """The chart with its Deployments on the node, the whole-H100 profile, engines on the probe."""
     probe = engine_image_map(node.images[PROBE])
     settings, profile = owner_settings(prefix, whole_h100_envelope, 120, probe)
+    # The owner's part in a namespace of this stack's own, not the chart's default: the stack
+    # leaves the namespaces it made behind, and the first-day walk installs into the default
+    # one on the same node's plane as a newcomer would, expecting to create it.
+    settings = replace(settings, scheduler_namespace=f"{settings.namespace}-scheduling")
     images = {image.repository: image for image in node.images.values()}
     with deploy_chart(
         plane,

@@ -8,6 +8,9 @@
 # plugins, the simulated GPUs' device plugin) into ~/.cache/tmi/nodebin/<versions>/ the same
 # way (tools/k8sbin/build-node.sh; $TMI_NODE_BIN_DIR overrides), and the simulated GPUs' DRA
 # kubelet plugin into ~/.cache/tmi/fakedra/<sources>/ (tools/k8sbin/build-fakedra.sh).
+# Each build prints, per component on standard error, its turn, the time spent and an estimate of
+# the time left, from the last build's times (~/.cache/tmi/build-times.json, or $TMI_CACHE_DIR)
+# else typical figures (localcluster/plane/build_progress.py).
 # `make test-e2e` runs the tests against it; component logs of failed tests are copied
 # to .artifacts/<test>/.
 

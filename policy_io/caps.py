@@ -36,6 +36,7 @@ import re
 from collections.abc import Mapping
 from typing import Any, Final
 
+from inference_policy.base.pod_view import ObjectView, text_at
 from inference_policy.planning.room import MAX_ROOM_BINDINGS, MAX_ROOM_BYTES
 from inference_policy.trust.signing import BUNDLE_KEY, DIGEST_KEY
 
@@ -92,13 +93,12 @@ def digest_of(configmap: Mapping[str, Any]) -> str | None:
 def _identity(configmap: Mapping[str, Any]) -> dict[str, Any]:
     """What an informer needs of any object: its kind, and the metadata it is keyed and
     compared by (name, namespace, uid, resourceVersion)."""
-    metadata = configmap.get("metadata")
+    metadata = ObjectView(configmap).metadata
     kept: dict[str, Any] = {}
-    if isinstance(metadata, Mapping):
-        for field in ("name", "namespace", "uid", "resourceVersion", "creationTimestamp"):
-            value = metadata.get(field)
-            if isinstance(value, str):
-                kept[field] = value
+    for field in ("name", "namespace", "uid", "resourceVersion", "creationTimestamp"):
+        value = text_at(metadata, field)
+        if value is not None:
+            kept[field] = value
     return {
         "apiVersion": configmap.get("apiVersion", "v1"),
         "kind": configmap.get("kind", "ConfigMap"),

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from inference_policy.base.pod_view import ObjectView
 from inference_policy.planning.catalog import EngineCatalog
 from inference_policy.planning.recipe_inputs import (
     Capability,
@@ -414,8 +415,7 @@ class PolicyFeed:
             return
         self._catalog_revisions[capability] = revision
         self.catalog_loads += 1
-        metadata = configmap.get("metadata")
-        namespace = metadata.get("namespace") if isinstance(metadata, Mapping) else None
+        namespace = ObjectView(configmap).metadata.get("namespace")
         if namespace not in (None, self.settings.namespace):
             self._unusable(capability, Cause.FOREIGN, repr(namespace))
             return

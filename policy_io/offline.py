@@ -16,6 +16,7 @@ from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
+from inference_policy.base.pod_view import ObjectView
 from inference_policy.planning.catalog import EngineCatalog
 from inference_policy.planning.recipe_inputs import Capability
 from policy_io.feed import PolicyFeed
@@ -29,9 +30,8 @@ UNNAMED_CATALOG = {"gpu": "gpu-recipe-catalog", "cpu": "cpu-recipe-catalog"}
 
 def catalog_name(configmap: Any, capability: Capability) -> str:
     """The catalog ConfigMap's own name, or the name it is known by without one."""
-    metadata = configmap.get("metadata") if isinstance(configmap, Mapping) else None
-    name = metadata.get("name") if isinstance(metadata, Mapping) else None
-    return name if isinstance(name, str) and name else UNNAMED_CATALOG[capability]
+    name = ObjectView(configmap).name if isinstance(configmap, Mapping) else None
+    return name or UNNAMED_CATALOG[capability]
 
 
 def fed(

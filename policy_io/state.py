@@ -15,6 +15,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
+from inference_policy.base.pod_view import ObjectView
 from inference_policy.planning.catalog import (
     CatalogError,
     EngineCatalog,
@@ -41,11 +42,9 @@ log = logging.getLogger(__name__)
 
 def revision_of(configmap: Mapping[str, Any]) -> str | None:
     """uid + resourceVersion: a new object or any write gives a new key; a re-read does not."""
-    metadata = configmap.get("metadata")
-    if not isinstance(metadata, Mapping):
-        return None
-    uid, version = metadata.get("uid"), metadata.get("resourceVersion")
-    if not isinstance(uid, str) or not isinstance(version, str) or not uid or not version:
+    view = ObjectView(configmap)
+    uid, version = view.uid, view.resource_version
+    if not uid or not version:
         return None
     return f"{uid}/{version}"
 
@@ -197,9 +196,8 @@ class ProfileRevisions:
         is kept of it (`caps.slim`), so its data is never stored. Never raises: a ConfigMap it
         cannot judge is kept whole, for `apply` to refuse."""
         try:
-            metadata = configmap.get("metadata")
-            name = metadata.get("name") if isinstance(metadata, Mapping) else None
-            if not isinstance(name, str):
+            name = ObjectView(configmap).name
+            if name is None:
                 return configmap
             key = revision_of(configmap)
             if key is None:

@@ -23,6 +23,7 @@ from typing import Any
 import aiohttp
 import orjson
 
+from inference_policy.base.pod_view import ObjectView
 from serving.credentials import load_credentials
 from serving.informer import Collection, Page, WatchEvent
 from serving.kube import ClientConfigError, api_error
@@ -156,12 +157,12 @@ class ApiClient:
         document = await self.request("GET", collection.path, params=params)
         if not isinstance(document, dict) or not isinstance(document.get("items", []), list):
             raise api_error(500, "BadList", f"the {collection} list is not a List")
-        metadata = document.get("metadata") or {}
+        listed = ObjectView(document)
         items = [item for item in document.get("items") or [] if isinstance(item, dict)]
         return Page(
             items,
-            str(metadata.get("resourceVersion") or ""),
-            str(metadata.get("continue") or "") or None,
+            listed.resource_version or "",
+            str(listed.metadata.get("continue") or "") or None,
         )
 
     async def watch(

@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from inference_policy.base.pod_view import ObjectView
 from inference_policy.placing.quota import (
     QUOTA_NAME,
     Quota,
@@ -65,8 +66,7 @@ def _usage_of(kept: JSON) -> Usage:
 
 
 def _name(obj: JSON) -> str:
-    meta = obj.get("metadata")
-    return str(meta.get("name") or "") if isinstance(meta, Mapping) else ""
+    return ObjectView(obj).name or ""
 
 
 class TenantQuota:

@@ -22,6 +22,7 @@ from collections.abc import Callable, Mapping
 from functools import partial
 from typing import Any
 
+from inference_policy.base.pod_view import ObjectView
 from policy_io import caps
 from policy_io.feed import FeedChange, PolicyFeed
 from policy_io.state import PROFILE_SELECTOR
@@ -45,7 +46,7 @@ def _ignore(change: FeedChange) -> None:
 
 
 def _name(configmap: JSON) -> str:
-    return str((configmap.get("metadata") or {}).get("name"))
+    return str(ObjectView(configmap).name)
 
 
 def feed_informers(feed: PolicyFeed, new: NewInformer, notify: Notify = _ignore) -> list[Informer]:

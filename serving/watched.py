@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 from urllib.parse import quote
 
+from inference_policy.base.pod_view import ObjectView
+
 JSON = dict[str, Any]
 EventType = Literal["ADDED", "MODIFIED", "DELETED"]
 
@@ -50,14 +52,12 @@ class Collection:
     def key(self, obj: JSON) -> str | None:
         """Where the store files an object: its name within one namespace (or for a cluster
         resource), `namespace/name` across namespaces; None for what is not an object."""
-        metadata = obj.get("metadata")
-        if not isinstance(metadata, dict):
+        view = ObjectView(obj)
+        name = view.name
+        if name is None:
             return None
-        name = metadata.get("name")
-        if not isinstance(name, str):
-            return None
-        namespace = metadata.get("namespace")
-        if self.namespace is None and isinstance(namespace, str) and namespace:
+        namespace = view.namespace
+        if self.namespace is None and namespace:
             return f"{namespace}/{name}"
         return name
 
@@ -118,15 +118,11 @@ class Delta:
 
 def version_of(obj: JSON | None) -> str | None:
     """The object's resourceVersion, as the opaque string it is."""
-    metadata = (obj or {}).get("metadata")
-    value = metadata.get("resourceVersion") if isinstance(metadata, dict) else None
-    return value if isinstance(value, str) else None
+    return ObjectView(obj).resource_version
 
 
 def uid_of(obj: JSON | None) -> str | None:
-    metadata = (obj or {}).get("metadata")
-    value = metadata.get("uid") if isinstance(metadata, dict) else None
-    return value if isinstance(value, str) else None
+    return ObjectView(obj).uid
 
 
 def same_revision(a: JSON | None, b: JSON | None) -> bool:

@@ -14,11 +14,11 @@ indices as `[]`) and its kind:
 * `keys`: every key of an object enumerated (`keys`, iteration), as `path[*]`; `items` and
   `values` record each key's read besides.
 
-Two copying helpers the owner parts use are passed through while recording (`passing_through`):
-`access.as_mapping` (returns a dict as it is and copies any other mapping: `dict(subclass)`
-would copy without a read) and `stored_pod.strings_of` (a copy keeping the string values, read
-for their type, not their meaning), so what is read of their result afterwards is recorded
-under the path it came from.
+The copying helper the owner parts use is passed through while recording (`passing_through`):
+`pod_view.as_mapping` (returns a dict as it is and copies any other mapping: `dict(subclass)`
+would copy without a read), so what is read of its result afterwards is recorded under the path
+it came from. The Pod view itself (`inference_policy.base.pod_view`) copies nothing: it hands out
+the recording mappings and lists as they are.
 """
 
 from __future__ import annotations
@@ -31,8 +31,7 @@ from typing import Any
 
 import pytest
 
-from inference_policy.base import access
-from inference_policy.granting import stored_pod
+from inference_policy.base import pod_view
 
 IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 Kind = str
@@ -149,28 +148,19 @@ def _through_as_mapping(value: Any) -> dict[str, Any]:
     return original_as_mapping(value)
 
 
-def _through_strings_of(value: Any) -> Any:
-    if isinstance(value, RecordingDict):
-        return value
-    return original_strings_of(value)
-
-
-original_as_mapping = access.as_mapping
-original_strings_of = stored_pod.strings_of
+original_as_mapping = pod_view.as_mapping
 PACKAGES = ("inference_policy", "extender", "allocation_controller")
 
 
 @contextlib.contextmanager
 def passing_through(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """`as_mapping` and `strings_of` hand a recording mapping back as it is, in every module of
-    the owner parts that holds them."""
+    """`as_mapping` hands a recording mapping back as it is, in every module of the owner parts
+    that holds it."""
     for name, module in list(sys.modules.items()):
         if module is None or not name.startswith(PACKAGES):
             continue
         if getattr(module, "as_mapping", None) is original_as_mapping:
             monkeypatch.setattr(module, "as_mapping", _through_as_mapping)
-        if getattr(module, "strings_of", None) is original_strings_of:
-            monkeypatch.setattr(module, "strings_of", _through_strings_of)
     yield
 
 

@@ -22,6 +22,7 @@ from typing import Any
 
 import orjson
 
+from inference_policy.base.pod_view import ObjectView, PodView
 from inference_policy.base.wire import ENGINE_LABEL, REQUEST_ANNOTATION
 from inference_policy.placing.quota import QUOTA_NAME, Quota, QuotaError, parse_quota
 from inference_policy.tools.capacity import Deployment, Report, replay
@@ -36,6 +37,9 @@ from tmi_cli.policy_args import (
     now_from,
     policy_snapshot,
 )
+from tmi_cli.progress import progress
+from tmi_cli.report_capacity import capacity_page
+from tmi_cli.report_page import check_writable, write_page
 
 
 def list_from_api(kubeconfig: str | None, what: str, namespace: str | None = None) -> Any:
@@ -116,13 +120,13 @@ def _quotas(args: argparse.Namespace) -> dict[str, Quota]:
         return {}
     quotas: dict[str, Quota] = {}
     for item in documents:
-        meta = (item.get("metadata") or {}) if isinstance(item, dict) else {}
         if not isinstance(item, dict) or item.get("kind", "ResourceQuota") != "ResourceQuota":
             continue
-        if meta.get("name") != QUOTA_NAME:
+        quota = ObjectView(item)
+        if quota.name != QUOTA_NAME:
             continue  # not the owner's quota object (tmi-no-cross-namespace-affinity, ...)
         try:
-            quotas[str(meta.get("namespace") or args.namespace)] = parse_quota(item)
+            quotas[str(quota.namespace or args.namespace)] = parse_quota(item)
         except QuotaError as exc:
             raise CommandError(f"quota {where}: {exc}", EXIT_USAGE) from None
     return quotas
@@ -153,22 +157,22 @@ def _deployments(document: Any, path: str) -> list[Deployment]:
         if not isinstance(item, dict):
             raise CommandError(f"deployments {path}: item {i} is not an object", EXIT_USAGE)
         if item.get("kind") == "Pod":
-            meta = item.get("metadata") or {}
-            text = (meta.get("annotations") or {}).get(REQUEST_ANNOTATION)
-            if not isinstance(text, str):
+            pod = PodView(item)
+            text = pod.annotation(REQUEST_ANNOTATION)
+            if text is None:
                 raise CommandError(
-                    f"deployments {path}: Pod {meta.get('name')} has no {REQUEST_ANNOTATION}",
+                    f"deployments {path}: Pod {pod.name} has no {REQUEST_ANNOTATION}",
                     EXIT_USAGE,
                 )
             try:
                 request = orjson.loads(text)
             except orjson.JSONDecodeError as exc:
                 raise CommandError(
-                    f"deployments {path}: Pod {meta.get('name')}'s request is not JSON: {exc}",
+                    f"deployments {path}: Pod {pod.name}'s request is not JSON: {exc}",
                     EXIT_USAGE,
                 ) from None
-            name = (meta.get("labels") or {}).get(ENGINE_LABEL) or meta.get("name") or f"#{i}"
-            out.append(Deployment(str(name), request, str(meta.get("namespace") or "")))
+            name = pod.label(ENGINE_LABEL) or pod.name or f"#{i}"
+            out.append(Deployment(name, request, pod.namespace or ""))
         elif isinstance(item.get("name"), str) and "request" in item:
             tenant = item.get("tenant", "")
             if not isinstance(tenant, str):
@@ -187,7 +191,7 @@ def _deployments(document: Any, path: str) -> list[Deployment]:
 def _nodes(document: Any, path: str) -> list[dict[str, Any]]:
     nodes = _items(document, "fleet", path)
     for i, node in enumerate(nodes):
-        if not isinstance(node, dict) or not (node.get("metadata") or {}).get("name"):
+        if not isinstance(node, dict) or not ObjectView(node).name:
             raise CommandError(f"fleet {path}: item {i} is not a named Node", EXIT_USAGE)
     return nodes
 
@@ -238,6 +242,8 @@ def render(report: Report) -> str:
 
 
 def cmd_capacity(args: argparse.Namespace) -> int:
+    if args.html and (problem := check_writable(args.html)):
+        raise CommandError(problem, EXIT_USAGE)
     now = now_from(args.now)
     if args.deployments:
         deployments = _deployments(read_json(args.deployments, "deployments"), args.deployments)
@@ -260,12 +266,16 @@ def cmd_capacity(args: argparse.Namespace) -> int:
     passed = (
         within_quotas(deployments, ctx, quotas, options) if quotas else QuotaPass(list(deployments))
     )
-    report = replay(passed.admitted, nodes, ctx, options)
+    with progress("replaying the deployments", len(passed.admitted)) as done:
+        report = replay(passed.admitted, nodes, ctx, options, lambda _: done())
     report.refused.extend(passed.refused)
+    body = report.to_json()
+    if args.quota or args.quota_from_api:
+        body["quotas"] = [tenant.to_json() for tenant in passed.headroom]
+    if args.html:
+        names = [str(ObjectView(node).name) for node in nodes]
+        write_page(args.html, capacity_page(body, names))
     if args.output == "json":
-        body = report.to_json()
-        if args.quota or args.quota_from_api:
-            body["quotas"] = [tenant.to_json() for tenant in passed.headroom]
         sys.stdout.buffer.write(orjson.dumps(body, option=orjson.OPT_INDENT_2) + b"\n")
     else:
         asked = args.quota or args.quota_from_api
@@ -321,5 +331,12 @@ def add_capacity_parser(sub: Any) -> None:
     )
     p.add_argument(
         "-o", "--output", choices=("table", "json"), default="table", help="output (table)"
+    )
+    p.add_argument(
+        "--html",
+        metavar="FILE",
+        help="also write the replay as one self-contained HTML page: the fleet's nodes and "
+        "devices, who holds each, what is free and stranded, why each waiting deployment waits "
+        "(the -o json report inside)",
     )
     p.set_defaults(func=cmd_capacity)

@@ -17,6 +17,7 @@ from typing import Any
 
 import orjson
 
+from inference_policy.base.pod_view import ObjectView
 from inference_policy.granting.owner_rights import (
     CONTROLLER_RIGHTS,
     SERVICE_ACCOUNT_PREFIX,
@@ -139,7 +140,8 @@ def _access(api: _Api, args: argparse.Namespace) -> Check:
                 "skip",
                 f"{kind} refused (HTTP {status}): {answer.get('message', '')}",
             )
-        answers.append((verb, group, resource, expected, bool(answer["status"].get("allowed"))))
+        allowed = bool(ObjectView(answer).status.get("allowed"))
+        answers.append((verb, group, resource, expected, allowed))
     who = "this identity" if args.as_installer else args.installer
     return installer_check(who, answers)
 
@@ -149,7 +151,7 @@ def _controller_rights(api: _Api, args: argparse.Namespace) -> Check:
     ServiceAccount exists, and the reviews of its rights there."""
     namespace = args.namespace
     status, admission = api.get(f"/apis/{API_VERSION}/{PLURAL}/{namespace}")
-    identity = ((admission or {}).get("spec") or {}).get("allocationController")
+    identity = ObjectView(admission).spec.get("allocationController")
     if status in (401, 403):
         why = f"TenantAdmission {namespace} may not be read with this identity (the owner's is)"
         return controller_rights_check(namespace, None, None, why)

@@ -55,13 +55,17 @@ def collect(
     *,
     sleep: Callable[[float], None] = time.sleep,
     clock: Callable[[], str] = _now_text,
+    taken_one: Callable[[], None] | None = None,
 ) -> Observation:
-    """Sample the GPUs' processes `samples` times, `interval` seconds apart."""
+    """Sample the GPUs' processes `samples` times, `interval` seconds apart; `taken_one` is
+    called after each sample (the command's progress)."""
     taken: list[Sample] = []
     for index in range(samples):
         if index:
             sleep(interval)
         taken.append(reader.sample(index, clock()))
+        if taken_one is not None:
+            taken_one()
     return Observation(
         source=reader.source,
         driver=reader.driver,
@@ -120,15 +124,21 @@ def gather(
     read: Callable[[str], str] | None = None,
     sleep: Callable[[float], None] = time.sleep,
     clock: Callable[[], str] = _now_text,
+    taken_one: Callable[[], None] | None = None,
 ) -> dict[str, Any]:
     """One evidence report: sample, attribute, judge. Raises DetectionError when the GPUs
-    cannot be read."""
+    cannot be read. `taken_one` is called after each sample."""
     outcomes = [classify_job_pod(pod, log) for pod, log in request.jobs]
     if request.read_gpus:
         reader = open_reader()
         try:
             observation = collect(
-                reader, request.samples, request.interval, sleep=sleep, clock=clock
+                reader,
+                request.samples,
+                request.interval,
+                sleep=sleep,
+                clock=clock,
+                taken_one=taken_one,
             )
         finally:
             reader.close()

@@ -19,7 +19,7 @@ import orjson
 
 from inference_policy.evidence import EvidenceError
 from inference_policy.tools.detection import DetectionError
-from policy_io.files import read_bytes, read_json
+from policy_io.files import InputError, read_bytes, read_json
 from tmi_cli.evidence import (
     EvidenceRequest,
     gather,
@@ -29,6 +29,9 @@ from tmi_cli.evidence import (
     status_of,
 )
 from tmi_cli.gpu_processes import open_reader
+from tmi_cli.progress import progress
+from tmi_cli.report_evidence import evidence_page
+from tmi_cli.report_page import check_writable, write_page
 
 __all__ = ["EXIT_BY_STATUS", "add_evidence_parser", "cmd_evidence"]
 
@@ -52,6 +55,8 @@ def cmd_evidence(args: argparse.Namespace) -> int:
         return _usage("each --job-log belongs to the --job-pod at the same position")
     if args.post and not args.token_file:
         return _usage("--post needs --token-file")
+    if args.html and (problem := check_writable(args.html)):
+        return _usage(problem)
     jobs = []
     for i, path in enumerate(args.job_pod):
         log = None
@@ -67,29 +72,39 @@ def cmd_evidence(args: argparse.Namespace) -> int:
                 pods = load_pods(read_json(args.pods, "Pods", MAX_PODS_BYTES))
             elif args.pods_from_api:
                 pods = pods_from_api(str(node), args.kubeconfig)
-            report = gather(
-                EvidenceRequest(
-                    node=node,
-                    pods=pods,
-                    samples=args.samples,
-                    interval=args.interval,
-                    proc=args.proc,
-                    jobs=jobs,
-                    read_gpus=not args.skip_gpus,
-                ),
-                open_reader,
-            )
+            sampling = 0 if args.skip_gpus else args.samples
+            with progress("sampling the GPUs", sampling) as taken_one:
+                report = gather(
+                    EvidenceRequest(
+                        node=node,
+                        pods=pods,
+                        samples=args.samples,
+                        interval=args.interval,
+                        proc=args.proc,
+                        jobs=jobs,
+                        read_gpus=not args.skip_gpus,
+                    ),
+                    open_reader,
+                    taken_one=taken_one,
+                )
             sys.stdout.buffer.write(orjson.dumps(report, option=orjson.OPT_INDENT_2) + b"\n")
             sys.stdout.flush()
             if args.post:
                 post_report(args.post, token, report)
             status = EXIT_BY_STATUS.get(status_of(report), EXIT_INCONCLUSIVE)
+            if args.html:
+                write_page(args.html, evidence_page(report))
         except EvidenceError as exc:
             sys.stderr.write(f"error: {exc}\n")
             status = 1
         except DetectionError as exc:
             sys.stderr.write(f"error: {exc}\n")
             status = EXIT_INCONCLUSIVE
+        except InputError as exc:
+            # The page could not be written: fatal once, retried by a reporter loop.
+            if not args.every:
+                raise
+            sys.stderr.write(f"error: {exc}\n")
         if not args.every:
             return status
         # A reporter loop: a failed round is logged and retried, never fatal.
@@ -162,6 +177,12 @@ def add_evidence_parser(sub: Any) -> None:
         "--skip-gpus",
         action="store_true",
         help="read no GPU: only classify --job-pod (off the GPU host)",
+    )
+    p.add_argument(
+        "--html",
+        metavar="FILE",
+        help="also write the report as one self-contained HTML page (timelines per GPU, "
+        "grants against use, the verdict's checks; the JSON inside)",
     )
     p.add_argument("--post", metavar="URL", help="PUT the report to the collector at URL")
     p.add_argument("--token-file", metavar="FILE", help="bearer token for --post")

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
+from inference_policy.base.pod_view import ObjectView
 from inference_policy.planning.recipe_inputs import Capability, CatalogUnavailable, Cause
 from inference_policy.trust.profile import parse_timestamp
 from inference_policy.trust.signing import (
@@ -67,15 +68,8 @@ def keys(values: Sequence[str]) -> tuple[str, ...]:
 def configmap_name(args: argparse.Namespace, configmap: Any) -> str:
     if args.bundle_configmap:
         return str(args.bundle_configmap)
-    if isinstance(configmap, dict):
-        name = (
-            configmap.get("metadata", {}).get("name")
-            if isinstance(configmap.get("metadata"), dict)
-            else None
-        )
-        if isinstance(name, str):
-            return name
-    return DEFAULT_CONFIGMAP_NAME
+    name = ObjectView(configmap).name
+    return DEFAULT_CONFIGMAP_NAME if name is None else name
 
 
 def image_map(path: str | None) -> dict[str, str] | None:

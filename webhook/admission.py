@@ -15,9 +15,10 @@ Two kinds of Pod reach this code, through two entries of one MutatingWebhookConf
   field. On UPDATE the plan annotation is frozen, the planned image stays, and no reach may be
   added or changed (`inference_policy.admission.engine_pod`).
 
-The decisions themselves (what a planned Pod looks like, what counts as reaching for an
-accelerator, what an UPDATE may change) live in the core; this module reads the review, applies
-them, and writes the answer. Everything here is a function of the review and the store, with no
+The decisions themselves (which rule a Pod meets, what a planned Pod looks like, what counts as
+reaching for an accelerator, what an UPDATE may change) live in the core, behind one call
+(`inference_policy.admission.pod_review.review_pod`); this module checks the envelope, makes
+that call, and writes the answer. Everything here is a function of the review and the store, with no
 I/O, so the same code runs under the HTTP server, the tests and the benchmark. Refusals are
 denials (HTTP 200, `allowed: false`, the plan's status in `status.code`), which the API server
 hands to the client unchanged; only a body that is not an AdmissionReview at all gets a non-200
@@ -34,21 +35,17 @@ from typing import Any, TypeGuard, cast
 
 import orjson
 
-from inference_policy.admission.engine_admission import admitted, engine_subject
+from inference_policy.admission.engine_admission import EngineSubject
 from inference_policy.admission.engine_pod import (
     PlanFields,
     PodRefusal,
-    admission_refusal,
     plan_fields,
-    shield_edits,
-    to_shield,
-    update_refusal,
 )
+from inference_policy.admission.pod_review import review_pod
 from inference_policy.base.access import CONTAINER_LISTS
 from inference_policy.base.bounded import keep
 from inference_policy.base.codes import RefusalCode
 from inference_policy.base.wire import (
-    ENGINE_LABEL,
     MAX_REQUEST_ANNOTATION_BYTES,
     REQUEST_ANNOTATION,
 )
@@ -271,14 +268,6 @@ def _is_object(value: Any) -> TypeGuard[Mapping[str, Any]]:
     return type(value) is dict or isinstance(value, Mapping)
 
 
-def _labels(pod: dict[str, Any]) -> Mapping[str, str]:
-    return (pod.get("metadata") or {}).get("labels") or {}
-
-
-def _annotations(pod: dict[str, Any]) -> Mapping[str, str]:
-    return (pod.get("metadata") or {}).get("annotations") or {}
-
-
 # -- the review --------------------------------------------------------------------------------
 
 
@@ -379,47 +368,19 @@ class Reviewer:
                 ],
             )
         pod = _check_pod(request.get("object"), "object")
-        if operation == "UPDATE":
-            old = _check_pod(request.get("oldObject"), "oldObject")
-            return self._update(uid, pod, old)
-        if ENGINE_LABEL in _labels(pod):
-            return self._engine(uid, pod, now)
-        refusal = admission_refusal(pod, None, self.settings.scheduler_name)
-        if refusal is not None:
-            return refuse(uid, refusal)
-        return _patched(uid, "not-engine-pod", edits_patch(pod, shield_edits(pod, to_shield(pod))))
-
-    def _update(self, uid: str, pod: dict[str, Any], old: dict[str, Any]) -> Outcome:
-        refusal = update_refusal(pod, old)
-        if refusal is not None:
-            return refuse(uid, refusal)
-        return _patched(
-            uid, "unchanged", edits_patch(pod, shield_edits(pod, to_shield(pod, old=old)))
+        old = _check_pod(request.get("oldObject"), "oldObject") if operation == "UPDATE" else None
+        verdict = review_pod(
+            operation, pod, old, self.settings.scheduler_name, _Planning(self, now)
         )
-
-    def _engine(self, uid: str, pod: dict[str, Any], now: datetime) -> Outcome:
-        subject = engine_subject(pod, self.settings.scheduler_name)
-        if isinstance(subject, PodRefusal):
-            return refuse(uid, subject)
-        planned = self.store.plan_text(
-            subject.request, f"annotation {REQUEST_ANNOTATION}", now, MAX_REQUEST_ANNOTATION_BYTES
-        )
-        decision = planned.error if planned.error is not None else planned.decision
-        assert decision is not None
-        edits = admitted(
-            pod,
-            subject,
-            decision,
-            lambda plan: self.plan_fields(subject.index, plan, planned.plan_json or ""),
-        )
-        if isinstance(edits, PodRefusal):
-            return refuse(uid, edits)
-        assert isinstance(decision, Decision) and decision.plan is not None
-        plan = decision.plan
-        ops = edits_patch(pod, edits)
+        if isinstance(verdict, PodRefusal):
+            return refuse(uid, verdict)
+        ops = edits_patch(pod, verdict.edits)
+        plan = verdict.plan
+        if plan is None:
+            return _patched(uid, verdict.reason, ops)
         return _patched(
             uid,
-            "planned" if ops else "unchanged",
+            verdict.reason if ops else "unchanged",
             ops,
             plan=plan,
             audit={"plan-path": plan.path, "plan-binding": plan.bindingId or ""},
@@ -445,3 +406,29 @@ class Reviewer:
             )
             keep(self._fields, key, fields, _MAX_PLAN_FIELDS)
         return fields
+
+
+class _Planning:
+    """One review's planning, as the core's `EnginePlanning`: the store's remembered decision on
+    the request text, and the reviewer's remembered plan fields keyed by the plan's text."""
+
+    def __init__(self, reviewer: Reviewer, now: datetime) -> None:
+        self.reviewer = reviewer
+        self.now = now
+        self.plan_json = ""
+
+    def decide(self, subject: EngineSubject) -> Decision | str:
+        planned = self.reviewer.store.plan_text(
+            subject.request,
+            f"annotation {REQUEST_ANNOTATION}",
+            self.now,
+            MAX_REQUEST_ANNOTATION_BYTES,
+        )
+        self.plan_json = planned.plan_json or ""
+        if planned.error is not None:
+            return planned.error
+        assert planned.decision is not None
+        return planned.decision
+
+    def fields(self, subject: EngineSubject, plan: Plan) -> PlanFields:
+        return self.reviewer.plan_fields(subject.index, plan, self.plan_json)

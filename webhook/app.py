@@ -26,6 +26,7 @@ from typing import Any
 from aiohttp import web
 
 from inference_policy.base.codes import RefusalCode
+from inference_policy.base.pod_view import PodView
 from inference_policy.placing.quota import refusal_body
 from policy_io.state import PolicySettings
 from serving.app import READ_TIMEOUT, read_limited, running
@@ -120,13 +121,11 @@ def _log_review(review: AdmissionRequest, outcome: Outcome, failure: Exception |
         level = logging.INFO
     if not log.isEnabledFor(level):
         return
-    obj = review.get("object") or review.get("oldObject")
-    meta = obj.get("metadata") if isinstance(obj, dict) else None
-    meta = meta if isinstance(meta, dict) else {}
+    pod = PodView(review.get("object") or review.get("oldObject"))
     fields: dict[str, Any] = {
         "uid": outcome.response.get("uid"),
         "namespace": review.get("namespace"),
-        "pod": meta.get("name") or review.get("name") or meta.get("generateName"),
+        "pod": pod.name or review.get("name") or pod.generate_name,
         "operation": review.get("operation"),
         "outcome": outcome.outcome,
         "status": outcome.status,

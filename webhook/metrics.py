@@ -17,6 +17,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from inference_policy.base.codes import RefusalCode
 from serving.metrics import LoopCounter, LoopHistogram, profile_gauges
 from serving.tls import CertificateReloader
 from webhook.profile_source import Memo, PolicyStore
@@ -51,6 +52,21 @@ class _ProfileCollector(Collector):
         yield hits
 
 
+# The server-side refusals (TmiWebhookErrors), each counted from 0 on both endpoints:
+# Prometheus has no sample of a series before it appears, so the first refusal would be no rate
+# at all. Their statuses are the planner's (inference_policy.planning.planner) and the
+# handlers' own (webhook.app: a plan that fails is an error, a review that fails a refusal).
+SERVER_ERRORS: tuple[tuple[str, str, int, str], ...] = (
+    *(
+        (endpoint, "refused", 503, code)
+        for endpoint in ("mutate", "plan")
+        for code in (RefusalCode.PROFILE_REFUSED, RefusalCode.CATALOG_UNAVAILABLE)
+    ),
+    ("mutate", "refused", 500, RefusalCode.INTERNAL_ERROR),
+    ("plan", "error", 500, RefusalCode.INTERNAL_ERROR),
+)
+
+
 class WebhookMetrics:
     """The counters and histograms the handlers update, and the scrape-time profile gauges."""
 
@@ -62,6 +78,8 @@ class WebhookMetrics:
             ["endpoint", "outcome", "status", "reason"],
             self.registry,
         )
+        for labels in SERVER_ERRORS:
+            self.decisions.inc(labels, 0)
         self.latency = LoopHistogram(
             "tmi_webhook_request_duration_seconds",
             "Time from request body received to response ready, by endpoint.",

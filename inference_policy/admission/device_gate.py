@@ -17,8 +17,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from inference_policy.base.access import Reach, as_mapping, reaches
+from inference_policy.base.access import Reach, reaches
 from inference_policy.base.codes import NodeVerdictCode
+from inference_policy.base.pod_view import PodView
 from inference_policy.base.wire import PLAN_ANNOTATION
 from inference_policy.planning.plan import Plan, PlanError, parse_plan
 
@@ -48,8 +49,7 @@ def device_gate(pod: Mapping[str, Any], plan: Plan | None = None) -> Gate:
     """The gate for `pod`; `plan` is its plan when the caller has read it already (else it is
     read from the annotation here, by the one plan parser)."""
     if plan is None:
-        annotations = as_mapping(as_mapping(pod.get("metadata")).get("annotations"))
-        text = annotations.get(PLAN_ANNOTATION)
+        text = PodView(pod).annotations.get(PLAN_ANNOTATION)
         if text is None:
             found = reaches(pod, plan_annotation=False)
             if found:

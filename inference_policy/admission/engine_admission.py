@@ -33,8 +33,8 @@ from inference_policy.admission.engine_pod import (
     shield_edits,
     to_shield,
 )
-from inference_policy.base.access import as_mapping
 from inference_policy.base.codes import RefusalCode
+from inference_policy.base.pod_view import PodView
 from inference_policy.base.wire import ENGINE_CONTAINER_ANNOTATION, ENGINE_LABEL, REQUEST_ANNOTATION
 from inference_policy.planning.decision import Decision
 from inference_policy.planning.plan import Plan
@@ -53,13 +53,13 @@ class EngineSubject:
 
 def engine_subject(pod: Mapping[str, Any], scheduler_name: str) -> EngineSubject | PodRefusal:
     """The engine Pod's container and request, or why it is refused before any planning."""
+    view = PodView(pod)
     engine = engine_container_name(pod)
-    containers = as_mapping(pod.get("spec")).get("containers")
     index = next(
         (
             position
-            for position, container in enumerate(containers if isinstance(containers, list) else ())
-            if isinstance(container, Mapping) and container.get("name") == engine
+            for position, container in view.positioned("containers")
+            if container.get("name") == engine
         ),
         None,
     )
@@ -73,8 +73,7 @@ def engine_subject(pod: Mapping[str, Any], scheduler_name: str) -> EngineSubject
     refusal = admission_refusal(pod, engine, scheduler_name)
     if refusal is not None:
         return refusal
-    annotations = as_mapping(as_mapping(pod.get("metadata")).get("annotations"))
-    text = annotations.get(REQUEST_ANNOTATION)
+    text = view.annotations.get(REQUEST_ANNOTATION)
     if not isinstance(text, str):
         return PodRefusal(
             422,

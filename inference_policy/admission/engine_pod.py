@@ -33,14 +33,13 @@ from inference_policy.base.access import (
     NO_DEVICE,
     NVIDIA_DEVICE_ENV,
     Reach,
-    as_mapping,
     is_accelerator_resource,
-    is_map,
     new_reaches,
     reaches,
     unshielded,
 )
 from inference_policy.base.codes import RefusalCode
+from inference_policy.base.pod_view import PodView, as_mapping, is_map, text_at
 from inference_policy.base.wire import (
     ALLOCATION_VERIFIED,
     ENGINE_CONTAINER_ANNOTATION,
@@ -61,20 +60,13 @@ class PodRefusal:
     message: str
 
 
-def _annotations_of(pod: Mapping[str, Any]) -> Mapping[str, Any]:
-    return as_mapping(as_mapping(pod.get("metadata")).get("annotations"))
-
-
 def engine_container_name(pod: Mapping[str, Any]) -> str | None:
     """The container a plan governs: the one the annotation names, else the first."""
-    named = _annotations_of(pod).get(ENGINE_CONTAINER_ANNOTATION)
-    if isinstance(named, str) and named:
+    view = PodView(pod)
+    named = view.annotation(ENGINE_CONTAINER_ANNOTATION)
+    if named:
         return named
-    containers = as_mapping(pod.get("spec")).get("containers")
-    if isinstance(containers, list) and containers and is_map(containers[0]):
-        name = containers[0].get("name")
-        return name if isinstance(name, str) else None
-    return None
+    return text_at(view.container_at("containers", 0), "name")
 
 
 def forgery_message(found: Sequence[Reach]) -> str:
@@ -94,7 +86,7 @@ def admission_refusal(
     any other Pod."""
     found = reaches(pod, engine)
     fields = list(found)
-    if engine is not None and as_mapping(pod.get("spec")).get("nodeName"):
+    if engine is not None and PodView(pod).spec.get("nodeName"):
         fields.append(
             Reach(f"spec.nodeName (engine Pods are placed by {scheduler_name})", "", "node")
         )
@@ -105,8 +97,9 @@ def admission_refusal(
 
 def update_refusal(pod: Mapping[str, Any], old: Mapping[str, Any]) -> PodRefusal | None:
     """An UPDATE: the plan annotation frozen, the planned image kept, no reach added or raised."""
-    before = _annotations_of(old).get(PLAN_ANNOTATION)
-    after = _annotations_of(pod).get(PLAN_ANNOTATION)
+    was, now = PodView(old), PodView(pod)
+    before = was.annotations.get(PLAN_ANNOTATION)
+    after = now.annotations.get(PLAN_ANNOTATION)
     if before != after:
         if before is None:
             message = (
@@ -120,8 +113,8 @@ def update_refusal(pod: Mapping[str, Any], old: Mapping[str, Any]) -> PodRefusal
             )
         return PodRefusal(403, RefusalCode.PLAN_ANNOTATION, message)
     if isinstance(before, str):
-        named_before = _annotations_of(old).get(ENGINE_CONTAINER_ANNOTATION)
-        if _annotations_of(pod).get(ENGINE_CONTAINER_ANNOTATION) != named_before:
+        named_before = was.annotations.get(ENGINE_CONTAINER_ANNOTATION)
+        if now.annotations.get(ENGINE_CONTAINER_ANNOTATION) != named_before:
             return PodRefusal(
                 403,
                 RefusalCode.PLAN_ANNOTATION,
@@ -145,11 +138,8 @@ def update_refusal(pod: Mapping[str, Any], old: Mapping[str, Any]) -> PodRefusal
 
 
 def _image(pod: Mapping[str, Any], container: str | None) -> Any:
-    containers = as_mapping(pod.get("spec")).get("containers")
-    for entry in containers if isinstance(containers, list) else ():
-        if is_map(entry) and entry.get("name") == container:
-            return entry.get("image")
-    return None
+    entry = PodView(pod).container_named(container)
+    return None if entry is None else entry.get("image")
 
 
 def _planned_image(text: str) -> str | None:
@@ -206,8 +196,8 @@ def plan_edits(pod: Mapping[str, Any], index: int, plan: Plan, fields: PlanField
     own fields (`plan_fields` for this plan and container index) and the ones that depend on
     the Pod. Fields already holding that value are included too: the caller compares, so a
     planned Pod (a reinvoked webhook) comes out unchanged."""
-    spec = as_mapping(pod.get("spec"))
-    container = as_mapping(spec["containers"][index])
+    view = PodView(pod)
+    container = view.container_at("containers", index)
     edits = [
         *fields.head,
         Edit(
@@ -216,7 +206,7 @@ def plan_edits(pod: Mapping[str, Any], index: int, plan: Plan, fields: PlanField
         ),
         *fields.tail,
     ]
-    gates = spec.get("readinessGates") or []
+    gates = view.spec.get("readinessGates") or []
     if not any(is_map(g) and g.get("conditionType") == READINESS_GATE for g in gates):
         edits.append(Edit(("spec", "readinessGates"), [*gates, {"conditionType": READINESS_GATE}]))
     return edits
@@ -270,33 +260,31 @@ def to_shield(
     """(kind, index) of the containers to shield. `plan` is the engine Pod's plan (its engine
     container, `engine` when the caller knows it already, keeps the device plugin's grant on a
     GPU plan); `old` is the Pod before an UPDATE."""
+    view = PodView(pod)
     if old is not None:
-        before = as_mapping(old.get("spec")).get("ephemeralContainers")
-        known = {c.get("name") for c in (before if isinstance(before, list) else ()) if is_map(c)}
-        now = as_mapping(pod.get("spec")).get("ephemeralContainers") or []
+        known = {c.get("name") for c in PodView(old).ephemeral_containers}
         return [
             (kind, index)
             for kind, index in unshielded(pod, ("ephemeralContainers",))
-            if as_mapping(now[index]).get("name") not in known
+            if view.container_at(kind, index).get("name") not in known
         ]
     granted = None
     if plan is not None and plan.path == "gpu":
         granted = engine if engine is not None else engine_container_name(pod)
-    containers = as_mapping(pod.get("spec")).get("containers") or []
     return [
         (kind, index)
         for kind, index in unshielded(pod)
-        if not (kind == "containers" and as_mapping(containers[index]).get("name") == granted)
+        if not (kind == "containers" and view.container_at(kind, index).get("name") == granted)
     ]
 
 
 def shield_edits(pod: Mapping[str, Any], targets: Sequence[tuple[str, int]]) -> list[Edit]:
     """Set NVIDIA_VISIBLE_DEVICES=void on each target container, after its own variables (an
     explicit `env` entry wins over the image's environment and over `envFrom`)."""
-    spec = as_mapping(pod.get("spec"))
+    view = PodView(pod)
     edits = []
     for kind, index in targets:
-        env = as_mapping(spec[kind][index]).get("env")
+        env = view.container_at(kind, index).get("env")
         entries = list(env) if isinstance(env, list) else []
         entries.append({"name": NVIDIA_DEVICE_ENV, "value": NO_DEVICE})
         edits.append(Edit(("spec", kind, index, "env"), entries))

@@ -8,7 +8,7 @@ may span, how the request becomes a quantity), placement (the verdict code of a 
 too-small node) and the node checks (what GFD's labels must say) ask the binding's class, never
 a resource-name prefix or a binding's concrete type. A new class is one module here, registered
 in `CLASSES`, plus its binding model in `profile`
-(tests/unit/core/test_allocation_seam.py lists the files a new class touches).
+(tests/unit/core/allocation/test_allocation_seam.py lists the files a new class touches).
 
 Beside the classes, the two accounts of hardware their checks and the profile read: the node
 labels NVIDIA's GPU Feature Discovery writes (`gfd`), and a DRA binding's device facts as the

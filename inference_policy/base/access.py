@@ -54,6 +54,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from inference_policy.base.pod_view import PodView, is_map, mapping_at, objects_in, positions_in
 from inference_policy.base.wire import PLAN_ANNOTATION
 
 # The resources that hand out no device: what the kubelet itself accounts. `pods` is a node's
@@ -150,20 +151,6 @@ def is_cdi_annotation(key: object) -> bool:
     return isinstance(key, str) and key.startswith(CDI_ANNOTATION_PREFIXES)
 
 
-def is_map(value: Any) -> bool:
-    # dict first: every Pod here was decoded from JSON, and the ABC check costs ten times more;
-    # an absent field (None) is answered before it, as it is most of what is not a dict.
-    return type(value) is dict or (value is not None and isinstance(value, Mapping))
-
-
-def as_mapping(value: Any) -> dict[str, Any]:
-    """`value` as a dict: itself when it is one (what JSON decodes to), a copy of another
-    mapping, else empty."""
-    if type(value) is dict:
-        return value
-    return dict(value) if is_map(value) else {}
-
-
 def _resource_reaches(at: str, resources: Mapping[str, Any], found: list[Reach]) -> None:
     for part in RESOURCE_PARTS:
         asks = resources.get(part)
@@ -225,16 +212,15 @@ def reaches(
     reaches. `plan_annotation`
     False leaves the annotation out (an UPDATE judges it separately, as frozen).
     """
-    spec = as_mapping(pod.get("spec"))
+    view = PodView(pod)
+    # The spec once for the three lists: every reviewed Pod passes here.
+    spec = view.spec
     found: list[Reach] = []
     for kind in CONTAINER_LISTS:
-        entries = spec.get(kind)
-        if isinstance(entries, list):
-            for container in entries:
-                if is_map(container):
-                    governed = kind == "containers" and container.get("name") == engine
-                    _container_reaches(kind, container, not governed, found)
-    _resource_reaches("spec", as_mapping(spec.get("resources")), found)
+        for container in objects_in(spec.get(kind)):
+            governed = kind == "containers" and container.get("name") == engine
+            _container_reaches(kind, container, not governed, found)
+    _resource_reaches("spec", mapping_at(spec, "resources"), found)
     runtime_class = spec.get("runtimeClassName")
     if engine is None and runtime_class:
         found.append(
@@ -243,7 +229,7 @@ def reaches(
     claims = spec.get("resourceClaims")
     if engine is None and isinstance(claims, list) and claims:
         found.append(Reach("spec.resourceClaims", str(len(claims)), "claim"))
-    annotations = as_mapping(as_mapping(pod.get("metadata")).get("annotations"))
+    annotations = view.annotations
     for key in annotations:
         if is_cdi_annotation(key):
             found.append(Reach(f"metadata.annotations[{key}]", str(annotations[key]), "annotation"))
@@ -266,12 +252,11 @@ def unshielded(
     pod: Mapping[str, Any], kinds: tuple[str, ...] = CONTAINER_LISTS
 ) -> list[tuple[str, int]]:
     """(kind, index) of each container of those kinds that does not set NVIDIA_VISIBLE_DEVICES."""
-    spec = as_mapping(pod.get("spec"))
+    spec = PodView(pod).spec
     out: list[tuple[str, int]] = []
     for kind in kinds:
-        entries = spec.get(kind)
-        for index, container in enumerate(entries if isinstance(entries, list) else ()):
-            if is_map(container) and not shielded(container):
+        for index, container in positions_in(spec.get(kind)):
+            if not shielded(container):
                 out.append((kind, index))
     return out
 
@@ -297,7 +282,6 @@ __all__ = [
     "is_accelerator_resource",
     "is_cdi_annotation",
     "is_device_variable",
-    "is_map",
     "new_reaches",
     "reaches",
     "selects_devices",

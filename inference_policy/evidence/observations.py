@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from inference_policy.admission.engine_pod import engine_container_name
+from inference_policy.base.pod_view import PodView
 from inference_policy.base.quantity import QuantityError, resource_units
 from inference_policy.base.wire import (
     ENGINE_LABEL,
@@ -164,12 +165,11 @@ _CONTAINER_ID = re.compile(r"^[a-z0-9.+-]+://(?P<id>[0-9a-f]{12,128})$")
 
 def pod_info(pod: Mapping[str, Any]) -> PodInfo | None:
     """What the judgement needs from a Pod object; None when it has no uid to be found by."""
-    metadata = as_map(pod.get("metadata"))
-    uid = as_text(metadata.get("uid")).lower()
+    view = PodView(pod)
+    uid = (view.uid or "").lower()
     if not uid:
         return None
-    annotations = as_map(metadata.get("annotations"))
-    labels = as_map(metadata.get("labels"))
+    annotations = view.annotations
     plan: Plan | None = None
     plan_error: str | None = None
     text = annotations.get(PLAN_ANNOTATION)
@@ -180,7 +180,7 @@ def pod_info(pod: Mapping[str, Any]) -> PodInfo | None:
             plan = parse_plan(text)
         except PlanError as exc:
             plan_error = str(exc)
-    status = as_map(pod.get("status"))
+    status = view.status
     ids: dict[str, str] = {}
     for key in ("containerStatuses", "initContainerStatuses", "ephemeralContainerStatuses"):
         entries = status.get(key)
@@ -191,10 +191,10 @@ def pod_info(pod: Mapping[str, Any]) -> PodInfo | None:
                 ids[match["id"]] = as_text(entry.get("name"))
     return PodInfo(
         uid=uid,
-        namespace=as_text(metadata.get("namespace")),
-        name=as_text(metadata.get("name")),
-        node=as_text(as_map(pod.get("spec")).get("nodeName")) or None,
-        workload=as_text(labels.get(ENGINE_LABEL)),
+        namespace=view.namespace or "",
+        name=view.name or "",
+        node=view.node_name,
+        workload=view.label(ENGINE_LABEL) or "",
         plan=plan,
         plan_error=plan_error,
         engine_container=engine_container_name(pod),

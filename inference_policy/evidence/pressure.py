@@ -12,6 +12,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from inference_policy.base.pod_view import PodView
 from inference_policy.evidence.fields import as_map, as_text
 
 __all__ = ["CUDA_OOM_EXIT_CODE", "classify_job_pod"]
@@ -52,8 +53,8 @@ def classify_job_pod(
     grant: what the kit expects), `host-oom-killed` (the kernel killed it for host memory: the
     test measured the wrong limit), `evicted`, `succeeded` (the allocation past the grant went
     through: nothing enforces the share), `failed` (another error) or `not-finished`."""
-    metadata = as_map(pod.get("metadata"))
-    status = as_map(pod.get("status"))
+    view = PodView(pod)
+    status = view.status
     name, terminated = _terminated(status, container)
     reason = as_text(terminated.get("reason"))
     exit_code = terminated.get("exitCode")
@@ -84,8 +85,8 @@ def classify_job_pod(
         outcome = "failed"
         detail = f"terminated with {reason or 'no reason'}, exit code {exit_code}"
     return {
-        "namespace": as_text(metadata.get("namespace")),
-        "pod": as_text(metadata.get("name")),
+        "namespace": view.namespace or "",
+        "pod": view.name or "",
         "container": name,
         "outcome": outcome,
         "expected": "cuda-oom",

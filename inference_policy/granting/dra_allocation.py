@@ -17,6 +17,7 @@ from typing import Any
 
 from inference_policy.allocation.dra_facts import device_facts, device_mismatch
 from inference_policy.base.codes import CLAIM_UNALLOCATED, DEVICE_MISMATCH
+from inference_policy.base.pod_view import ObjectView, PodView, mapping_at
 from inference_policy.granting.grant import Verdict, clip
 from inference_policy.planning.plan import Plan
 from inference_policy.trust.dra_claims import binding_of_class, subrequest_name
@@ -27,8 +28,7 @@ def claim_name_of(pod: Mapping[str, Any], plan: Plan) -> str | None:
     """The name of the ResourceClaim made for the plan's claim (the Pod's status says it)."""
     if plan.claim is None:
         return None
-    status = pod.get("status")
-    entries = status.get("resourceClaimStatuses") if isinstance(status, Mapping) else None
+    entries = PodView(pod).status.get("resourceClaimStatuses")
     for entry in entries if isinstance(entries, list) else ():
         if isinstance(entry, Mapping) and entry.get("name") == plan.claim.name:
             name = entry.get("resourceClaimName")
@@ -42,8 +42,8 @@ def _published(
     # The pool's newest generation is what the driver says now; older slices are stale.
     best: tuple[int, Mapping[str, Any]] | None = None
     for item in slices:
-        spec = item.get("spec")
-        if not isinstance(spec, Mapping) or spec.get("driver") != driver:
+        spec = ObjectView(item).spec
+        if spec.get("driver") != driver:
             continue
         pool_of = spec.get("pool")
         if not isinstance(pool_of, Mapping) or pool_of.get("name") != pool:
@@ -76,8 +76,9 @@ def allocation_verdict(
             CLAIM_UNALLOCATED,
             f"the Pod's claim {planned.name} has no ResourceClaim; its devices cannot be checked",
         )
-    name = (claim.get("metadata") or {}).get("name", "")
-    allocation = (claim.get("status") or {}).get("allocation")
+    view = ObjectView(claim)
+    name = view.name or ""
+    allocation = view.status.get("allocation")
     devices = allocation.get("devices") if isinstance(allocation, Mapping) else None
     results = devices.get("results") if isinstance(devices, Mapping) else None
     if not isinstance(results, list) or not results:
@@ -138,10 +139,11 @@ def allocation_verdict(
 
 def with_devices(verdict: Verdict, claim: Mapping[str, Any]) -> Verdict:
     """The verified verdict, naming the devices its claim was allocated."""
-    devices = ((claim.get("status") or {}).get("allocation") or {}).get("devices") or {}
+    allocation = mapping_at(ObjectView(claim).status, "allocation")
+    results = mapping_at(allocation, "devices").get("results")
     names = [
         f"{r.get('pool')}/{r.get('device')}"
-        for r in devices.get("results") or ()
+        for r in (results if isinstance(results, list) else ())
         if isinstance(r, Mapping)
     ]
     message = f"{verdict.message}; its claim holds {', '.join(names)}, as the binding attests"

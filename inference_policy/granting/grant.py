@@ -60,6 +60,7 @@ from inference_policy.base.codes import (
     VERIFIED_PROFILE_EXPIRED,
     VERIFIED_REVISION_UNAVAILABLE,
 )
+from inference_policy.base.pod_view import PodView
 from inference_policy.base.wire import (
     ENGINE_LABEL,
     MAX_REQUEST_ANNOTATION_BYTES,
@@ -69,12 +70,8 @@ from inference_policy.granting.grant_findings import pod_findings
 from inference_policy.granting.kept_pod import MAX_KEPT_POD_BYTES, too_large
 from inference_policy.granting.stored_pod import (
     CONDITION_TYPE,
-    condition,
     created_at,
-    is_engine_pod,
-    node_name,
     plan_revision,
-    pod_annotations,
     read_plan,
     verified_before,
 )
@@ -151,7 +148,7 @@ def _plan_time(pod: Mapping[str, Any], profile: VerifiedProfile | None, now: dat
 
 
 def _request(pod: Mapping[str, Any]) -> Any:
-    text = pod_annotations(pod).get(REQUEST_ANNOTATION)
+    text = PodView(pod).annotation(REQUEST_ANNOTATION)
     if text is None:
         raise ValueError(f"the Pod carries no {REQUEST_ANNOTATION} annotation any more")
     try:
@@ -239,7 +236,7 @@ def _grant_summary(pod: Mapping[str, Any], plan: Plan) -> str:
     binding = plan.bindingId or plan.path
     return (
         f"binding {binding}: {granted}, RuntimeClass {runtime}, {ARCH_KEY}={plan.arch}, the "
-        f"planned image, on node {node_name(pod)}"
+        f"planned image, on node {PodView(pod).node_name}"
     )
 
 
@@ -355,7 +352,7 @@ def scheduling_verdict(pod: Mapping[str, Any], now: datetime, timeout_seconds: f
     waited = (now - created).total_seconds()
     if waited < timeout_seconds:
         return Evaluation(None, timeout_seconds - waited)
-    scheduled = condition(pod, "PodScheduled")
+    scheduled = PodView(pod).condition("PodScheduled")
     said = scheduled.get("message") if scheduled is not None else None
     reason = scheduled.get("reason") if scheduled is not None else None
     if isinstance(said, str) and said:
@@ -398,7 +395,7 @@ def evaluate(
             ),
             None,
         )
-    if node_name(pod) is None:
+    if PodView(pod).node_name is None:
         return scheduling_verdict(pod, now, scheduling_timeout)
     plan = read_plan(pod)
     digest = None if isinstance(plan, str) else plan.bundle_sha256
@@ -474,10 +471,7 @@ __all__ = [
     "check_grant",
     "check_placement",
     "clip",
-    "condition",
     "evaluate",
-    "is_engine_pod",
-    "node_name",
     "plan_revision",
     "read_plan",
     "refused_lapse",

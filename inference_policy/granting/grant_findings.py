@@ -32,8 +32,8 @@ from inference_policy.base.codes import (
     RUNTIME_CLASS_MISMATCH,
     UNPLANNED_DEVICE_ACCESS,
 )
+from inference_policy.base.pod_view import PodView, text_at
 from inference_policy.base.quantity import same_quantity
-from inference_policy.granting.stored_pod import mapping_of, spec_of, strings_of
 from inference_policy.planning.plan import Plan
 from inference_policy.trust.profile import ARCH_KEY
 
@@ -91,18 +91,11 @@ def _show(value: Any) -> str:
 
 def pod_findings(pod: Mapping[str, Any], plan: Plan) -> list[tuple[str, str]]:
     """Every way the stored Pod differs from its plan, as (reason, sentence), in reason order."""
-    spec = spec_of(pod)
+    view = PodView(pod)
+    spec = view.spec
     engine = engine_container_name(pod)
     found: list[tuple[str, str]] = []
-    containers = spec.get("containers")
-    engine_container = next(
-        (
-            c
-            for c in (containers if isinstance(containers, list) else ())
-            if isinstance(c, Mapping) and c.get("name") == engine
-        ),
-        None,
-    )
+    engine_container = view.container_named(engine)
     if engine_container is None:
         found.append((IMAGE_MISMATCH, f"the engine container {engine!r} is not in the Pod"))
     else:
@@ -135,7 +128,7 @@ def pod_findings(pod: Mapping[str, Any], plan: Plan) -> list[tuple[str, str]]:
                 )
             )
     for kind, index in to_shield(pod, plan, engine=engine):
-        name = mapping_of(spec[kind][index]).get("name")
+        name = view.container_at(kind, index).get("name")
         found.append(
             (
                 UNPLANNED_DEVICE_ACCESS,
@@ -152,7 +145,7 @@ def pod_findings(pod: Mapping[str, Any], plan: Plan) -> list[tuple[str, str]]:
                 f"{_show(plan.runtimeClassName)}",
             )
         )
-    selector = strings_of(spec.get("nodeSelector")).get(ARCH_KEY)
+    selector = text_at(view.node_selector, ARCH_KEY)
     if selector != plan.arch:
         found.append(
             (

@@ -28,8 +28,9 @@ from inference_policy.base.codes import (
     VERIFIED,
     VERIFIED_SHARED_WITH_ANOTHER_TENANT,
 )
+from inference_policy.base.pod_view import PodView
 from inference_policy.granting.grant import Lapse, Verdict, clip
-from inference_policy.granting.stored_pod import node_name, read_plan, verified_before
+from inference_policy.granting.stored_pod import read_plan, verified_before
 from inference_policy.placing.tenancy import Shares, gpu_label, shared_units
 from inference_policy.planning.plan import Plan, PlanError
 from inference_policy.trust.profile import AnyBinding, VramPluginBinding
@@ -53,7 +54,8 @@ def kept_apart(
     """`verdict` for a bound engine Pod, unless it is `Verified` and the Pod's share meets another
     tenant's on its GPU (`shares_of(node)`: each shared resource's holders by tenant) where its
     binding does not say `sharing.acrossTenants`."""
-    node = node_name(pod)
+    view = PodView(pod)
+    node = view.node_name
     plan = read_plan(pod)
     if verdict.reason != VERIFIED or node is None or isinstance(plan, str):
         return verdict
@@ -67,8 +69,7 @@ def kept_apart(
     binding = _binding(plan, revisions)
     if isinstance(binding, VramPluginBinding) and binding.crosses_tenants:
         return verdict
-    meta = pod.get("metadata")
-    tenant = str(meta.get("namespace") or "") if isinstance(meta, Mapping) else ""
+    tenant = view.namespace or ""
     shares = shares_of(node)
     for resource in shared:
         if any(other != tenant for other in shares.get(resource, {})):

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from inference_policy.base.access import as_mapping
+from inference_policy.base.pod_view import PodView
 from inference_policy.base.wire import ALLOCATION_VERIFIED, ENGINE_LABEL
 from inference_policy.placing.ledger import accounted_pod
 
@@ -40,12 +40,8 @@ def kept_pod(pod: dict[str, Any], size: int) -> dict[str, Any]:
     """`pod` itself when its encoded `size` is within the cap, else its skeleton."""
     if size <= MAX_KEPT_POD_BYTES:
         return pod
-    metadata = as_mapping(pod.get("metadata"))
-    labels = as_mapping(metadata.get("labels"))
-    spec = as_mapping(pod.get("spec"))
-    status = as_mapping(pod.get("status"))
-    found = status.get("conditions")
-    conditions: list[Any] = found if isinstance(found, list) else []
+    view = PodView(pod)
+    metadata, labels, spec, status = view.metadata, view.labels, view.spec, view.status
     kept_metadata: dict[str, Any] = {
         key: metadata[key]
         for key in ("name", "namespace", "uid", "resourceVersion", "creationTimestamp")
@@ -60,9 +56,7 @@ def kept_pod(pod: dict[str, Any], size: int) -> dict[str, Any]:
             "metadata": kept_metadata,
             "spec": {"nodeName": spec["nodeName"]} if spec.get("nodeName") else {},
             "status": {
-                "conditions": [
-                    c for c in conditions if isinstance(c, Mapping) and c.get("type") in _CONDITIONS
-                ],
+                "conditions": [c for c in view.conditions if c.get("type") in _CONDITIONS],
                 **({"phase": status["phase"]} if "phase" in status else {}),
             },
         }

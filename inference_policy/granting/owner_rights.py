@@ -22,6 +22,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from inference_policy.base.pod_view import ObjectView
+
 REVIEW_API_VERSION = "authorization.k8s.io/v1"
 # The owner release's Role and RoleBinding in each tenant namespace (charts/tmi, owner/controller).
 CONTROLLER_BINDING = "tmi-allocation-controller"
@@ -104,8 +106,7 @@ def self_access_review(right: Right, namespace: str) -> dict[str, Any]:
 
 def review_allowed(document: object) -> bool | None:
     """A review's answer: True allowed, False not allowed; None when it is not an answer."""
-    status = document.get("status") if isinstance(document, Mapping) else None
-    allowed = status.get("allowed") if isinstance(status, Mapping) else None
+    allowed = ObjectView(document).status.get("allowed")
     return allowed if isinstance(allowed, bool) else None
 
 

@@ -23,6 +23,7 @@ from typing import Any
 from inference_policy.admission.device_gate import device_gate
 from inference_policy.base.access import reaches
 from inference_policy.base.codes import NodeVerdictCode
+from inference_policy.base.pod_view import PodView
 from inference_policy.base.wire import PLAN_ANNOTATION
 from inference_policy.granting.grant import check_placement
 from inference_policy.placing.placement import Demand, demand_for
@@ -58,9 +59,8 @@ def pod_demand(
     if plan is None:
         return None
     profile = current_profile(ctx) if plan.path == "gpu" else None
-    meta = pod.get("metadata")
     # The tenant is the Pod's namespace: the rule keeping tenants apart is by namespace.
-    tenant = str(meta.get("namespace") or "") if isinstance(meta, Mapping) else ""
+    tenant = PodView(pod).namespace or ""
     try:
         if profile is None:
             demand = demand_for(plan, None, pod, tenant=tenant)
@@ -78,11 +78,9 @@ def outside_every_tenant(pod: Mapping[str, Any]) -> None:
     """A Pod in no tenant namespace of this extender places nothing: with no plan and no reach
     for an accelerator it passes untouched, and otherwise no signed profile vouches for it, so
     Unplaceable."""
-    meta = pod.get("metadata") or {}
-    annotations = meta.get("annotations") if isinstance(meta, Mapping) else None
-    planned = isinstance(annotations, Mapping) and PLAN_ANNOTATION in annotations
-    if planned or reaches(pod):
-        namespace = meta.get("namespace") if isinstance(meta, Mapping) else None
+    view = PodView(pod)
+    if PLAN_ANNOTATION in view.annotations or reaches(pod):
+        namespace = view.namespace
         raise Unplaceable(
             f"namespace {namespace!r} is not a tenant namespace of this extender: no signed "
             "profile vouches for a plan or a device there",

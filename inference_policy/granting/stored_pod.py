@@ -1,8 +1,10 @@
 """Reading a Pod as the API server stored it, for the AllocationVerified verdict.
 
 The controller judges whatever the API holds: a Pod any writer may have changed after admission,
-with fields of any shape. Each reader here answers from what is readable and treats the rest as
-absent, so a malformed Pod gets a verdict saying what is wrong rather than an exception.
+with fields of any shape. The fields themselves are read through the one Pod view
+(`inference_policy.base.pod_view`), which treats what is unreadable as absent; what is here is
+what the verdict makes of them (whether it held before, when the Pod was made, its plan), so a
+malformed Pod gets a verdict saying what is wrong rather than an exception.
 """
 
 from __future__ import annotations
@@ -11,59 +13,16 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from inference_policy.base.wire import ALLOCATION_VERIFIED, ENGINE_LABEL, PLAN_ANNOTATION
+from inference_policy.base.pod_view import PodView
+from inference_policy.base.wire import ALLOCATION_VERIFIED, PLAN_ANNOTATION
 from inference_policy.planning.plan import Plan, PlanError, parse_plan
 
 CONDITION_TYPE = ALLOCATION_VERIFIED
 
 
-def metadata_of(pod: Mapping[str, Any]) -> Mapping[str, Any]:
-    value = pod.get("metadata")
-    return value if isinstance(value, Mapping) else {}
-
-
-def spec_of(pod: Mapping[str, Any]) -> Mapping[str, Any]:
-    value = pod.get("spec")
-    return value if isinstance(value, Mapping) else {}
-
-
-def mapping_of(value: Any) -> Mapping[str, Any]:
-    return value if isinstance(value, Mapping) else {}
-
-
-def strings_of(value: Any) -> Mapping[str, str]:
-    if not isinstance(value, Mapping):
-        return {}
-    return {k: v for k, v in value.items() if isinstance(k, str) and isinstance(v, str)}
-
-
-def pod_annotations(pod: Mapping[str, Any]) -> Mapping[str, str]:
-    return strings_of(metadata_of(pod).get("annotations"))
-
-
-def is_engine_pod(pod: Mapping[str, Any]) -> bool:
-    return ENGINE_LABEL in strings_of(metadata_of(pod).get("labels"))
-
-
-def node_name(pod: Mapping[str, Any]) -> str | None:
-    value = spec_of(pod).get("nodeName")
-    return value if isinstance(value, str) and value else None
-
-
-def condition(pod: Mapping[str, Any], condition_type: str) -> Mapping[str, Any] | None:
-    status = pod.get("status")
-    conditions = status.get("conditions") if isinstance(status, Mapping) else None
-    if not isinstance(conditions, list):
-        return None
-    for entry in conditions:
-        if isinstance(entry, Mapping) and entry.get("type") == condition_type:
-            return entry
-    return None
-
-
 def verified_before(pod: Mapping[str, Any]) -> bool:
     """The Pod's condition already reads True: the grant was vouched for at some point."""
-    current = condition(pod, CONDITION_TYPE)
+    current = PodView(pod).condition(CONDITION_TYPE)
     return current is not None and current.get("status") == "True"
 
 
@@ -78,12 +37,12 @@ def parse_time(value: Any) -> datetime | None:
 
 
 def created_at(pod: Mapping[str, Any]) -> datetime | None:
-    return parse_time(metadata_of(pod).get("creationTimestamp"))
+    return parse_time(PodView(pod).creation_timestamp)
 
 
 def read_plan(pod: Mapping[str, Any]) -> Plan | str:
     """The Pod's plan, read by the one plan parser, or a sentence saying why there is none."""
-    text = pod_annotations(pod).get(PLAN_ANNOTATION)
+    text = PodView(pod).annotation(PLAN_ANNOTATION)
     if text is None:
         return (
             f"the Pod carries no {PLAN_ANNOTATION} annotation: the admission webhook did not "

@@ -11,6 +11,7 @@ from collections import deque
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from inference_policy.base.pod_view import PodView
 from inference_policy.base.quantity import QuantityError, resource_units
 from inference_policy.base.wire import ENGINE_LABEL
 from inference_policy.placing.tenancy import Shares, TenantShares, tenant_of
@@ -100,14 +101,9 @@ def accounted_pod(pod: Mapping[str, Any]) -> tuple[str, dict[str, int]] | None:
     A Pod whose requests cannot be read counts as holding nothing rather than stopping the
     informer: the scheduler's own fit check still counts it.
     """
-    spec = pod.get("spec") or {}
-    status = pod.get("status") or {}
-    if not isinstance(spec, Mapping):
-        return None
-    node = spec.get("nodeName")
-    if not isinstance(node, str) or not node:
-        return None
-    if isinstance(status, Mapping) and status.get("phase") in _TERMINATED:
+    view = PodView(pod)
+    node = view.node_name
+    if node is None or view.phase in _TERMINATED:
         return None
     try:
         return node, pod_requests(pod)
@@ -117,10 +113,8 @@ def accounted_pod(pod: Mapping[str, Any]) -> tuple[str, dict[str, int]] | None:
 
 def pod_key(pod: Mapping[str, Any]) -> str:
     """`namespace/name`: unique among live Pods, and lets one namespace's Pods be re-listed."""
-    meta = pod.get("metadata") or {}
-    if not isinstance(meta, Mapping):
-        return "/"
-    return f"{meta.get('namespace') or ''}/{meta.get('name') or ''}"
+    view = PodView(pod)
+    return f"{view.namespace or ''}/{view.name or ''}"
 
 
 # What `accounted_pod` and `pod_key` read of a Pod, and what an informer needs besides to tell

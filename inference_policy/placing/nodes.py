@@ -26,6 +26,7 @@ from inference_policy.allocation.gfd import (
     int_label,
 )
 from inference_policy.base.codes import FITS, NodeVerdictCode, Verdict, busy, refuse
+from inference_policy.base.pod_view import ObjectView
 from inference_policy.base.quantity import QuantityError, resource_units
 from inference_policy.trust.profile import ARCH_KEY, GpuBinding
 
@@ -50,28 +51,22 @@ class NodeFacts:
 
 def node_facts(node: Mapping[str, Any]) -> NodeFacts:
     """Parse a v1.Node as the API returns it; unreadable quantities count as not advertised."""
-    meta = node.get("metadata") or {}
-    status = node.get("status") or {}
-    labels_raw = meta.get("labels") if isinstance(meta, Mapping) else None
-    labels = (
-        {str(k): str(v) for k, v in labels_raw.items()} if isinstance(labels_raw, Mapping) else {}
-    )
+    view = ObjectView(node)
+    labels = {str(k): str(v) for k, v in view.labels.items()}
     allocatable: dict[str, int] = {}
-    raw = status.get("allocatable") if isinstance(status, Mapping) else None
+    raw = view.status.get("allocatable")
     if isinstance(raw, Mapping):
         for name, quantity in raw.items():
             try:
                 allocatable[str(name)] = resource_units(str(name), quantity)
             except QuantityError:
                 continue
-    name = meta.get("name") if isinstance(meta, Mapping) else None
-    version = meta.get("resourceVersion") if isinstance(meta, Mapping) else None
     return NodeFacts(
-        name=str(name or ""),
+        name=view.name or "",
         arch=labels.get(ARCH_KEY),
         labels=labels,
         allocatable=allocatable,
-        version=str(version or ""),
+        version=view.resource_version or "",
     )
 
 

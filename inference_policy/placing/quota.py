@@ -31,6 +31,7 @@ from typing import Any
 from inference_policy.base import strictjson
 from inference_policy.base.access import is_accelerator_resource
 from inference_policy.base.codes import RefusalCode
+from inference_policy.base.pod_view import ObjectView, PodView
 from inference_policy.base.quantity import QuantityError, resource_units
 from inference_policy.base.wire import ENGINE_LABEL, PLAN_ANNOTATION, VRAM_RESOURCE_PREFIX
 from inference_policy.placing.ledger import pod_requests
@@ -161,11 +162,9 @@ def _whole(value: Any, where: str) -> int:
 def parse_quota(obj: Mapping[str, Any]) -> Quota:
     """The quota a ResourceQuota sets: its `spec.hard` requests of accelerator resources, and its
     annotation's bindings, accounted VRAM and engine Pods. QuotaError says what is unreadable."""
-    meta = obj.get("metadata")
-    meta = meta if isinstance(meta, Mapping) else {}
-    name = str(meta.get("name") or QUOTA_NAME)
-    spec = obj.get("spec")
-    hard = spec.get("hard") if isinstance(spec, Mapping) else None
+    view = ObjectView(obj)
+    name = view.name or QUOTA_NAME
+    hard = view.spec.get("hard")
     devices: dict[str, int] = {}
     if isinstance(hard, Mapping):
         for key, value in hard.items():
@@ -176,8 +175,7 @@ def parse_quota(obj: Mapping[str, Any]) -> Quota:
                 devices[resource] = resource_units(resource, value)
             except QuantityError as exc:
                 raise QuotaError(f"ResourceQuota {name}: spec.hard[{key}]: {exc}") from None
-    annotations = meta.get("annotations")
-    text = annotations.get(QUOTA_ANNOTATION) if isinstance(annotations, Mapping) else None
+    text = view.annotations.get(QUOTA_ANNOTATION)
     if text is None:
         return Quota(name, devices)
     where = f"ResourceQuota {name} annotation {QUOTA_ANNOTATION}"
@@ -238,11 +236,8 @@ def pod_usage(pod: Mapping[str, Any]) -> Usage:
     when it carries the engine label or a plan. A Pod whose label was removed after admission
     still holds what it was planned, so its plan alone makes it count. Unreadable parts count as
     nothing: the API server validated what it stored."""
-    meta = pod.get("metadata")
-    meta = meta if isinstance(meta, Mapping) else {}
-    labels = meta.get("labels")
-    annotations = meta.get("annotations")
-    text = annotations.get(PLAN_ANNOTATION) if isinstance(annotations, Mapping) else None
+    view = PodView(pod)
+    text = view.annotations.get(PLAN_ANNOTATION)
     plan: Plan | None = None
     if isinstance(text, str):
         try:
@@ -253,7 +248,7 @@ def pod_usage(pod: Mapping[str, Any]) -> Usage:
         requests = pod_requests(pod)
     except ValueError:
         requests = {}
-    engine = (isinstance(labels, Mapping) and ENGINE_LABEL in labels) or text is not None
+    engine = ENGINE_LABEL in view.labels or text is not None
     return _usage(requests, plan, engine)
 
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from inference_policy.base.pod_view import PodView
 from inference_policy.base.wire import ENGINE_LABEL
 
 MAX_SCORE = 10
@@ -50,14 +51,11 @@ def deployment_of(pod: Mapping[str, Any]) -> str | None:
     """The Pod's deployment, `<namespace>/<kamiwaza.ai/deployment-id>`; None when it names
     none. Within its namespace only: one owner release serves several tenants, and neither
     tenant's ids may push the other's replicas about."""
-    meta = pod.get("metadata")
-    if not isinstance(meta, Mapping):
+    view = PodView(pod)
+    value = view.label(ENGINE_LABEL)
+    if not value:
         return None
-    labels = meta.get("labels")
-    value = labels.get(ENGINE_LABEL) if isinstance(labels, Mapping) else None
-    if not isinstance(value, str) or not value:
-        return None
-    return f"{meta.get('namespace') or ''}/{value}"
+    return f"{view.namespace or ''}/{value}"
 
 
 class ReplicaIndex:

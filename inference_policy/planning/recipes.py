@@ -16,6 +16,7 @@ from pydantic import Field, ValidationError
 
 from inference_policy.base import strictjson
 from inference_policy.base.errors import describe
+from inference_policy.base.pod_view import ObjectView
 from inference_policy.base.strict import Strict
 from inference_policy.trust.profile import DNS_LABEL, PINNED_IMAGE, VARIANT_ID
 from inference_policy.trust.signing import canonical, sha256_hex
@@ -124,7 +125,7 @@ def load_catalog(document: Any, capability: str) -> RecipeCatalog:
         digest = sha256_hex(payload)
         if data.get(DIGEST_KEY) != digest:
             raise RecipeCatalogError(f"recipe catalog ConfigMap's {DIGEST_KEY} does not match")
-        name = str(document.get("metadata", {}).get("name", ""))
+        name = ObjectView(document).name or ""
         if not name.endswith(digest):
             raise RecipeCatalogError(
                 f"recipe catalog ConfigMap {name!r} does not carry its sha256 {digest}: render "

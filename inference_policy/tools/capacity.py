@@ -23,7 +23,7 @@ Pure: plain dicts in, a report out.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -65,6 +65,8 @@ class Placed:
     node: str
     binding: str
     resources: Mapping[str, int]
+    # The namespace it holds them for (the profile's where the deployment named none).
+    tenant: str = ""
 
 
 @dataclass(frozen=True)
@@ -73,6 +75,8 @@ class Waiting:
     binding: str
     reason: str
     code: str
+    # The node that came closest, whose verdict the reason is ("" when none was judged).
+    node: str = ""
 
 
 @dataclass(frozen=True)
@@ -105,6 +109,8 @@ class Report:
     left: dict[str, dict[str, int]] = field(default_factory=dict)
     # resource -> free units of it while a deployment waited for it
     stranded: dict[str, int] = field(default_factory=dict)
+    # node -> resource -> the part of `stranded` that is free on that node
+    stranded_by_node: dict[str, dict[str, int]] = field(default_factory=dict)
     held: list[Held] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
@@ -115,11 +121,18 @@ class Report:
                     "node": p.node,
                     "binding": p.binding,
                     "resources": dict(p.resources),
+                    "tenant": p.tenant,
                 }
                 for p in self.placed
             ],
             "waiting": [
-                {"name": w.name, "binding": w.binding, "code": w.code, "reason": w.reason}
+                {
+                    "name": w.name,
+                    "binding": w.binding,
+                    "code": w.code,
+                    "reason": w.reason,
+                    "node": w.node,
+                }
                 for w in self.waiting
             ],
             "refused": [
@@ -129,6 +142,7 @@ class Report:
             "external": list(self.external),
             "left": {node: dict(res) for node, res in self.left.items()},
             "stranded": dict(self.stranded),
+            "strandedByNode": {node: dict(res) for node, res in self.stranded_by_node.items()},
             "gpus": [
                 {
                     "node": h.node,
@@ -186,7 +200,7 @@ class Fill:
                 tenants[demand.tenant] = tenants.get(demand.tenant, 0) + units
         self.shares.change(node.name, demand.tenant, demand.requests, 1)
         granted = {k: v for k, v in demand.requests.items() if k in demand.kind}
-        self._report.placed.append(Placed(name, node.name, binding, granted))
+        self._report.placed.append(Placed(name, node.name, binding, granted, demand.tenant))
         return node.name
 
     def report(self) -> Report:
@@ -194,6 +208,7 @@ class Fill:
         report = self._report
         report.left.clear()
         report.stranded.clear()
+        report.stranded_by_node.clear()
         report.held[:] = [
             Held(node, resource, gpu_index(resource), not shares_gpu(resource), dict(tenants))
             for (node, resource), tenants in sorted(self._held.items())
@@ -210,6 +225,7 @@ class Fill:
                 for resource, units in left.items():
                     if (f.name, resource) in self._wanted:
                         report.stranded[resource] = report.stranded.get(resource, 0) + units
+                        report.stranded_by_node.setdefault(f.name, {})[resource] = units
         return report
 
 
@@ -218,39 +234,55 @@ def replay(
     nodes: Sequence[Mapping[str, Any]],
     ctx: PlanContext,
     options: GpuOptions | None = None,
+    done: Callable[[Deployment], None] | None = None,
 ) -> Report:
     """Plan and place every deployment in order on ``nodes`` (v1.Node objects); `options` is
-    the GPU options table the decisions are made with (`planner.decide`), if any."""
+    the GPU options table the decisions are made with (`planner.decide`), if any; `done` is told
+    of each deployment once it is decided, so a caller can show how far a long replay is."""
     report = Report()
     profile = ctx.profile
     trusted = crossing(profile.envelope if profile else None)
     fill = Fill([node_facts(n) for n in nodes], report, lambda _, resource: resource in trusted)
     own = profile.envelope.namespace if profile else ""
     for deployment in deployments:
-        decision = decide(deployment.request, ctx, options)
-        plan = decision.plan
-        if plan is None:
-            code = decision.wire_code or (decision.code.value if decision.code else "")
-            report.refused.append(Refused(deployment.name, decision.status, code, decision.detail))
-            continue
-        if plan.path == "external":
-            report.external.append(deployment.name)
-            continue
-        found = profile.envelope.binding(plan.bindingId or "") if profile else None
-        binding = plan.bindingId or plan.path
-        try:
-            demand = demand_for(
-                plan,
-                found[1] if found else None,
-                None,
-                profile.sha256 if profile else "",
-                deployment.tenant or own,
-            )
-        except PlanError as exc:
-            report.waiting.append(Waiting(deployment.name, binding, str(exc), "plan-invalid"))
-            continue
-        fill.place(deployment.name, binding, demand)
+        _replay_one(deployment, ctx, options, fill, report, own)
+        if done is not None:
+            done(deployment)
     return fill.report()
+
+
+def _replay_one(
+    deployment: Deployment,
+    ctx: PlanContext,
+    options: GpuOptions | None,
+    fill: Fill,
+    report: Report,
+    own: str,
+) -> None:
+    profile = ctx.profile
+    decision = decide(deployment.request, ctx, options)
+    plan = decision.plan
+    if plan is None:
+        code = decision.wire_code or (decision.code.value if decision.code else "")
+        report.refused.append(Refused(deployment.name, decision.status, code, decision.detail))
+        return
+    if plan.path == "external":
+        report.external.append(deployment.name)
+        return
+    found = profile.envelope.binding(plan.bindingId or "") if profile else None
+    binding = plan.bindingId or plan.path
+    try:
+        demand = demand_for(
+            plan,
+            found[1] if found else None,
+            None,
+            profile.sha256 if profile else "",
+            deployment.tenant or own,
+        )
+    except PlanError as exc:
+        report.waiting.append(Waiting(deployment.name, binding, str(exc), "plan-invalid"))
+        return
+    fill.place(deployment.name, binding, demand)
 
 
 def _waiting(
@@ -262,7 +294,7 @@ def _waiting(
     if not judged:
         return Waiting(name, binding, "no node in the fleet", "no-nodes")
     node, verdict = min(judged, key=lambda fv: fv[1].unresolvable)
-    return Waiting(name, binding, f"{node.name}: {verdict.reason}", verdict.code.value)
+    return Waiting(name, binding, f"{node.name}: {verdict.reason}", verdict.code.value, node.name)
 
 
 __all__ = ["Deployment", "Fill", "Held", "Placed", "Refused", "Report", "Waiting", "replay"]

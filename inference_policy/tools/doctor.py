@@ -17,6 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from inference_policy.base.pod_view import ObjectView, mapping_at
 from inference_policy.base.wire import OPT_IN_LABEL
 from inference_policy.granting.owner_rights import (
     CONTROLLER_RIGHTS,
@@ -122,7 +123,7 @@ def namespace_checks(
                 f"kubectl create namespace {namespace}",
             )
         ]
-    labels = (document.get("metadata") or {}).get("labels") or {}
+    labels = ObjectView(document).labels
     checks = [Check("namespace", "pass", f"namespace {namespace} exists")]
     missing = [f"{k}={v}" for k, v in POD_SECURITY.items() if labels.get(k) != v]
     checks.append(
@@ -281,7 +282,7 @@ def runtime_class_check(document: Mapping[str, Any] | None, readable: bool = Tru
 
 
 def _gpu_count(node: Mapping[str, Any]) -> int:
-    allocatable = (node.get("status") or {}).get("allocatable") or {}
+    allocatable = mapping_at(ObjectView(node).status, "allocatable")
     total = 0
     for resource, value in allocatable.items():
         if resource == "nvidia.com/gpu" or resource.startswith("nvidia.com/mig-"):
@@ -293,7 +294,7 @@ def _gpu_count(node: Mapping[str, Any]) -> int:
 
 
 def _name(node: Mapping[str, Any]) -> str:
-    return str((node.get("metadata") or {}).get("name"))
+    return str(ObjectView(node).name)
 
 
 def gpu_node_checks(nodes: Sequence[Mapping[str, Any]] | None) -> list[Check]:
@@ -302,11 +303,7 @@ def gpu_node_checks(nodes: Sequence[Mapping[str, Any]] | None) -> list[Check]:
             Check(name, "skip", "Nodes may not be listed with this identity (the owner's checks)")
             for name in ("gpu-nodes-allocatable", "gpu-nodes-untainted", "gpu-nodes-gfd")
         ]
-    labelled = [
-        n
-        for n in nodes
-        if "nvidia.com/gpu.product" in ((n.get("metadata") or {}).get("labels") or {})
-    ]
+    labelled = [n for n in nodes if "nvidia.com/gpu.product" in ObjectView(n).labels]
     gpu = [n for n in nodes if _gpu_count(n) > 0]
     if not labelled and not gpu:
         return [
@@ -331,7 +328,7 @@ def gpu_node_checks(nodes: Sequence[Mapping[str, Any]] | None) -> list[Check]:
     tainted = sorted(
         f"{_name(n)} ({t.get('key')}:{t.get('effect')})"
         for n in gpu
-        for t in (n.get("spec") or {}).get("taints") or []
+        for t in ObjectView(n).spec.get("taints") or []
         if t.get("effect") in ("NoSchedule", "NoExecute")
     )
     checks.append(
@@ -346,7 +343,7 @@ def gpu_node_checks(nodes: Sequence[Mapping[str, Any]] | None) -> list[Check]:
     )
     unlabelled = []
     for node in gpu:
-        labels = (node.get("metadata") or {}).get("labels") or {}
+        labels = ObjectView(node).labels
         lacking = [label for label in GFD_LABELS if label not in labels]
         if lacking:
             unlabelled.append(f"{_name(node)} lacks {', '.join(lacking)}")

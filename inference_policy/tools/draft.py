@@ -39,6 +39,7 @@ from inference_policy.allocation.gfd import (
     GFD_PRODUCT,
     int_label,
 )
+from inference_policy.base.pod_view import ObjectView, mapping_at
 from inference_policy.planning.catalog import EngineCatalog
 from inference_policy.tools.detection import BF16_MIN_CC, FP8_MIN_CC
 from inference_policy.trust.profile import format_timestamp
@@ -97,9 +98,9 @@ def observed_node(node: Mapping[str, Any]) -> Observed | None:
     count and memory from its labels, compute capability and CUDA major, the features the
     compute capability implies and `mig` where MIG is possible. Peer paths are not labelled,
     so no p2p or nvlink is drafted; the reserve is not labelled, so ASSUMED_RESERVE_MIB is."""
-    metadata = node.get("metadata") or {}
-    labels = metadata.get("labels") or {}
-    allocatable = (node.get("status") or {}).get("allocatable") or {}
+    view = ObjectView(node)
+    labels = view.labels
+    allocatable = mapping_at(view.status, "allocatable")
     product = labels.get(GFD_PRODUCT)
     memory = int_label(labels, GFD_MEMORY)
     major, minor = int_label(labels, GFD_CC_MAJOR), int_label(labels, GFD_CC_MINOR)
@@ -121,7 +122,7 @@ def observed_node(node: Mapping[str, Any]) -> Observed | None:
         "migMode": None,
     }
     return Observed(
-        node=str(metadata.get("name")),
+        node=str(view.name),
         architecture=str(labels.get("kubernetes.io/arch", "amd64")),
         compute_capability=f"{cc[0]}.{cc[1]}",
         cuda_driver_major=cuda,

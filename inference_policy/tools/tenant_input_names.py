@@ -25,7 +25,7 @@ HOLDING = "inference_policy/placing/ledger.py:holding_part"
 RECONCILE = "allocation_controller/reconciler.py:Reconciler.reconcile"
 ON_POD = "allocation_controller/controller.py:Controller._on_pod"
 ENGINE_NAME = "inference_policy/admission/engine_pod.py:engine_container_name"
-CONDITION = "inference_policy/granting/stored_pod.py:condition"
+CONDITION = "inference_policy/base/pod_view.py:PodView.condition"
 
 E2E = "tests/e2e/"
 MINE = E2E + "deny/test_tenant_inputs.py::"

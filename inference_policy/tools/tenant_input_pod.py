@@ -109,7 +109,7 @@ METADATA_ROWS: tuple[Row, ...] = (
         (
             GUARD,
             "inference_policy/admission/shield_cel.py:not_an_engine_pod",
-            "inference_policy/granting/stored_pod.py:is_engine_pod",
+            "inference_policy/base/pod_view.py:PodView.is_engine_pod",
             HOLDING,
             "inference_policy/placing/spread.py:deployment_of",
             "inference_policy/evidence/observations.py:pod_info",

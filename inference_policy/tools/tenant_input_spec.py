@@ -115,7 +115,7 @@ SPEC_ROWS: tuple[Row, ...] = (
         (
             ACCOUNTED,
             HOLDING,
-            "inference_policy/granting/stored_pod.py:node_name",
+            "inference_policy/base/pod_view.py:PodView.node_name",
             ON_POD,
             GUARD_RULES,
         ),

@@ -7,7 +7,7 @@ ServiceAccount of its namespace) may write every one of them. Each such input is
 against the signed grant, refused by a policy, never read, assigned by the API server, or open
 (said so, with the issue that closes it); none is trusted. `docs/threat-model.md` shows this
 inventory as its table, and the tests hold the two together
-(`tests/unit/core/test_tenant_inputs.py`) and hold the owner parts' Python to it: run over
+(`tests/unit/core/tools/test_tenant_inputs.py`) and hold the owner parts' Python to it: run over
 representative Pods wrapped so that every key they read is recorded, no part may read a Pod
 field this inventory does not list, nor one it says is never read
 (`tests/integration/serving/test_tenant_inputs_read.py`).

@@ -85,6 +85,8 @@ class ChartStack:
     tenant: Rendered | None = None
     owner: Rendered | None = None
     scheduler_config: JSON | None = None
+    # The values both parts were installed with (what a scrape of its PodMonitors renders from).
+    values: JSON | None = None
     applied: list[JSON] = field(default_factory=list)
 
     @property
@@ -231,6 +233,7 @@ def deploy_chart(
             }
         )
         stack.owner = render_owner(values, owner_ns)
+        stack.values = values
         installed = stack.owner.get("ConfigMap", f"{settings.scheduler_name}-config")
         stack.scheduler_config = yaml.safe_load(installed["data"]["config.yaml"])
         _apply(stack, _owner_docs(stack.owner))

@@ -13,6 +13,8 @@ import functools
 import os
 import re
 import subprocess
+import sys
+from collections import deque
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -58,6 +60,25 @@ NODE_BINARIES = (
 )
 
 
+def run_build(script: Path) -> tuple[int, str, str]:
+    """Run a build script, passing its progress lines (standard error) through as they come, so
+    a first build of a quarter of an hour shows each component's turn and the time left; returns
+    its exit status, standard output (the directory) and the tail of its standard error."""
+    tail: deque[str] = deque(maxlen=200)
+    with subprocess.Popen(
+        [str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    ) as build:
+        # Standard output is one line (the directory), so reading standard error first
+        # cannot leave the script blocked on a full pipe.
+        assert build.stderr is not None and build.stdout is not None
+        for line in build.stderr:
+            sys.stderr.write(line)
+            sys.stderr.flush()
+            tail.append(line)
+        out = build.stdout.read()
+    return build.returncode, out, "".join(tail)
+
+
 def _built(script_name: str, override: str, what: str, binaries: Sequence[str]) -> Path:
     """The directory a build script (a no-op once built) prints, or the override variable's,
     holding every one of ``binaries``; else BinariesMissingError naming what to run."""
@@ -66,10 +87,10 @@ def _built(script_name: str, override: str, what: str, binaries: Sequence[str]) 
     if given:
         path = Path(given).expanduser()
     elif script.is_file():
-        done = subprocess.run([str(script)], capture_output=True, text=True, check=False)
-        if done.returncode != 0:
-            raise BinariesMissingError(f"building {what} failed ({script}):\n{done.stderr[-2000:]}")
-        path = Path(done.stdout.strip().splitlines()[-1])
+        code, out, err = run_build(script)
+        if code != 0:
+            raise BinariesMissingError(f"building {what} failed ({script}):\n{err[-2000:]}")
+        path = Path(out.strip().splitlines()[-1])
     else:
         raise BinariesMissingError(f"no checkout: set {override} to {what}")
     missing = [name for name in binaries if not os.access(path / name, os.X_OK)]
@@ -105,5 +126,6 @@ __all__ = [
     "minor_of",
     "node_bin_dir",
     "release_of",
+    "run_build",
     "versions",
 ]

@@ -20,6 +20,7 @@ import shutil
 import uuid
 from collections.abc import Callable, Generator, Iterator
 from pathlib import Path
+from typing import IO
 
 import pytest
 
@@ -35,7 +36,7 @@ from localcluster import (
     delete_fake_nodes,
 )
 from localcluster.nodes.podnet import PodNetwork
-from localcluster.nodes.realnode import RealNode
+from localcluster.nodes.realnode import RealNode, hold_machine, release_machine
 
 ARTIFACTS = Path(__file__).resolve().parents[2] / ".artifacts"
 
@@ -51,6 +52,27 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if "e2e" in item.keywords:
             item.add_marker(skip)
+
+
+# The machine's real-node lock, once a test of this session needed the node (held to the end).
+_MACHINE: list[IO[str]] = []
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Generator[None]:
+    # The first test that needs the real node waits its turn for the machine here, outside the
+    # test's timeout (which starts inside this hook): another run on the machine may hold the
+    # node for as long as a whole run.
+    if "node_plane" in getattr(item, "fixturenames", ()) and not _MACHINE:
+        held = hold_machine()
+        if held is not None:
+            _MACHINE.append(held)
+    return (yield)
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    while _MACHINE:
+        release_machine(_MACHINE.pop())
 
 
 @pytest.hookimpl(wrapper=True, tryfirst=True)
@@ -93,16 +115,24 @@ def node_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlan
     cluster's does (ServiceAccount tokens, the Node authorizer, Pods reaching it through the
     ``kubernetes`` Service). Separate from ``control_plane`` so the KWOK tests keep theirs."""
     workdir = tmp_path_factory.mktemp("k8s-node")
+    # The Pod network's bridge, like the node's device plugins, is the machine's: a second run
+    # on this machine waits here until the first lets its node go.
+    held = hold_machine()
     try:
-        plane = ControlPlane.start(workdir, bin_dir(), pod_network=PodNetwork())
-    except Exception:
-        if (workdir / "logs").is_dir():
-            shutil.copytree(workdir / "logs", _artifact_dir("node-plane-start"), dirs_exist_ok=True)
-        raise
-    try:
-        yield plane
+        try:
+            plane = ControlPlane.start(workdir, bin_dir(), pod_network=PodNetwork())
+        except Exception:
+            if (workdir / "logs").is_dir():
+                shutil.copytree(
+                    workdir / "logs", _artifact_dir("node-plane-start"), dirs_exist_ok=True
+                )
+            raise
+        try:
+            yield plane
+        finally:
+            plane.stop()
     finally:
-        plane.stop()
+        release_machine(held)
 
 
 @pytest.fixture(scope="session")

@@ -31,9 +31,10 @@ mkdir -p "$(dirname "$bin_dir")"
 tmp="$(mktemp -d "${bin_dir}.tmp.XXXXXX")"
 trap 'rm -rf "$tmp"' EXIT
 chmod 755 "$tmp"
-start=$(date +%s)
-echo ">> building tmi-fakedra" >&2
+build_begin fakedra tmi-fakedra
+step_begin tmi-fakedra "tmi-fakedra"
 CGO_ENABLED=0 go -C "$here/fakedra" build -trimpath -ldflags "-s -w" -o "$tmp/tmi-fakedra" .
+step_end
 if all_present; then
   echo "another build finished first; keeping $bin_dir" >&2
 else
@@ -41,5 +42,5 @@ else
   mv "$tmp" "$bin_dir"
   trap - EXIT
 fi
-echo ">> built in $(( $(date +%s) - start ))s" >&2
+build_end
 echo "$bin_dir"

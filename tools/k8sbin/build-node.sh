@@ -53,7 +53,7 @@ tmp="$(mktemp -d "${bin_dir}.tmp.XXXXXX")"
 trap 'rm -rf "$tmp"' EXIT
 chmod 755 "$tmp"
 
-start=$(date +%s)
+build_begin node kubelet containerd runc cni nodetools
 k8s_minor="$(echo "$K8S_VERSION" | cut -d. -f2)"
 k8s_ldflags="-s -w \
  -X k8s.io/component-base/version.gitVersion=${K8S_VERSION} \
@@ -61,32 +61,37 @@ k8s_ldflags="-s -w \
  -X k8s.io/component-base/version.gitMinor=${k8s_minor} \
  -X k8s.io/component-base/version.gitTreeState=clean"
 
-echo ">> building kubelet, kube-proxy ${K8S_VERSION}" >&2
+step_begin kubelet "kubelet, kube-proxy ${K8S_VERSION}"
 CGO_ENABLED=0 go -C "$here" build -trimpath -ldflags "$k8s_ldflags" -o "$tmp/" \
   k8s.io/kubernetes/cmd/kubelet k8s.io/kubernetes/cmd/kube-proxy
+step_end
 
-echo ">> building containerd ${CONTAINERD_VERSION}" >&2
+step_begin containerd "containerd ${CONTAINERD_VERSION}"
 CGO_ENABLED=0 go -C "$here/containerd" build -trimpath \
   -ldflags "-s -w -X github.com/containerd/containerd/v2/version.Version=${CONTAINERD_VERSION}" \
   -o "$tmp/" github.com/containerd/containerd/v2/cmd/containerd \
   github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2 \
   github.com/containerd/containerd/v2/cmd/ctr
+step_end
 
-echo ">> building runc ${RUNC_VERSION}" >&2
+step_begin runc "runc ${RUNC_VERSION}"
 # runc's nsenter is C, so cgo is required; the seccomp tag makes RuntimeDefault profiles work.
 CGO_ENABLED=1 go -C "$here/runc" build -trimpath -tags seccomp \
   -ldflags "-s -w -X main.version=${RUNC_VERSION#v}" -o "$tmp/runc" github.com/opencontainers/runc
+step_end
 
-echo ">> building CNI plugins ${CNI_PLUGINS_VERSION}" >&2
+step_begin cni "CNI plugins ${CNI_PLUGINS_VERSION}"
 CGO_ENABLED=0 go -C "$here/cni" build -trimpath -ldflags "-s -w" -o "$tmp/" \
   github.com/containernetworking/plugins/plugins/main/bridge \
   github.com/containernetworking/plugins/plugins/ipam/host-local \
   github.com/containernetworking/plugins/plugins/main/loopback \
   github.com/containernetworking/plugins/plugins/meta/portmap
+step_end
 
-echo ">> building tmi-fakegpu, tmi-probe" >&2
+step_begin nodetools "tmi-fakegpu, tmi-probe"
 CGO_ENABLED=0 go -C "$here/nodetools" build -trimpath -ldflags "-s -w" -o "$tmp/tmi-fakegpu" ./fakegpu
 CGO_ENABLED=0 go -C "$here/nodetools" build -trimpath -ldflags "-s -w" -o "$tmp/tmi-probe" ./probe
+step_end
 
 printf 'K8S_VERSION=%s\nCONTAINERD_VERSION=%s\nRUNC_VERSION=%s\nCNI_PLUGINS_VERSION=%s\nGO=%s\n' \
   "$K8S_VERSION" "$CONTAINERD_VERSION" "$RUNC_VERSION" "$CNI_PLUGINS_VERSION" \
@@ -99,5 +104,5 @@ else
   mv "$tmp" "$bin_dir"
   trap - EXIT
 fi
-echo ">> built in $(( $(date +%s) - start ))s" >&2
+build_end
 echo "$bin_dir"

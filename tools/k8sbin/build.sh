@@ -40,7 +40,6 @@ tmp="$(mktemp -d "${bin_dir}.tmp.XXXXXX")"
 trap 'rm -rf "$tmp"' EXIT
 chmod 755 "$tmp"  # mktemp makes it 0700; CI caches and other users need to read it
 
-start=$(date +%s)
 k8s_minor="$(echo "$K8S_VERSION" | cut -d. -f2)"
 k8s_ldflags="-s -w \
  -X k8s.io/component-base/version.gitVersion=${K8S_VERSION} \
@@ -60,28 +59,39 @@ k8s_cmds=()
 for b in kube-apiserver kube-scheduler kube-controller-manager kubectl; do
   needed "$b" && k8s_cmds+=("k8s.io/kubernetes/cmd/$b")
 done
+# What this run builds, in order, so each step can say how much is left.
+todo=()
+((${#k8s_cmds[@]})) && todo+=(kubernetes)
+for b in etcd kwok helm kustomize tmi-oci; do
+  needed "$b" && todo+=("$b")
+done
+build_begin controlplane "${todo[@]}"
+
 if ((${#k8s_cmds[@]})); then
-  echo ">> building ${k8s_cmds[*]##*/} ${K8S_VERSION}" >&2
+  step_begin kubernetes "${k8s_cmds[*]##*/} ${K8S_VERSION}"
   go -C "$here" build -trimpath -ldflags "$k8s_ldflags" -o "$tmp/" "${k8s_cmds[@]}"
+  step_end
 fi
 
 if needed etcd; then
-  echo ">> building etcd ${ETCD_VERSION}" >&2
+  step_begin etcd "etcd ${ETCD_VERSION}"
   # The package's default binary name would be "server".
   go -C "$here/etcd" build -trimpath \
     -ldflags "-s -w -X go.etcd.io/etcd/api/v3/version.GitSHA=${ETCD_VERSION}" \
     -o "$tmp/etcd" go.etcd.io/etcd/server/v3
+  step_end
 fi
 
 if needed kwok; then
-  echo ">> building kwok ${KWOK_VERSION}" >&2
+  step_begin kwok "kwok ${KWOK_VERSION}"
   go -C "$here/kwok" build -trimpath \
     -ldflags "-s -w -X sigs.k8s.io/kwok/pkg/consts.Version=${KWOK_VERSION#v}" \
     -o "$tmp/kwok" sigs.k8s.io/kwok/cmd/kwok
+  step_end
 fi
 
 if needed helm; then
-  echo ">> building helm ${HELM_VERSION}" >&2
+  step_begin helm "helm ${HELM_VERSION}"
   # Without the k8sVersion stamps (helm's own Makefile sets them) `helm template` and `helm lint`
   # assume Kubernetes v1.20 and refuse the chart's kubeVersion.
   helm_k8s="$(go -C "$here/helm" list -m -f '{{.Version}}' k8s.io/client-go)"
@@ -92,18 +102,21 @@ if needed helm; then
   done
   go -C "$here/helm" build -trimpath -ldflags "$helm_ldflags" \
     -o "$tmp/helm" helm.sh/helm/v3/cmd/helm
+  step_end
 fi
 
 if needed kustomize; then
-  echo ">> building kustomize ${KUSTOMIZE_VERSION}" >&2
+  step_begin kustomize "kustomize ${KUSTOMIZE_VERSION}"
   go -C "$here/kustomize" build -trimpath \
     -ldflags "-s -w -X sigs.k8s.io/kustomize/api/provenance.version=${KUSTOMIZE_VERSION}" \
     -o "$tmp/kustomize" sigs.k8s.io/kustomize/kustomize/v5
+  step_end
 fi
 
 if needed tmi-oci; then
-  echo ">> building tmi-oci (go-containerregistry)" >&2
+  step_begin tmi-oci "tmi-oci (go-containerregistry)"
   go -C "$here/ocibuild" build -trimpath -ldflags "-s -w" -o "$tmp/tmi-oci" .
+  step_end
 fi
 
 printf 'K8S_VERSION=%s\nETCD_VERSION=%s\nKWOK_VERSION=%s\nHELM_VERSION=%s\nKUSTOMIZE_VERSION=%s\nGO=%s\n' \
@@ -124,5 +137,5 @@ else
   mv "$tmp" "$bin_dir"
   trap - EXIT
 fi
-echo ">> built in $(( $(date +%s) - start ))s" >&2
+build_end
 echo "$bin_dir"

@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 
+from chart_tools.render import OWNER, TENANT, part_values, render
 from kits.nodekit import (
     chart_on_node,
     is_ready,
@@ -30,6 +31,12 @@ from localcluster.nodes.node_stack import CONTROLLER, EXTENDER, WEBHOOK, ChartSt
 from localcluster.nodes.realnode import RealNode, probe_report
 from localcluster.plane.process import wait_until
 from localcluster.servers.engine_pods import CONDITION, condition, engine_deployment, engine_pod
+from localcluster.servers.prometheus import (
+    LocalPrometheus,
+    ScrapedPod,
+    chart_rule_groups,
+    podmonitor_scrape_configs,
+)
 from localcluster.servers.webhook import PLAN_ANNOTATION, REQUEST_ANNOTATION
 
 pytestmark = pytest.mark.e2e
@@ -244,3 +251,56 @@ def test_helm_test_passes_the_webhook_answers_and_the_extender_serves(
                 with contextlib.suppress(ApiError):
                     admin.delete("v1", "Pod", name, namespace, grace_period_seconds=0)
     assert ran == ["tmi-webhook-test", "tmi-extender-test"]
+
+
+def test_prometheus_scrapes_every_chart_pod_through_its_podmonitor(
+    node_plane: ControlPlane, chart: ChartStack
+) -> None:
+    """The chart's own metrics endpoints, as its Pods serve them on the node (plain HTTP on the
+    port the PodMonitor names), scraped by a real Prometheus through the jobs its PodMonitors
+    make: every Pod is up and exports its server's series under the labels the dashboards and
+    alerts group by."""
+    assert chart.values is not None
+    values = {**chart.values, "monitoring": {"podMonitor": {"enabled": True}}}
+    parts = ((TENANT, chart.namespace), (OWNER, chart.settings.scheduler_namespace))
+    monitors = [
+        doc
+        for part, namespace in parts
+        for doc in render(part_values(part, values), namespace=namespace)
+        if doc["kind"] == "PodMonitor"
+    ]
+    ports = {str(e["port"]) for m in monitors for e in m["spec"]["podMetricsEndpoints"]}
+    apps = {m["spec"]["selector"]["matchLabels"]["app.kubernetes.io/name"] for m in monitors}
+    pods = []
+    for namespace, name in chart.deployments():
+        for pod in chart.pods(namespace, name):
+            if pod["metadata"]["labels"].get("app.kubernetes.io/name") not in apps:
+                continue  # the owner's kube-scheduler, which no PodMonitor selects
+            found = [
+                (container["name"], port["containerPort"])
+                for container in pod["spec"]["containers"]
+                for port in container.get("ports") or []
+                if port.get("name") in ports
+            ]
+            assert len(found) == 1, (pod["metadata"]["name"], found)
+            ((container, port),) = found
+            pods.append(
+                ScrapedPod(
+                    name=pod["metadata"]["name"],
+                    namespace=namespace,
+                    app=pod["metadata"]["labels"]["app.kubernetes.io/name"],
+                    container=container,
+                    address=f"{pod['status']['podIP']}:{port}",
+                )
+            )
+    assert {p.app for p in pods} == {WEBHOOK, EXTENDER, CONTROLLER}
+    jobs = podmonitor_scrape_configs(monitors, pods, "1s")
+    with LocalPrometheus(node_plane.logs_dir, jobs, chart_rule_groups(), interval="1s") as prom:
+        up = prom.wait_targets_up(len(pods))
+        assert {t["labels"]["pod"] for t in up} == {p.name for p in pods}
+        for monitor in monitors:
+            job = f"{monitor['metadata']['namespace']}/{monitor['metadata']['name']}"
+            series = prom.query(f'count by (pod) ({{__name__=~"tmi_.+", job="{job}"}})')
+            assert series, f"the Pods of {job} exported no tmi_* series"
+        # The servers' own labels (a tenant's namespace, the webhook's endpoint) are kept.
+        assert not prom.query('count({__name__=~"tmi_.+", exported_namespace!=""})')

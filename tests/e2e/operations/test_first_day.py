@@ -23,10 +23,11 @@ from pathlib import Path
 
 import pytest
 
-from localcluster import ApiError, ControlPlane
+from localcluster import ApiError, ControlPlane, Kube
 from localcluster.nodes.node_images import SCHEDULER_REPOSITORY, TMI_REPOSITORY
 from localcluster.nodes.realnode import RealNode
 from localcluster.plane.binaries import bin_dir
+from localcluster.plane.process import wait_until
 
 pytestmark = pytest.mark.e2e
 
@@ -37,6 +38,7 @@ CLUSTER = "first-day"
 NAMESPACES = ("kamiwaza", "kamiwaza-scheduling")
 # Generous: two helm installs and an upgrade wait for their Deployments on a two-core machine.
 SCRIPT_TIMEOUT = 900
+NAMESPACE_GONE_TIMEOUT = 240.0
 
 
 def blocks(text: str) -> list[str]:
@@ -74,11 +76,36 @@ def _environment(plane: ControlPlane, node: RealNode, work: Path) -> dict[str, s
     }
 
 
+def _absent(admin: Kube, namespace: str) -> bool:
+    try:
+        admin.get("v1", "Namespace", namespace)
+    except ApiError as exc:
+        if exc.status == 404:
+            return True
+        raise
+    return False
+
+
+def _fresh(admin: Kube) -> None:
+    """The newcomer's cluster has neither of the document's namespaces: the node's other
+    modules, which run first on the same plane, may leave the chart's default owner namespace
+    behind, and `kubectl create namespace` in the walk would find it."""
+    for namespace in NAMESPACES:
+        with contextlib.suppress(ApiError):
+            admin.delete("v1", "Namespace", namespace)
+    wait_until(
+        lambda: all(_absent(admin, namespace) for namespace in NAMESPACES),
+        timeout=NAMESPACE_GONE_TIMEOUT,
+        what=f"namespaces {', '.join(NAMESPACES)} left by earlier modules deleted",
+    )
+
+
 @pytest.fixture
 def walked(
     node_plane: ControlPlane, real_node: RealNode, tmp_path: Path
 ) -> Iterator[tuple[subprocess.CompletedProcess[str], Path]]:
     admin = node_plane.kube("admin")
+    _fresh(admin)
     had_runtime_class = True
     try:
         admin.get("node.k8s.io/v1", "RuntimeClass", "nvidia")

@@ -3,7 +3,7 @@ figures into its namespace (`extender.room_publisher`), and the webhook reads th
 smallest compatible binding with room (`webhook.profile_source`).
 
 Both run their real informers and API client against the fake API servers; what the figures
-mean and how a choice is made and replayed is `tests/unit/core/test_room.py`.
+mean and how a choice is made and replayed is `tests/unit/core/planning/test_room.py`.
 """
 
 from __future__ import annotations

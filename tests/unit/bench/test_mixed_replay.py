@@ -1,4 +1,4 @@
-"""The mixed-class replay's bookkeeping (bench/mixed_fleet.py, bench/mixed_replay.py) on tiny
+"""The mixed-class replay's bookkeeping (bench/research/mixed_fleet.py, mixed_replay.py) on tiny
 hand-made fleets: devices shared between whole-GPU Pods and shares, CPU and memory on every Pod,
 capacity freed at departure, the repair oracle, FGD's fragmentation of a node, and one tenant per
 shared device."""
@@ -8,7 +8,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-BENCH = Path(__file__).resolve().parents[3] / "bench"
+BENCH = Path(__file__).resolve().parents[3] / "bench" / "research"
 sys.path.insert(0, str(BENCH))
 
 from mixed_fleet import Fragmentation, Node, Placement, Task, devices_for, hold  # noqa: E402

@@ -62,6 +62,21 @@ def test_capacity_split_across_nodes_is_stranded(owner: Owner) -> None:
     assert report.placed == [] and [w.name for w in report.waiting] == ["70b"]
     # Two free H100s, one on each node: the deployment needs both on one.
     assert report.stranded == {"nvidia.com/gpu": 2}
+    # Where each stranded unit is, and which node came closest, for the fleet picture.
+    assert report.stranded_by_node == {"n0": {"nvidia.com/gpu": 1}, "n1": {"nvidia.com/gpu": 1}}
+    assert report.waiting[0].node == "n0" and report.waiting[0].reason.startswith("n0: ")
+
+
+def test_each_placement_names_its_tenant_and_each_step_is_told(owner: Owner) -> None:
+    told: list[str] = []
+    report = replay(
+        [Deployment("a", LARGE, "team-a"), Deployment("b", LARGE)],
+        _nodes(1, 1),
+        _ctx(owner),
+        done=lambda d: told.append(d.name),
+    )
+    assert [(p.name, p.tenant) for p in report.placed] == [("a", "team-a"), ("b", NAMESPACE)]
+    assert told == ["a", "b"]
 
 
 def test_other_hardware_left_free_is_not_stranded(owner: Owner) -> None:
@@ -110,7 +125,7 @@ def test_the_cli_reads_engine_pods_and_a_node_list_and_prints_the_replay(
     report = json.loads(capsys.readouterr().out)
     assert report["placed"] == [
         {"name": "qwen72b", "node": "n0", "binding": "whole-h100-amd64",
-         "resources": {"nvidia.com/gpu": 1}}
+         "resources": {"nvidia.com/gpu": 1}, "tenant": NAMESPACE}
     ]  # fmt: skip
     expected = replay([Deployment("qwen72b", LARGE)], _nodes(1), _ctx(owner)).to_json()
     assert report == expected
@@ -194,9 +209,11 @@ def test_bad_input_is_refused_naming_what_is_wrong(
 
 
 def test_the_fill_places_the_shared_trace_as_the_placement_benchmark_replays_it() -> None:
-    # The benchmark's own fleet, deployments and demands (bench/trace_fleet.py), its own replay
-    # (bench_placement.simulate) with the extender's score and ties to the first node by name.
+    # The benchmark's own fleet, deployments and demands (bench/research/trace_fleet.py), its own
+    # replay (bench_placement.simulate) with the extender's score and ties to the first node by
+    # name.
     sys.path.insert(0, str(BENCH))
+    sys.path.insert(0, str(BENCH / "research"))
     import bench_placement
     import trace_fleet
     from placement_policies import extender

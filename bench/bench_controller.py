@@ -52,7 +52,8 @@ from allocation_controller.kubeapi import HttpKube  # noqa: E402
 from allocation_controller.leader import LeaderSettings  # noqa: E402
 from inference_policy.granting.grant import CONDITION_TYPE  # noqa: E402
 from inference_policy.trust.signing import DEFAULT_CONFIGMAP_NAME  # noqa: E402
-from kits.controllerkit import MemoryKube, bind, planned_pod  # noqa: E402
+from kits.controllerkit import MemoryKube  # noqa: E402
+from kits.podstates import bind, planned_pod  # noqa: E402
 from kits.polling import Timeout, eventually  # noqa: E402
 from kits.profilekit import CLUSTER, NOW, Owner, request  # noqa: E402
 from localcluster.plane.metrics import parse_metrics  # noqa: E402

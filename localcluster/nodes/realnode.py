@@ -16,7 +16,6 @@ node's work directory except what the kubelet fixes: the device-plugin directory
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import os
 import signal
@@ -31,6 +30,12 @@ import yaml
 
 from localcluster.nodes.fake_gpus import DEFAULT_FIXTURE, GpuFixture
 from localcluster.nodes.kwok import is_node_ready
+from localcluster.nodes.machine_lock import (
+    DEVICE_PLUGIN_DIR,
+    RealNodeError,
+    hold_machine,
+    release_machine,
+)
 from localcluster.nodes.node_images import PAUSE, NodeImage, import_into, probe_images
 from localcluster.nodes.podnet import PodNetwork
 from localcluster.plane.binaries import fakedra_bin, node_bin_dir
@@ -38,63 +43,8 @@ from localcluster.plane.controlplane import ControlPlane
 from localcluster.plane.kube import Kube
 from localcluster.plane.process import ManagedProcess, free_port, http_ok, wait_until
 
-LOCK = Path("/run/lock/tmi-realnode.lock")
-DEVICE_PLUGIN_DIR = Path("/var/lib/kubelet/device-plugins")
-# How long a second run waits for the real node another run holds: a whole `make test`.
-LOCK_WAIT_SECONDS = 2400.0
 REAL_NODE_LABEL = "tmi.kamiwaza.ai/real-node"
 START_TIMEOUT = 120.0
-
-
-class RealNodeError(RuntimeError):
-    """The node could not start or answer; the message says which part and where its log is."""
-
-
-# This process's hold on LOCK, if it has one: a run that holds the machine for its node's control
-# plane (the Pod network's bridge is the machine's too) starts the node itself without waiting.
-_HELD: list[IO[str]] = []
-
-
-def hold_machine() -> IO[str] | None:
-    """Take the machine's real-node lock for this process, or None when it holds it already.
-
-    One real node a machine: the kubelet's device-plugin directory and the Pod network's bridge
-    are the machine's. A second test run (two `make test` at once) waits its turn, for as long
-    as a whole run holds the node (`LOCK_WAIT_SECONDS`, or `TMI_REALNODE_LOCK_WAIT`), then fails
-    saying why."""
-    if _HELD:
-        return None
-    LOCK.parent.mkdir(parents=True, exist_ok=True)
-    handle = LOCK.open("w")
-    limit = float(os.environ.get("TMI_REALNODE_LOCK_WAIT", LOCK_WAIT_SECONDS))
-    deadline = time.monotonic() + limit
-    told = False
-    while True:
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            break
-        except BlockingIOError:
-            if time.monotonic() >= deadline:
-                handle.close()
-                raise RealNodeError(
-                    f"another real node runs on this machine ({LOCK} stayed locked for "
-                    f"{limit:.0f} s): the kubelet's device-plugin directory "
-                    f"{DEVICE_PLUGIN_DIR} and the Pod network's bridge are one per machine"
-                ) from None
-            if not told:
-                print(f"waiting for {LOCK}: another run holds this machine's real node")
-                told = True
-            # A lock has no readiness to watch; flock's blocking form cannot time out.
-            time.sleep(1.0)
-    _HELD.append(handle)
-    return handle
-
-
-def release_machine(handle: IO[str] | None) -> None:
-    """Let go of what `hold_machine` took (None: nothing was taken)."""
-    if handle is not None:
-        _HELD.remove(handle)
-        handle.close()
 
 
 def probe_report(kube: Kube, namespace: str, pod: str, container: str) -> dict[str, Any]:

@@ -35,8 +35,9 @@ from localcluster import (
     create_fake_nodes,
     delete_fake_nodes,
 )
+from localcluster.nodes.machine_lock import hold_machine, release_machine
 from localcluster.nodes.podnet import PodNetwork
-from localcluster.nodes.realnode import RealNode, hold_machine, release_machine
+from localcluster.nodes.realnode import RealNode
 
 ARTIFACTS = Path(__file__).resolve().parents[2] / ".artifacts"
 

@@ -37,7 +37,8 @@ from allocation_controller.revisions import PolicyView
 from inference_policy.granting.grant import CONDITION_TYPE
 from inference_policy.planning.recipes import render_catalog
 from kits import polling
-from kits.controllerkit import MemoryKube, bind, planned_pod, unschedulable
+from kits.controllerkit import MemoryKube
+from kits.podstates import bind, planned_pod, unschedulable
 from kits.profilekit import NAMESPACE, NOW, Owner, request
 from policy_io.state import PROFILE_SELECTOR, PolicySettings
 from serving.informer import Collection, Page

@@ -23,7 +23,8 @@ from allocation_controller.leader import LeaderSettings
 from inference_policy.granting.grant import CONDITION_TYPE
 from inference_policy.granting.kept_pod import MAX_KEPT_POD_BYTES
 from kits import polling
-from kits.controllerkit import MemoryKube, bind, planned_pod
+from kits.controllerkit import MemoryKube
+from kits.podstates import bind, planned_pod
 from kits.profilekit import NOW, Owner, gpu_binding, gpu_profile, request, with_profiles
 
 A, B = "team-a", "team-b"

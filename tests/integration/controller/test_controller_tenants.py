@@ -18,7 +18,8 @@ from allocation_controller.controller import Controller
 from allocation_controller.leader import LeaderSettings
 from inference_policy.granting.grant import CONDITION_TYPE
 from kits import polling
-from kits.controllerkit import MemoryKube, bind, planned_pod
+from kits.controllerkit import MemoryKube
+from kits.podstates import bind, planned_pod
 from kits.profilekit import NOW, Owner, gpu_binding, gpu_profile, request, with_profiles
 
 GPU0 = "kamiwaza.ai/vram-gb-gpu-0"

@@ -23,7 +23,8 @@ from allocation_controller.controller import Controller
 from inference_policy.granting.grant import CONDITION_TYPE
 from inference_policy.trust.signing import BUNDLE_KEY, DIGEST_KEY
 from kits import polling
-from kits.controllerkit import MemoryKube, bind, planned_pod
+from kits.controllerkit import MemoryKube
+from kits.podstates import bind, planned_pod
 from kits.profilekit import NAMESPACE, NOW, Owner, request
 from policy_io import caps
 from policy_io.catalog import packaged_catalog

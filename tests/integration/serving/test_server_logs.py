@@ -20,8 +20,9 @@ from pytest_aiohttp import AiohttpClient
 from allocation_controller.reconciler import Reconciler, ReconcileSettings
 from allocation_controller.revisions import PolicyView
 from kits import extenderkit
-from kits.controllerkit import MemoryKube, bind, planned_pod
+from kits.controllerkit import MemoryKube
 from kits.fleetkit import FLEET
+from kits.podstates import bind, planned_pod
 from kits.profilekit import NAMESPACE, NOW, Owner, request
 from kits.webhookkit import engine_pod, plain_pod, review, webhook_app
 from serving.logs import JsonFormatter

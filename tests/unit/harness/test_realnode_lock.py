@@ -10,8 +10,9 @@ from typing import Any
 
 import pytest
 
-from localcluster.nodes import realnode
-from localcluster.nodes.realnode import RealNode, RealNodeError, hold_machine, release_machine
+from localcluster.nodes import machine_lock
+from localcluster.nodes.machine_lock import RealNodeError, hold_machine, release_machine
+from localcluster.nodes.realnode import RealNode
 
 
 def _node() -> RealNode:
@@ -25,7 +26,7 @@ def _node() -> RealNode:
 @pytest.fixture
 def lock(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     path = tmp_path / "run" / "tmi-realnode.lock"
-    monkeypatch.setattr(realnode, "LOCK", path)
+    monkeypatch.setattr(machine_lock, "LOCK", path)
     return path
 
 

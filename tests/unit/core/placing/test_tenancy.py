@@ -49,8 +49,8 @@ from inference_policy.trust.profile import (
     VramPluginBinding,
     parse_envelope,
 )
-from kits.controllerkit import bind, planned_pod
 from kits.fleetkit import h100, l40s
+from kits.podstates import bind, planned_pod
 from kits.profilekit import NOW, Owner, gpu_binding, gpu_profile, request, with_profiles
 
 GPU0 = "kamiwaza.ai/vram-gb-gpu-0"

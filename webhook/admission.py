@@ -386,9 +386,10 @@ class Reviewer:
             audit={"plan-path": plan.path, "plan-binding": plan.bindingId or ""},
         )
 
-    def plan_fields(self, index: int, plan: Plan, plan_json: str) -> PlanFields:
+    def plan_fields(self, index: int, plan: Plan) -> PlanFields:
         """The fields the plan sets, with this install's scheduler and pull Secret, kept for
-        the next Pod of the same plan."""
+        the next Pod of the same plan (keyed by its text, which the plan keeps once made)."""
+        plan_json = plan.text()
         key = (plan_json, index)
         fields = self._fields.get(key)
         if fields is None:
@@ -415,7 +416,6 @@ class _Planning:
     def __init__(self, reviewer: Reviewer, now: datetime) -> None:
         self.reviewer = reviewer
         self.now = now
-        self.plan_json = ""
 
     def decide(self, subject: EngineSubject) -> Decision | str:
         planned = self.reviewer.store.plan_text(
@@ -424,11 +424,10 @@ class _Planning:
             self.now,
             MAX_REQUEST_ANNOTATION_BYTES,
         )
-        self.plan_json = planned.plan_json or ""
         if planned.error is not None:
             return planned.error
         assert planned.decision is not None
         return planned.decision
 
     def fields(self, subject: EngineSubject, plan: Plan) -> PlanFields:
-        return self.reviewer.plan_fields(subject.index, plan, self.plan_json)
+        return self.reviewer.plan_fields(subject.index, plan)

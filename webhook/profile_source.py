@@ -58,11 +58,10 @@ V = TypeVar("V")
 
 @dataclass(frozen=True, slots=True)
 class Planned:
-    """A request text decided: its strict-JSON error, or the decision (and a plan's JSON)."""
+    """A request text decided: its strict-JSON error, or the decision."""
 
     error: str | None
     decision: Decision | None
-    plan_json: str | None = None
 
 
 class PolicyStore:
@@ -177,8 +176,7 @@ class PolicyStore:
             planned = Planned(str(exc), None)
         else:
             decision = self.decide(document, now)
-            plan_json = decision.plan.text() if decision.plan is not None else None
-            planned = Planned(None, decision, plan_json)
+            planned = Planned(None, decision)
         self.plans.put(text, planned, now)
         return planned
 

@@ -116,24 +116,18 @@ def node_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlan
     cluster's does (ServiceAccount tokens, the Node authorizer, Pods reaching it through the
     ``kubernetes`` Service). Separate from ``control_plane`` so the KWOK tests keep theirs."""
     workdir = tmp_path_factory.mktemp("k8s-node")
-    # The Pod network's bridge, like the node's device plugins, is the machine's: a second run
-    # on this machine waits here until the first lets its node go.
-    held = hold_machine()
+    # The Pod network's bridge, like the node's device plugins, is the machine's: the hook
+    # around the first test that needs this plane has taken the machine (`_MACHINE`).
     try:
-        try:
-            plane = ControlPlane.start(workdir, bin_dir(), pod_network=PodNetwork())
-        except Exception:
-            if (workdir / "logs").is_dir():
-                shutil.copytree(
-                    workdir / "logs", _artifact_dir("node-plane-start"), dirs_exist_ok=True
-                )
-            raise
-        try:
-            yield plane
-        finally:
-            plane.stop()
+        plane = ControlPlane.start(workdir, bin_dir(), pod_network=PodNetwork())
+    except Exception:
+        if (workdir / "logs").is_dir():
+            shutil.copytree(workdir / "logs", _artifact_dir("node-plane-start"), dirs_exist_ok=True)
+        raise
+    try:
+        yield plane
     finally:
-        release_machine(held)
+        plane.stop()
 
 
 @pytest.fixture(scope="session")

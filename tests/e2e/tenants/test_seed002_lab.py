@@ -23,6 +23,7 @@ their plans, their nodes) is read from the API server.
 
 from __future__ import annotations
 
+import copy
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -45,7 +46,8 @@ from localcluster.install.install import render_owner
 from localcluster.install.stack import CONDITION, TenantStack, condition, deploy_stack, engine_pod
 from localcluster.install.tenants import FurtherTenant, add_tenant
 from localcluster.nodes.kwok import delete_fake_nodes
-from tests.e2e.shareskit import VRAM, Tenant, new_tenant, share, verified
+from localcluster.plane.process import wait_until
+from tests.e2e.shareskit import VRAM, Tenant, new_tenant, plan_of, share, verified
 
 pytestmark = pytest.mark.e2e
 
@@ -134,6 +136,40 @@ def _create(installer: Kube, tenant: Tenant, memory: str) -> str:
     return name
 
 
+def _create_placeable(
+    admin: Kube, installer: Kube, lab: Lab, tenant: Tenant, memory: str, *, own: bool = False
+) -> str:
+    """Create a share once the tenant's webhook plans it on a GPU index it can be placed on:
+    one where some node's GPU holds no other tenant's share (`own`: holds one of this
+    tenant's already, which no other tenant can take while the other's burst is placed).
+
+    A share's plan names one GPU index (`kamiwaza.ai/vram-gb-gpu-<i>`), chosen by the room
+    figures the owner's extender publishes every few seconds and the webhook reads through its
+    watch. Created on figures from before the other tenant's last share was placed, a Pod can
+    be planned on an index where the other tenant now holds every node's GPU, and stays
+    Pending by design (`tests/e2e/tenants/test_tenant_shares.py` covers that refusal). The
+    figures' delay is not what this lab shows, so each Pod waits for its webhook to see them."""
+    pod = engine_pod(tenant.namespace, share(memory), name="probe")
+
+    def usable() -> set[int]:
+        held = _holders(admin, lab)
+        return {
+            index
+            for node in lab.nodes
+            for index in (0, 1)
+            if (held.get((node, index)) == {tenant.namespace})
+            or (not own and not held.get((node, index)))
+        }
+
+    def planned() -> bool:
+        plan = plan_of(installer.create(copy.deepcopy(pod), dry_run=True))
+        index = int(str(plan["bindingId"]).removeprefix("share-gpu"))
+        return index in usable()
+
+    wait_until(planned, timeout=60, what=f"{tenant.namespace}'s webhook to plan a usable GPU")
+    return _create(installer, tenant, memory)
+
+
 def _refused(installer: Kube, tenant: Tenant, memory: str) -> str:
     pod = engine_pod(tenant.namespace, share(memory), name=f"over-{uuid.uuid4().hex[:6]}")
     with pytest.raises(ApiError) as refused:
@@ -178,10 +214,12 @@ def test_each_tenant_on_its_own_gpus_within_its_quota_undisturbed_by_the_others_
         assert "tmi.kamiwaza.ai/quota" in quota["metadata"]["annotations"]
 
     # Each tenant places two shares; no physical GPU holds both tenants'.
-    placed_a = [_create(installer, a, "16Gi") for _ in range(2)]
-    before = {name: verified(admin, a.namespace, name) for name in placed_a}
+    before = {}
     for _ in range(2):
-        verified(admin, b.namespace, _create(installer, b, "16Gi"))
+        name = _create_placeable(admin, installer, lab, a, "16Gi")
+        before[name] = verified(admin, a.namespace, name)
+    for _ in range(2):
+        verified(admin, b.namespace, _create_placeable(admin, installer, lab, b, "16Gi"))
     held = _holders(admin, lab)
     assert all(len(tenants) == 1 for tenants in held.values()), held
 
@@ -200,7 +238,7 @@ def test_each_tenant_on_its_own_gpus_within_its_quota_undisturbed_by_the_others_
         except ApiError as exc:
             assert "quota-exceeded" in exc.message, exc.message
     # Tenant A's Pod created in the middle of it is placed and verified, on A's own GPUs.
-    during = _create(installer, a, "8Gi")
+    during = _create_placeable(admin, installer, lab, a, "8Gi", own=True)
     pod = verified(admin, a.namespace, during)
     assert {a.namespace} == _holders(admin, lab)[_gpu(pod)]
 

@@ -68,7 +68,7 @@ from hami_standin import DevicePluginStandIn  # noqa: E402
 from peer_audit import AuditTail, policy_args  # noqa: E402
 from peer_filter import filter_round_trips  # noqa: E402
 from peer_measure import memory_of  # noqa: E402
-from peer_phases import H100_NODES, L40S_NODES, fleet, run_burst, run_steady  # noqa: E402
+from peer_phases import H100_NODES, L40S_NODES, Race, fleet, run_burst, run_steady  # noqa: E402
 from peer_report import Record  # noqa: E402
 from peer_systems import (  # noqa: E402
     CONSTANT_SCHEDULER,
@@ -248,9 +248,10 @@ def main() -> None:
             )
             record.write()
             record.phase("burst")
-            run_burst(plane, systems, settings, audit, standin, record)
+            race = Race(plane, systems, settings, audit, standin, record)
+            run_burst(race)
             record.phase("steady")
-            run_steady(plane, systems, settings, audit, standin, record)
+            run_steady(race)
             record.phase("end")
             extra = {name: hami.pid for name, hami in hamis.items()}
             extra |= {"tmi-extender": extender.pid, "constant-webhook": constant.process.pid}

@@ -11,6 +11,7 @@ import os
 import random
 import sys
 import time
+from dataclasses import dataclass
 from typing import Any
 
 import hami_peer
@@ -51,6 +52,21 @@ STREAMS = {
         ("share", 1, 24, 20),
     ),
 }
+
+
+@dataclass(frozen=True)
+class Race:
+    """What every phase runs over: the plane, the systems side by side, the mode's settings,
+    the audit log's tail, the device plugin's stand-in and the record written as it goes."""
+
+    plane: ControlPlane
+    systems: dict[str, System]
+    settings: dict[str, Any]
+    audit: AuditTail
+    standin: DevicePluginStandIn
+    record: Record
+
+
 # The systems that schedule in the burst; the floors' Pods are created there for the create
 # latency only.
 BURST = ("tmi", *(config.system for config in hami_peer.CONFIGS))
@@ -118,139 +134,116 @@ def quiet(audit: AuditTail, system: System, seconds: float = 1.0, limit: float =
     return round(time.monotonic() - start, 2)
 
 
-def run_burst(
-    plane: ControlPlane,
-    systems: dict[str, System],
-    settings: dict[str, Any],
-    audit: AuditTail,
-    standin: DevicePluginStandIn,
-    record: Record,
-) -> None:
-    kube = plane.kube("admin")
-    data = record.data
-    for repeat in range(settings["repeats"]):
-        for stream in settings["streams"]:
+def run_burst(race: Race) -> None:
+    kube = race.plane.kube("admin")
+    data = race.record.data
+    for repeat in range(race.settings["repeats"]):
+        for stream in race.settings["streams"]:
             items = arrivals(stream, repeat)
-            if settings["burst_pods"] and stream == "fits":
-                items = items[: settings["burst_pods"]]
-            latency, names = create_stream(kube, systems, items, f"{stream[0]}{repeat}")
+            if race.settings["burst_pods"] and stream == "fits":
+                items = items[: race.settings["burst_pods"]]
+            latency, names = create_stream(kube, race.systems, items, f"{stream[0]}{repeat}")
             for name, values in latency.items():
                 data["pod_create_samples_ms"].setdefault(name, [])
                 data["pod_create_samples_ms"][name] += [round(v * 1000, 2) for v in values]
             # The floors' Pods were for the create latency only: gone before any scheduling.
-            clear(kube, [systems["constant"].namespace, systems["none"].namespace])
+            clear(kube, [race.systems["constant"].namespace, race.systems["none"].namespace])
             shift = repeat % len(BURST)
             for name in BURST[shift:] + BURST[:shift]:
-                system = systems[name]
-                waited = quiet(audit, system) if name.startswith("hami") else 0.0
+                system = race.systems[name]
+                waited = quiet(race.audit, system) if name.startswith("hami") else 0.0
                 label = f"burst-{name}-{stream}-{repeat}"
-                run = schedule_run(plane, system, label, names, audit, settings["burst_timeout_s"])
+                run = schedule_run(
+                    race.plane, system, label, names, race.audit, race.settings["burst_timeout_s"]
+                )
                 run["waited_for_quiet_s"] = waited
-                standin.idle()
+                race.standin.idle()
                 run["packing"] = stranded(kube, name, system.namespace, items, names, fleet())
                 clear(kube, [system.namespace])
                 run["locks_left"] = clear_locks(kube)
                 data["burst"].setdefault(stream, {}).setdefault(name, []).append(run)
                 print(f"{label}: {json.dumps(run)[:240]}", file=sys.stderr)
-                record.write()
+                race.record.write()
 
 
-def run_steady(
-    plane: ControlPlane,
-    systems: dict[str, System],
-    settings: dict[str, Any],
-    audit: AuditTail,
-    standin: DevicePluginStandIn,
-    record: Record,
-) -> None:
+def run_steady(race: Race) -> None:
     """Every system's kube-scheduler running; at each rate, `tmi`, the constant pair and no
     extender in slices taken in turn (ABC CBA ...), so the machine's load, which moves within
     seconds here, falls on the three alike; then each HAMi configuration in one window (its
     queue builds across the whole window, and a slice would cut it). The two blocks' order
     alternates between rates."""
-    data = record.data
-    for system in systems.values():
-        plane.start_scheduler(
+    data = race.record.data
+    for system in race.systems.values():
+        race.plane.start_scheduler(
             system.config,
             name=f"steady-{system.name}",
             identity=system.scheduler_identity,
             verbosity=system.verbosity,
             extra_args=SCHEDULER_ARGS,
         )
-    for index, rate in enumerate(settings["rates"]):
-        items = arrivals("fits", 100 + index)[: settings["pods_per_rate"]]
+    for index, rate in enumerate(race.settings["rates"]):
+        items = arrivals("fits", 100 + index)[: race.settings["pods_per_rate"]]
         blocks = [_trio, _hami_block] if index % 2 == 0 else [_hami_block, _trio]
         for block in blocks:
-            windows = block(plane, systems, settings, audit, standin, rate, items, index)
+            windows = block(race, rate, items, index)
             for name, window in windows.items():
                 report = window.report()
                 data["steady"].setdefault(name, {})[f"{rate:g}"] = report
                 shown = {k: report[k] for k in ("bound", "create_to_bound", "load_average_1m")}
                 print(f"steady-{name} at {rate:g}/s: {json.dumps(shown)}", file=sys.stderr)
-            record.write()
+            race.record.write()
 
 
 TRIO = ("tmi", "constant", "none")
 
 
-def _trio(
-    plane: ControlPlane,
-    systems: dict[str, System],
-    settings: dict[str, Any],
-    audit: AuditTail,
-    standin: DevicePluginStandIn,
-    rate: float,
-    items: list[Item],
-    index: int,
-) -> dict[str, Window]:
-    slices = settings["slices"]
+def _trio(race: Race, rate: float, items: list[Item], index: int) -> dict[str, Window]:
+    slices = race.settings["slices"]
     size = -(-len(items) // slices)
     windows = {name: Window(rate) for name in TRIO}
     for part in range(slices):
         chunk = items[part * size : (part + 1) * size]
         order = TRIO if (part + index) % 2 == 0 else TRIO[::-1]
         for name in order:
-            system = systems[name]
+            system = race.systems[name]
             prefix = f"r{rate:g}-{name}-{part}".replace(".", "p")
             windows[name].add(
                 paced_window(
-                    plane,
+                    race.plane,
                     system,
                     f"steady-{name}",
                     chunk,
                     rate,
                     prefix,
-                    audit,
-                    settings["drain_s"],
+                    race.audit,
+                    race.settings["drain_s"],
                 )
             )
     # Their bound Pods hold GPUs that HAMi's kube-scheduler ignores but theirs count.
-    clear(plane.kube("admin"), [systems[name].namespace for name in TRIO])
+    clear(race.plane.kube("admin"), [race.systems[name].namespace for name in TRIO])
     return windows
 
 
-def _hami_block(
-    plane: ControlPlane,
-    systems: dict[str, System],
-    settings: dict[str, Any],
-    audit: AuditTail,
-    standin: DevicePluginStandIn,
-    rate: float,
-    items: list[Item],
-    index: int,
-) -> dict[str, Window]:
-    kube = plane.kube("admin")
+def _hami_block(race: Race, rate: float, items: list[Item], index: int) -> dict[str, Window]:
+    kube = race.plane.kube("admin")
     names = [config.system for config in hami_peer.CONFIGS]
     shift = index % len(names)
     windows = {}
     for name in names[shift:] + names[:shift]:
-        system = systems[name]
-        waited = quiet(audit, system)
+        system = race.systems[name]
+        waited = quiet(race.audit, system)
         prefix = f"r{rate:g}-{name}".replace(".", "p")
         window = paced_window(
-            plane, system, f"steady-{name}", items, rate, prefix, audit, settings["drain_s"]
+            race.plane,
+            system,
+            f"steady-{name}",
+            items,
+            rate,
+            prefix,
+            race.audit,
+            race.settings["drain_s"],
         )
-        standin.idle()
+        race.standin.idle()
         clear(kube, [system.namespace])
         clear_locks(kube)
         window.loads.append(round(os.getloadavg()[0], 2))

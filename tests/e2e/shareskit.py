@@ -140,23 +140,42 @@ def plan_of(pod: dict[str, Any]) -> dict[str, Any]:
 Create = Callable[[str, str, dict[str, Any], str, str], str]
 
 
+def create_once_planned(
+    installer: Kube,
+    namespace: str,
+    prefix: str,
+    document: dict[str, Any],
+    accept: Callable[[dict[str, Any]], bool],
+    what: str,
+) -> str:
+    """Create an engine Pod once the tenant's webhook, asked by a dry run, plans it as `accept`
+    wants: the room figures reach the webhook through its own watch, a moment after the owner's
+    extender writes them, so a test that steers by them waits for the webhook to see them."""
+    name = f"{prefix}-{uuid.uuid4().hex[:6]}"
+    pod = engine_pod(namespace, document, name=name)
+    wait_until(
+        lambda: accept(plan_of(installer.create(copy.deepcopy(pod), dry_run=True))),
+        timeout=60,
+        what=f"{namespace}'s webhook to plan {what}",
+    )
+    installer.create(pod)
+    return name
+
+
 def creator(plane: ControlPlane) -> Create:
-    """Create an engine Pod once the tenant's webhook plans it on `binding` by `rule`: the room
-    figures reach the webhook through its own watch, a moment after the test reads them."""
+    """Create an engine Pod once the tenant's webhook plans it on `binding` by `rule`."""
     installer = plane.kube("tmi-installer")
 
     def create(
         namespace: str, prefix: str, document: dict[str, Any], binding: str, rule: str
     ) -> str:
-        name = f"{prefix}-{uuid.uuid4().hex[:6]}"
-        pod = engine_pod(namespace, document, name=name)
-
-        def planned() -> bool:
-            plan = plan_of(installer.create(copy.deepcopy(pod), dry_run=True))
-            return bool(plan["bindingId"] == binding and plan["choice"]["rule"] == rule)
-
-        wait_until(planned, timeout=30, what=f"{namespace}'s webhook to plan {binding} ({rule})")
-        installer.create(pod)
-        return name
+        return create_once_planned(
+            installer,
+            namespace,
+            prefix,
+            document,
+            lambda plan: plan["bindingId"] == binding and plan["choice"]["rule"] == rule,
+            f"{binding} ({rule})",
+        )
 
     return create

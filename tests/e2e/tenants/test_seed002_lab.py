@@ -23,7 +23,6 @@ their plans, their nodes) is read from the API server.
 
 from __future__ import annotations
 
-import copy
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -46,8 +45,7 @@ from localcluster.install.install import render_owner
 from localcluster.install.stack import CONDITION, TenantStack, condition, deploy_stack, engine_pod
 from localcluster.install.tenants import FurtherTenant, add_tenant
 from localcluster.nodes.kwok import delete_fake_nodes
-from localcluster.plane.process import wait_until
-from tests.e2e.shareskit import VRAM, Tenant, new_tenant, plan_of, share, verified
+from tests.e2e.shareskit import VRAM, Tenant, create_once_planned, new_tenant, share, verified
 
 pytestmark = pytest.mark.e2e
 
@@ -144,30 +142,25 @@ def _create_placeable(
     tenant's already, which no other tenant can take while the other's burst is placed).
 
     A share's plan names one GPU index (`kamiwaza.ai/vram-gb-gpu-<i>`), chosen by the room
-    figures the owner's extender publishes every few seconds and the webhook reads through its
-    watch. Created on figures from before the other tenant's last share was placed, a Pod can
-    be planned on an index where the other tenant now holds every node's GPU, and stays
-    Pending by design (`tests/e2e/tenants/test_tenant_shares.py` covers that refusal). The
-    figures' delay is not what this lab shows, so each Pod waits for its webhook to see them."""
-    pod = engine_pod(tenant.namespace, share(memory), name="probe")
+    figures the owner's extender publishes every few seconds. Created on figures from before
+    the other tenant's last share was placed, a Pod can be planned on an index where the other
+    tenant now holds every node's GPU, and stays Pending by design
+    (`tests/e2e/tenants/test_tenant_shares.py` covers that refusal). The figures' delay is not
+    what this lab shows, so each Pod waits for its webhook to see them."""
 
-    def usable() -> set[int]:
+    def usable(plan: dict[str, Any]) -> bool:
         held = _holders(admin, lab)
-        return {
-            index
-            for node in lab.nodes
-            for index in (0, 1)
-            if (held.get((node, index)) == {tenant.namespace})
-            or (not own and not held.get((node, index)))
-        }
-
-    def planned() -> bool:
-        plan = plan_of(installer.create(copy.deepcopy(pod), dry_run=True))
         index = int(str(plan["bindingId"]).removeprefix("share-gpu"))
-        return index in usable()
+        return any(
+            held.get((node, index)) == {tenant.namespace}
+            or (not own and not held.get((node, index)))
+            for node in lab.nodes
+        )
 
-    wait_until(planned, timeout=60, what=f"{tenant.namespace}'s webhook to plan a usable GPU")
-    return _create(installer, tenant, memory)
+    prefix = tenant.namespace.split("-")[2]
+    return create_once_planned(
+        installer, tenant.namespace, prefix, share(memory), usable, "a usable GPU"
+    )
 
 
 def _refused(installer: Kube, tenant: Tenant, memory: str) -> str:

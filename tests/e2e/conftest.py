@@ -25,7 +25,6 @@ from typing import IO
 import pytest
 
 from kits.nodekit import node_images
-from kits.stackkit import pod_names
 from localcluster import (
     ApiError,
     BinariesMissingError,
@@ -36,7 +35,6 @@ from localcluster import (
     create_fake_nodes,
     delete_fake_nodes,
 )
-from localcluster.install.stack import TenantStack
 from localcluster.nodes.machine_lock import hold_machine, release_machine
 from localcluster.nodes.podnet import PodNetwork
 from localcluster.nodes.realnode import RealNode
@@ -166,19 +164,6 @@ def _logs_on_failure(request: pytest.FixtureRequest) -> Iterator[None]:
 def kube(control_plane: ControlPlane) -> Kube:
     """Raw-JSON client as cluster admin (system:masters)."""
     return control_plane.kube("admin")
-
-
-@pytest.fixture
-def installer(control_plane: ControlPlane, stack: TenantStack) -> Kube:
-    """The tenant's namespace admin, for a module whose `stack` is a tenant stack."""
-    return control_plane.kube("tmi-installer")
-
-
-@pytest.fixture
-def pods(control_plane: ControlPlane, stack: TenantStack) -> Iterator[Callable[..., str]]:
-    """Names for the Pods a test creates in the module's tenant stack; each is deleted after."""
-    with pod_names(control_plane, stack) as make:
-        yield make
 
 
 def _delete_pods(kube: Kube, namespace: str) -> None:

@@ -19,7 +19,7 @@ import pytest
 
 from inference_policy.admission.owner_objects_cel import OWNER_LABEL
 from inference_policy.base.wire import ENGINE_CONTAINER_ANNOTATION
-from kits.stackkit import LARGE, h100_stack
+from kits.stackkit import LARGE, h100_stack, pod_names
 from localcluster import ApiError, ControlPlane, Kube, pod_condition
 from localcluster.install.stack import CONDITION, TenantStack, condition, engine_pod
 
@@ -34,6 +34,17 @@ UNLABELLED = {"metadata": {"labels": {OWNER_LABEL: None}}}
 def stack(control_plane: ControlPlane) -> Iterator[TenantStack]:
     with h100_stack(control_plane, "tmi-deny", 30) as up:
         yield up
+
+
+@pytest.fixture
+def installer(control_plane: ControlPlane, stack: TenantStack) -> Kube:
+    return control_plane.kube("tmi-installer")
+
+
+@pytest.fixture
+def pods(control_plane: ControlPlane, stack: TenantStack) -> Iterator[Callable[..., str]]:
+    with pod_names(control_plane, stack) as make:
+        yield make
 
 
 def _verified(kube: Kube, stack: TenantStack, name: str) -> dict[str, Any]:

@@ -28,7 +28,7 @@ from inference_policy.base.codes import (
     RUNTIME_CLASS_MISMATCH,
 )
 from inference_policy.base.wire import ENGINE_LABEL, OPT_IN_LABEL
-from kits.stackkit import LARGE, h100_stack
+from kits.stackkit import LARGE, h100_stack, pod_names
 from localcluster import ApiError, ControlPlane, Kube, pod_condition, wait_until
 from localcluster.install.stack import CONDITION, TenantStack, condition, engine_pod
 from tests.e2e.inputkit import (
@@ -55,6 +55,17 @@ pytestmark = pytest.mark.e2e
 def stack(control_plane: ControlPlane) -> Iterator[TenantStack]:
     with h100_stack(control_plane, PREFIX, 30) as up:
         yield up
+
+
+@pytest.fixture
+def installer(control_plane: ControlPlane, stack: TenantStack) -> Kube:
+    return control_plane.kube("tmi-installer")
+
+
+@pytest.fixture
+def pods(control_plane: ControlPlane, stack: TenantStack) -> Iterator[Callable[..., str]]:
+    with pod_names(control_plane, stack) as make:
+        yield make
 
 
 # -- the engine label ---------------------------------------------------------------------------

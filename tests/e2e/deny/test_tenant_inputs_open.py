@@ -17,7 +17,7 @@ import pytest
 
 from inference_policy.base.codes import ENGINE_LABEL_REMOVED
 from inference_policy.base.wire import ENGINE_LABEL
-from kits.stackkit import LARGE, h100_stack
+from kits.stackkit import LARGE, h100_stack, pod_names
 from localcluster import ControlPlane, Kube
 from localcluster.install.stack import CONDITION, TenantStack, condition, engine_pod
 from tests.e2e.inputkit import (
@@ -37,6 +37,17 @@ pytestmark = pytest.mark.e2e
 def stack(control_plane: ControlPlane) -> Iterator[TenantStack]:
     with h100_stack(control_plane, PREFIX + "-open", 30) as up:
         yield up
+
+
+@pytest.fixture
+def installer(control_plane: ControlPlane, stack: TenantStack) -> Kube:
+    return control_plane.kube("tmi-installer")
+
+
+@pytest.fixture
+def pods(control_plane: ControlPlane, stack: TenantStack) -> Iterator[Callable[..., str]]:
+    with pod_names(control_plane, stack) as make:
+        yield make
 
 
 # -- a terminating Pod --------------------------------------------------------------------------

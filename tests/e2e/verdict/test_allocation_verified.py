@@ -27,6 +27,7 @@ from kits.stackkit import (
     LARGE,
     WHOLE,
     h100_stack,
+    pod_names,
 )
 from localcluster import ApiError, ControlPlane, Kube, pod_condition
 from localcluster.install.stack import CONDITION, TenantStack, condition, engine_pod
@@ -48,6 +49,18 @@ GATE_WAIT = 3.0
 def stack(control_plane: ControlPlane) -> Iterator[TenantStack]:
     with h100_stack(control_plane, "tmi-verify", 30) as up:
         yield up
+
+
+@pytest.fixture
+def installer(control_plane: ControlPlane, stack: TenantStack) -> Kube:
+    return control_plane.kube("tmi-installer")
+
+
+@pytest.fixture
+def pods(control_plane: ControlPlane, stack: TenantStack) -> Iterator[Callable[..., str]]:
+    """Names for the Pods a test creates; each is deleted after the test."""
+    with pod_names(control_plane, stack) as make:
+        yield make
 
 
 def create(installer: Kube, stack: TenantStack, name: str, body: dict[str, Any] = ENGINE) -> None:

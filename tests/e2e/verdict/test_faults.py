@@ -99,6 +99,11 @@ def stack(control_plane: ControlPlane) -> Iterator[TenantStack]:
 
 
 @pytest.fixture
+def installer(control_plane: ControlPlane, stack: TenantStack) -> Kube:
+    return control_plane.kube("tmi-installer")
+
+
+@pytest.fixture
 def kube(control_plane: ControlPlane) -> Kube:
     return control_plane.kube("admin")
 
